@@ -1,0 +1,31 @@
+// Shared flags and helpers of mlpo-bench subcommands: every subcommand takes
+// --dir (where its files go), --quick (a reduced run, ~30 s here) and --json.
+#ifndef MLPO_BENCH_BENCH_COMMON_H_
+#define MLPO_BENCH_BENCH_COMMON_H_
+
+#include <string>
+
+#include "CLI/CLI.hpp"
+
+namespace mlpo {
+
+struct BenchFlags {
+  std::string dir = "var/bench";
+  bool quick = false;
+  bool json = false;
+  bool keep = false;
+};
+
+void AddBenchFlags(CLI::App* cmd, BenchFlags* f);
+// Creates `dir` (and parents). Exits the command with a message on failure.
+void EnsureDir(const std::string& dir);
+// Progress to stderr, overwritten in place.
+void Progress(const std::string& line);
+
+void AddIoBench(CLI::App& app);
+void AddStoreBench(CLI::App& app);
+void AddStepBench(CLI::App& app);
+
+}  // namespace mlpo
+
+#endif  // MLPO_BENCH_BENCH_COMMON_H_

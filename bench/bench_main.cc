@@ -1,0 +1,17 @@
+// mlpo-bench: benchmarks that print our figure against a reference measured
+// in the same run (fio, the raw engine, the baseline mode).
+#include "bench/bench_common.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"mlpo-bench: measured against references in the same run"};
+  app.require_subcommand(1);
+  mlpo::AddIoBench(app);
+  mlpo::AddStoreBench(app);
+  mlpo::AddStepBench(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return 0;
+}

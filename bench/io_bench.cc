@@ -1,0 +1,207 @@
+// `mlpo-bench io`: the I/O engine against fio on the same file, at the same
+// queue depths and block sizes, interleaved in one run; then two capped paths
+// driven together against the sum of their caps.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_common.h"
+#include "nlohmann/json.hpp"
+#include "store/admission.h"
+#include "store/bandwidth_probe.h"
+#include "tools/cli_util.h"
+
+namespace mlpo {
+namespace {
+
+// Runs fio with the same load; returns bytes/s (read + write) or an error.
+absl::StatusOr<double> RunFio(const std::string& file, ProbeLoad load,
+                              size_t block, int depth, uint64_t size,
+                              double seconds) {
+  std::string out = file + ".fio.json";
+  std::string rw = load == ProbeLoad::kRead    ? "read"
+                   : load == ProbeLoad::kWrite ? "write"
+                                               : "rw";
+  std::string cmd = absl::StrFormat(
+      "fio --name=ref --filename=%s --rw=%s --rwmixread=50 --bs=%d "
+      "--iodepth=%d --ioengine=io_uring --direct=1 --size=%d --time_based "
+      "--runtime=%.1f --output-format=json --output=%s >/dev/null 2>&1",
+      file, rw, block, depth, size, seconds, out);
+  int rc = std::system(cmd.c_str());
+  if (rc != 0)
+    return absl::InternalError(absl::StrFormat(
+        "fio failed (exit %d): %s; is fio installed?", rc, cmd));
+  std::ifstream in(out);
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const std::exception& e) {
+    return absl::InternalError(std::string("cannot parse fio output: ") +
+                               e.what());
+  }
+  std::filesystem::remove(out);
+  auto& job = j["jobs"][0];
+  return job["read"]["bw_bytes"].get<double>() +
+         job["write"]["bw_bytes"].get<double>();
+}
+
+}  // namespace
+
+void AddIoBench(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "io", "I/O engine vs fio (same file, depths, block sizes), then two "
+            "capped paths driven together");
+  struct Args {
+    BenchFlags f;
+    std::string size = "2G";
+    std::string caps = "600MB,300MB";
+    double seconds = 0;
+  };
+  auto a = std::make_shared<Args>();
+  AddBenchFlags(cmd, &a->f);
+  cmd->add_option("--size", a->size, "Test file size")->capture_default_str();
+  cmd->add_option("--caps", a->caps,
+                  "Caps of the two paths driven together (bytes/s)")
+      ->capture_default_str();
+  cmd->add_option("--seconds", a->seconds,
+                  "Seconds per measurement (default 2, 1 with --quick)");
+  cmd->callback([a] {
+    const BenchFlags& f = a->f;
+    EnsureDir(f.dir);
+    uint64_t size = *ParseSize(f.quick ? "1G" : a->size);
+    double secs = a->seconds > 0 ? a->seconds : (f.quick ? 1.0 : 2.0);
+    std::vector<int> depths = f.quick ? std::vector<int>{16, 64}
+                                      : std::vector<int>{1, 4, 16, 64};
+    std::vector<size_t> blocks =
+        f.quick ? std::vector<size_t>{1 << 20, 4 << 20}
+                : std::vector<size_t>{256 << 10, 1 << 20, 4 << 20, 8 << 20};
+    std::string file = f.dir + "/io-bench.dat";
+    Progress("preparing " + file);
+    if (auto st = PrepareProbeFile(file, size); !st.ok()) {
+      std::cerr << "\nmlpo-bench io: " << st.message() << "\n";
+      throw CLI::RuntimeError(1);
+    }
+    nlohmann::json out;
+    out["points"] = nlohmann::json::array();
+    for (ProbeLoad load :
+         {ProbeLoad::kRead, ProbeLoad::kWrite, ProbeLoad::kMixed}) {
+      double best_engine = 0, best_fio = 0;
+      for (int qd : depths) {
+        for (size_t bs : blocks) {
+          Progress(absl::StrFormat("io %s qd=%d bs=%s", ProbeLoadName(load),
+                                   qd, FormatBytes(bs)));
+          ProbeOptions po;
+          po.load = load;
+          po.block = bs;
+          po.depth = qd;
+          po.file_bytes = size;
+          po.duration = absl::Seconds(secs);
+          auto e = RunProbe(file, po);
+          auto r = RunFio(file, load, bs, qd, size, secs);
+          if (!e.ok() || !r.ok()) {
+            std::cerr << "\nmlpo-bench io: "
+                      << (!e.ok() ? e.status() : r.status()).message() << "\n";
+            throw CLI::RuntimeError(1);
+          }
+          best_engine = std::max(best_engine, e->bytes_per_s());
+          best_fio = std::max(best_fio, *r);
+          out["points"].push_back({{"load", ProbeLoadName(load)},
+                                   {"depth", qd},
+                                   {"block", bs},
+                                   {"engine_bps", e->bytes_per_s()},
+                                   {"fio_bps", *r}});
+        }
+      }
+      std::string n = ProbeLoadName(load);
+      out[n + "_engine_bps"] = best_engine;
+      out[n + "_fio_bps"] = best_fio;
+      out[n + "_ratio"] = best_fio > 0 ? best_engine / best_fio : 0;
+    }
+    // Two capped "paths" (directories) driven together, reads then writes.
+    std::vector<std::string> cap_strs;
+    for (auto part : absl::StrSplit(a->caps, ',')) cap_strs.emplace_back(part);
+    uint64_t caps[2] = {*ParseSize(cap_strs.at(0)), *ParseSize(cap_strs.at(1))};
+    std::string files[2] = {f.dir + "/cap-a.dat", f.dir + "/cap-b.dat"};
+    uint64_t cap_file = std::min<uint64_t>(size / 2, uint64_t{512} << 20);
+    for (auto& cf : files) (void)PrepareProbeFile(cf, cap_file);
+    double sum_caps = static_cast<double>(caps[0] + caps[1]);
+    double capped_secs = f.quick ? 2.0 : 4.0;
+    for (ProbeLoad load : {ProbeLoad::kRead, ProbeLoad::kWrite}) {
+      Progress(absl::StrFormat("capped two-path %s", ProbeLoadName(load)));
+      PathAdmission adm0(caps[0], caps[0], absl::Milliseconds(20), nullptr);
+      PathAdmission adm1(caps[1], caps[1], absl::Milliseconds(20), nullptr);
+      PathAdmission* adms[2] = {&adm0, &adm1};
+      absl::StatusOr<ProbeResult> res[2];
+      std::vector<std::thread> ts;
+      for (int i = 0; i < 2; ++i) {
+        ts.emplace_back([&, i] {
+          ProbeOptions po;
+          po.load = load;
+          po.block = 1 << 20;
+          po.depth = 16;
+          po.file_bytes = cap_file;
+          po.duration = absl::Seconds(capped_secs);
+          po.admission = adms[i];
+          res[i] = RunProbe(files[i], po);
+        });
+      }
+      for (auto& t : ts) t.join();
+      if (!res[0].ok() || !res[1].ok()) {
+        std::cerr << "\nmlpo-bench io: capped run failed: "
+                  << (!res[0].ok() ? res[0] : res[1]).status().message()
+                  << "\n";
+        throw CLI::RuntimeError(1);
+      }
+      double achieved = res[0]->bytes_per_s() + res[1]->bytes_per_s();
+      std::string n = ProbeLoadName(load);
+      out["capped_" + n + "_bps"] = achieved;
+      out["capped_" + n + "_ratio"] = achieved / sum_caps;
+    }
+    out["capped_sum_ratio"] = std::min(out["capped_read_ratio"].get<double>(),
+                                       out["capped_write_ratio"].get<double>());
+    out["caps_bps"] = {caps[0], caps[1]};
+    std::error_code ec;
+    if (!f.keep) {
+      std::filesystem::remove(file, ec);
+      for (auto& cf : files) std::filesystem::remove(cf, ec);
+    }
+    Progress("");
+    if (f.json) {
+      std::cout << out.dump(2) << "\n";
+      return;
+    }
+    std::printf("%-6s %6s %10s %14s %14s %7s\n", "load", "depth", "block",
+                "engine", "fio", "ratio");
+    for (auto& p : out["points"])
+      std::printf("%-6s %6d %10s %14s %14s %7.3f\n",
+                  p["load"].get<std::string>().c_str(), p["depth"].get<int>(),
+                  FormatBytes(p["block"].get<double>()).c_str(),
+                  FormatRate(p["engine_bps"]).c_str(),
+                  FormatRate(p["fio_bps"]).c_str(),
+                  p["engine_bps"].get<double>() /
+                      std::max(1.0, p["fio_bps"].get<double>()));
+    for (const char* n : {"read", "write", "mixed"})
+      std::printf("best %-5s engine %s  fio %s  ratio %.3f\n", n,
+                  FormatRate(out[std::string(n) + "_engine_bps"]).c_str(),
+                  FormatRate(out[std::string(n) + "_fio_bps"]).c_str(),
+                  out[std::string(n) + "_ratio"].get<double>());
+    std::printf(
+        "capped two paths (%s + %s): read %s (%.3f), write %s (%.3f); "
+        "capped_sum_ratio %.3f\n",
+        FormatRate(caps[0]).c_str(), FormatRate(caps[1]).c_str(),
+        FormatRate(out["capped_read_bps"]).c_str(),
+        out["capped_read_ratio"].get<double>(),
+        FormatRate(out["capped_write_bps"]).c_str(),
+        out["capped_write_ratio"].get<double>(),
+        out["capped_sum_ratio"].get<double>());
+  });
+}
+
+}  // namespace mlpo

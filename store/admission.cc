@@ -1,0 +1,82 @@
+#include "store/admission.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "store/status_macros.h"
+
+namespace mlpo {
+
+TokenBucket::TokenBucket(uint64_t rate, absl::Duration burst)
+    : rate_(rate), burst_(burst) {}
+
+absl::Duration TokenBucket::Take(uint64_t bytes, absl::Time now) {
+  if (rate_ == 0) return absl::ZeroDuration();
+  if (paid_until_ < now - burst_) paid_until_ = now - burst_;
+  absl::Duration cost = absl::Seconds(static_cast<double>(bytes) / rate_);
+  absl::Time ready = paid_until_ + cost;
+  if (ready <= now) {
+    paid_until_ = ready;
+    return absl::ZeroDuration();
+  }
+  return ready - now;
+}
+
+absl::StatusOr<std::unique_ptr<IoSlots>> IoSlots::Open(const std::string& dir,
+                                                       int count) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return ErrnoStatus(ec.value(), absl::StrCat("create ", dir));
+  std::unique_ptr<IoSlots> s(new IoSlots());
+  for (int i = 0; i < count; ++i) {
+    std::string f = absl::StrCat(dir, "/slot-", i);
+    int fd = ::open(f.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open slot ", f));
+    s->fds_.push_back(fd);
+  }
+  return s;
+}
+
+IoSlots::~IoSlots() {
+  Release();
+  for (int fd : fds_) ::close(fd);
+}
+
+bool IoSlots::TryAcquire() {
+  if (held_ >= 0) return true;
+  for (size_t i = 0; i < fds_.size(); ++i) {
+    if (::flock(fds_[i], LOCK_EX | LOCK_NB) == 0) {
+      held_ = static_cast<int>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+void IoSlots::Release() {
+  if (held_ < 0) return;
+  ::flock(fds_[held_], LOCK_UN);
+  held_ = -1;
+}
+
+PathAdmission::PathAdmission(uint64_t read_cap, uint64_t write_cap,
+                             absl::Duration burst,
+                             std::unique_ptr<IoSlots> slots)
+    : read_(read_cap, burst), write_(write_cap, burst),
+      slots_(std::move(slots)) {}
+
+absl::Duration PathAdmission::Admit(const IoRequest& req) {
+  if (slots_ && !slots_->TryAcquire()) return absl::Milliseconds(1);
+  TokenBucket& b = req.op == IoOp::kRead ? read_ : write_;
+  return b.Take(req.len, absl::Now());
+}
+
+void PathAdmission::Idle() {
+  if (slots_) slots_->Release();
+}
+
+}  // namespace mlpo

@@ -1,0 +1,72 @@
+// Admission control of one storage path: a bandwidth cap per direction (token
+// buckets) and node-wide I/O slots (flock-held slot files).
+//
+// Caps are a real feature (good citizenship on a shared PFS) and also how the
+// benchmarks emulate paths of different speeds on a one-disk machine.
+#ifndef MLPO_STORE_ADMISSION_H_
+#define MLPO_STORE_ADMISSION_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "store/io_engine.h"
+
+namespace mlpo {
+
+// Pay-before token bucket: a request of n bytes is admitted once the bucket
+// has paid n / rate seconds for it, so moving X bytes takes at least
+// X / rate - burst. Thread-compatible.
+class TokenBucket {
+ public:
+  // rate_bytes_per_s == 0 means unlimited. burst: credit an idle bucket keeps.
+  TokenBucket(uint64_t rate_bytes_per_s, absl::Duration burst);
+  // Zero when admitted (and charged), else how long to wait.
+  absl::Duration Take(uint64_t bytes, absl::Time now);
+  uint64_t rate() const { return rate_; }
+
+ private:
+  uint64_t rate_;
+  absl::Duration burst_;
+  absl::Time paid_until_ = absl::InfinitePast();
+};
+
+// N slot files under `dir` (created). A process holds a slot through an
+// exclusive flock on one of them; the kernel drops it when the process dies,
+// so a killed holder never blocks the others. Thread-compatible.
+class IoSlots {
+ public:
+  static absl::StatusOr<std::unique_ptr<IoSlots>> Open(const std::string& dir,
+                                                       int count);
+  ~IoSlots();
+  bool TryAcquire();  // non-blocking
+  void Release();
+  bool held() const { return held_ >= 0; }
+  int count() const { return static_cast<int>(fds_.size()); }
+
+ private:
+  IoSlots() = default;
+  std::vector<int> fds_;
+  int held_ = -1;
+};
+
+// Combines both for one path's engine. Not thread-safe on its own: engines
+// serialise calls.
+class PathAdmission final : public IoAdmission {
+ public:
+  PathAdmission(uint64_t read_cap, uint64_t write_cap, absl::Duration burst,
+                std::unique_ptr<IoSlots> slots);
+  absl::Duration Admit(const IoRequest& req) override;
+  void Idle() override;
+
+ private:
+  TokenBucket read_, write_;
+  std::unique_ptr<IoSlots> slots_;
+};
+
+}  // namespace mlpo
+
+#endif  // MLPO_STORE_ADMISSION_H_

@@ -1,0 +1,147 @@
+#include "store/bandwidth_probe.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "store/status_macros.h"
+
+namespace mlpo {
+
+const char* ProbeLoadName(ProbeLoad l) {
+  switch (l) {
+    case ProbeLoad::kRead: return "read";
+    case ProbeLoad::kWrite: return "write";
+    default: return "mixed";
+  }
+}
+
+namespace {
+
+struct ProbeRun {
+  IoEngine* engine;
+  int file;
+  ProbeOptions opt;
+  std::vector<AlignedBuffer> bufs;
+  std::atomic<uint64_t> next{0};  // request sequence number
+  std::atomic<uint64_t> bytes{0};
+  absl::Time deadline;
+  uint64_t blocks;
+  IoLatch latch;
+  std::mutex err_mu;
+  absl::Status first_error;
+
+  // Issues request number `seq` into buffer `slot`, or stops.
+  void Issue(size_t slot) {
+    uint64_t seq = next.fetch_add(1);
+    bool timed = opt.duration > absl::ZeroDuration();
+    if ((!timed && seq >= blocks) || (timed && absl::Now() >= deadline)) {
+      latch.Done(absl::OkStatus());
+      return;
+    }
+    IoRequest r;
+    r.op = opt.load == ProbeLoad::kRead    ? IoOp::kRead
+           : opt.load == ProbeLoad::kWrite ? IoOp::kWrite
+           : (seq % 2 == 0)                ? IoOp::kRead
+                                           : IoOp::kWrite;
+    r.file = file;
+    r.offset = (seq % blocks) * opt.block;
+    r.buf = bufs[slot].data();
+    r.len = opt.block;
+    r.done = [this, slot](const absl::Status& s) {
+      if (!s.ok()) {
+        {
+          std::lock_guard<std::mutex> l(err_mu);
+          if (first_error.ok()) first_error = s;
+        }
+        latch.Done(s);
+        return;
+      }
+      bytes.fetch_add(opt.block);
+      Issue(slot);
+    };
+    engine->Submit(std::move(r));
+  }
+};
+
+}  // namespace
+
+absl::Status PrepareProbeFile(const std::string& file, uint64_t bytes) {
+  bool direct;
+  MLPO_ASSIGN_OR_RETURN(int fd, OpenForIo(file, true, true, &direct));
+  const size_t chunk = size_t{8} << 20;
+  AlignedBuffer buf(chunk);
+  std::mt19937_64 rng(42);
+  for (size_t i = 0; i < chunk / 8; ++i)
+    reinterpret_cast<uint64_t*>(buf.data())[i] = rng();
+  absl::Status st;
+  for (uint64_t off = 0; off < bytes && st.ok(); off += chunk) {
+    size_t n = std::min<uint64_t>(chunk, bytes - off);
+    n = (n + kIoAlignment - 1) / kIoAlignment * kIoAlignment;
+    if (::pwrite(fd, buf.data(), n, off) != static_cast<ssize_t>(n))
+      st = ErrnoStatus(errno ? errno : EIO,
+                       absl::StrCat("write ", file, " offset ", off));
+  }
+  if (st.ok() && ::fdatasync(fd) != 0)
+    st = ErrnoStatus(errno, absl::StrCat("fdatasync ", file));
+  ::close(fd);
+  return st;
+}
+
+absl::StatusOr<ProbeResult> RunProbe(const std::string& file,
+                                     const ProbeOptions& opt) {
+  if (opt.block == 0 || opt.block % kIoAlignment)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block size ", opt.block, " is not a positive multiple of 4096"));
+  if (opt.depth < 1)
+    return absl::InvalidArgumentError("depth must be at least 1");
+  uint64_t blocks = opt.file_bytes / opt.block;
+  if (blocks == 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "probe region of ", opt.file_bytes, " bytes is smaller than a block"));
+  IoEngineOptions eo;
+  eo.kind = opt.engine;
+  eo.queue_depth = opt.depth;
+  eo.admission = opt.admission;
+  eo.name = file;
+  MLPO_ASSIGN_OR_RETURN(auto engine, IoEngine::Create(eo));
+  bool direct;
+  MLPO_ASSIGN_OR_RETURN(int fd, OpenForIo(file, false, true, &direct));
+  auto handle = engine->RegisterFile(fd, file, direct);
+  if (!handle.ok()) {
+    ::close(fd);
+    return handle.status();
+  }
+  ProbeRun run;
+  run.engine = engine.get();
+  run.file = *handle;
+  run.opt = opt;
+  run.blocks = blocks;
+  std::vector<iovec> iov;
+  for (int i = 0; i < opt.depth; ++i) {
+    run.bufs.emplace_back(opt.block);
+    std::memset(run.bufs.back().data(), 0x5a + i, opt.block);
+    iov.push_back({run.bufs.back().data(), opt.block});
+  }
+  absl::Status st;
+  if (opt.register_buffers) st = engine->RegisterBuffers(iov);
+  ProbeResult res;
+  if (st.ok()) {
+    absl::Time start = absl::Now();
+    run.deadline = start + opt.duration;
+    run.latch.Add(opt.depth);
+    for (int i = 0; i < opt.depth; ++i) run.Issue(i);
+    st = run.latch.Wait();
+    res.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    res.bytes = run.bytes.load();
+  }
+  engine->Close();
+  ::close(fd);
+  if (!st.ok()) return st;
+  return res;
+}
+
+}  // namespace mlpo

@@ -1,0 +1,51 @@
+// Measures what one path (or file) sustains through an IoEngine: sequential
+// reads, sequential writes, and the mixed load of an update step (reads and
+// writes in flight together; bytes counted in both directions).
+// Used by `mlpo profile`, `mlpo-bench io` and the step benchmark's bound.
+#ifndef MLPO_STORE_BANDWIDTH_PROBE_H_
+#define MLPO_STORE_BANDWIDTH_PROBE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "store/io_engine.h"
+
+namespace mlpo {
+
+enum class ProbeLoad { kRead, kWrite, kMixed };
+const char* ProbeLoadName(ProbeLoad l);
+
+struct ProbeOptions {
+  ProbeLoad load = ProbeLoad::kRead;
+  size_t block = size_t{1} << 20;  // bytes per request, multiple of 4 KiB
+  int depth = 32;                  // requests in flight
+  uint64_t file_bytes = uint64_t{1} << 30;  // region [0, file_bytes) is used
+  // Stop issuing after this long (the region wraps around until then);
+  // zero: one pass over the region.
+  absl::Duration duration = absl::ZeroDuration();
+  IoEngineKind engine = IoEngineKind::kAuto;
+  IoAdmission* admission = nullptr;  // e.g. a capped path's; borrowed
+  bool register_buffers = true;
+};
+
+struct ProbeResult {
+  uint64_t bytes = 0;  // read + written
+  double seconds = 0;
+  double bytes_per_s() const { return seconds > 0 ? bytes / seconds : 0; }
+};
+
+// Runs one load on an existing file of at least file_bytes (O_DIRECT when the
+// filesystem allows it). The mixed load alternates reads and writes along one
+// sequential cursor, like fio's rw=rw with rwmixread=50.
+absl::StatusOr<ProbeResult> RunProbe(const std::string& file,
+                                     const ProbeOptions& options);
+
+// Creates (or extends) `file` to `bytes` with real data written, so reads
+// measure the device and not holes.
+absl::Status PrepareProbeFile(const std::string& file, uint64_t bytes);
+
+}  // namespace mlpo
+
+#endif  // MLPO_STORE_BANDWIDTH_PROBE_H_

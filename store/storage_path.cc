@@ -1,0 +1,269 @@
+#include "store/storage_path.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "store/status_macros.h"
+
+namespace mlpo {
+namespace fs = std::filesystem;
+
+const char* PathKindName(PathKind k) {
+  switch (k) {
+    case PathKind::kNvme: return "nvme";
+    case PathKind::kPfs: return "pfs";
+    default: return "other";
+  }
+}
+
+absl::StatusOr<PathKind> ParsePathKind(absl::string_view s) {
+  if (s == "nvme") return PathKind::kNvme;
+  if (s == "pfs") return PathKind::kPfs;
+  if (s == "other") return PathKind::kOther;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown path kind '", s, "' (nvme, pfs or other)"));
+}
+
+absl::StatusOr<std::string> PathUuid(const std::string& root, bool create) {
+  std::string dir = root + "/.mlpo";
+  std::string file = dir + "/uuid";
+  std::ifstream in(file);
+  std::string id;
+  if (in >> id && id.size() == 32) return id;
+  if (!create)
+    return absl::NotFoundError(
+        absl::StrCat("path ", root, " has no identity file ", file));
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return ErrnoStatus(ec.value(), absl::StrCat("create ", dir));
+  std::random_device rd;
+  id = absl::StrFormat("%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  std::string tmp = file + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << id << "\n";
+    if (!out.flush())
+      return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  fs::rename(tmp, file, ec);
+  if (ec) return ErrnoStatus(ec.value(), absl::StrCat("rename to ", file));
+  return id;
+}
+
+absl::StatusOr<std::unique_ptr<StoragePath>> StoragePath::Open(
+    const PathOptions& options, const std::string& ns, bool create) {
+  if (options.segment_bytes == 0 || options.segment_bytes % kIoAlignment)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "path ", options.root, ": segment_bytes ", options.segment_bytes,
+        " is not a positive multiple of 4096"));
+  std::error_code ec;
+  if (!fs::is_directory(options.root, ec))
+    return absl::NotFoundError(absl::StrCat(
+        "path root ", options.root, " does not exist or is not a directory"));
+  std::unique_ptr<StoragePath> p(new StoragePath(options));
+  MLPO_ASSIGN_OR_RETURN(p->uuid_, PathUuid(options.root, create));
+  p->dir_ = absl::StrCat(options.root, "/", ns);
+  if (create) {
+    fs::create_directories(p->dir_, ec);
+    if (ec) return ErrnoStatus(ec.value(), absl::StrCat("create ", p->dir_));
+  } else if (!fs::is_directory(p->dir_, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("store directory ", p->dir_, " is missing"));
+  }
+  int slots = options.slots >= 0 ? options.slots
+                                 : (options.kind == PathKind::kPfs ? 1 : 0);
+  std::unique_ptr<IoSlots> slot_set;
+  if (slots > 0) {
+    MLPO_ASSIGN_OR_RETURN(
+        slot_set, IoSlots::Open(options.root + "/.mlpo/slots", slots));
+  }
+  p->admission_ = std::make_unique<PathAdmission>(
+      options.read_cap, options.write_cap, options.cap_burst,
+      std::move(slot_set));
+  IoEngineOptions eo;
+  eo.kind = options.engine;
+  eo.queue_depth = options.queue_depth;
+  eo.admission = p->admission_.get();
+  eo.completion_filter = options.completion_filter;
+  eo.name = options.root;
+  MLPO_ASSIGN_OR_RETURN(p->engine_, IoEngine::Create(eo));
+  absl::MutexLock l(&p->mu_);
+  p->alloc_ = std::make_unique<ExtentAllocator>(options.segment_bytes);
+  // Reopen existing segments in order; a gap means a lost file.
+  for (uint64_t n = 0;; ++n) {
+    std::string f = absl::StrFormat("%s/seg-%06d", p->dir_, n);
+    if (!fs::exists(f, ec)) break;
+    bool direct;
+    MLPO_ASSIGN_OR_RETURN(int fd, OpenForIo(f, false, options.direct, &direct));
+    p->direct_ = direct;
+    MLPO_ASSIGN_OR_RETURN(int h, p->engine_->RegisterFile(fd, f, direct));
+    p->segments_.push_back({fd, h, false});
+    p->alloc_->AddSegment();
+  }
+  return p;
+}
+
+StoragePath::~StoragePath() {
+  if (engine_) engine_->Close();
+  absl::MutexLock l(&mu_);
+  for (auto& s : segments_) ::close(s.fd);
+}
+
+std::string StoragePath::SegmentFile(uint64_t off) const {
+  return absl::StrFormat("%s/seg-%06d", dir_, off / options_.segment_bytes);
+}
+
+absl::Status StoragePath::AddSegment() {
+  uint64_t n = segments_.size();
+  uint64_t seg = options_.segment_bytes;
+  if (options_.capacity > 0 && (n + 1) * seg > options_.capacity)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "path ", options_.root, " is full: capacity ", options_.capacity,
+        " bytes, ", alloc_->free(), " free"));
+  std::string f = absl::StrFormat("%s/seg-%06d", dir_, n);
+  bool direct;
+  MLPO_ASSIGN_OR_RETURN(int fd, OpenForIo(f, true, options_.direct, &direct));
+  int r = ::posix_fallocate(fd, 0, static_cast<off_t>(seg));
+  if (r != 0) {
+    ::close(fd);
+    ::unlink(f.c_str());
+    return ErrnoStatus(r, absl::StrCat("path ", options_.root,
+                                       ": preallocate segment ", f, " (", seg,
+                                       " bytes)"));
+  }
+  // The new file's directory entry must be durable before extents in it are.
+  int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  auto h = engine_->RegisterFile(fd, f, direct);
+  if (!h.ok()) {
+    ::close(fd);
+    return h.status();
+  }
+  direct_ = direct;
+  segments_.push_back({fd, *h, false});
+  alloc_->AddSegment();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Range>> StoragePath::Allocate(uint64_t length) {
+  absl::MutexLock l(&mu_);
+  uint64_t need = (length + kIoAlignment - 1) / kIoAlignment * kIoAlignment;
+  while (alloc_->free() < need) MLPO_RETURN_IF_ERROR(AddSegment());
+  auto r = alloc_->Allocate(need);
+  if (!r.ok()) return Annotate(r.status(), absl::StrCat("path ", root()));
+  return r;
+}
+
+absl::Status StoragePath::Free(Range r) {
+  absl::MutexLock l(&mu_);
+  return Annotate(alloc_->Free(r), absl::StrCat("path ", root()));
+}
+
+absl::Status StoragePath::MarkUsed(Range r) {
+  absl::MutexLock l(&mu_);
+  while (r.offset + r.length > alloc_->total()) {
+    // An extent past the last segment means a segment file vanished.
+    return absl::DataLossError(absl::StrCat(
+        "path ", root(), ": extent [", r.offset, ", +", r.length,
+        ") lies past the last segment file (", SegmentFile(r.offset),
+        " missing?)"));
+  }
+  return Annotate(alloc_->MarkUsed(r), absl::StrCat("path ", root()));
+}
+
+void StoragePath::Read(Range r, void* buf, IoCallback done) {
+  Transfer(IoOp::kRead, r, buf, std::move(done));
+}
+
+void StoragePath::Write(Range r, const void* buf, IoCallback done) {
+  Transfer(IoOp::kWrite, r, const_cast<void*>(buf), std::move(done));
+}
+
+void StoragePath::Transfer(IoOp op, Range r, void* buf, IoCallback done) {
+  uint64_t seg = r.offset / options_.segment_bytes;
+  int handle = -1;
+  {
+    absl::MutexLock l(&mu_);
+    if (seg < segments_.size() &&
+        SegmentOffset(r.offset) + r.length <= options_.segment_bytes) {
+      handle = segments_[seg].handle;
+      if (op == IoOp::kWrite) segments_[seg].dirty = true;
+    }
+  }
+  if (handle < 0) {
+    done(absl::InvalidArgumentError(absl::StrCat(
+        "path ", root(), ": extent [", r.offset, ", +", r.length,
+        ") is outside the segments")));
+    return;
+  }
+  {
+    absl::MutexLock l(&busy_mu_);
+    if (inflight_++ == 0) busy_since_ = absl::Now();
+  }
+  IoRequest req;
+  req.op = op;
+  req.file = handle;
+  req.offset = SegmentOffset(r.offset);
+  req.buf = buf;
+  req.len = r.length;
+  req.done = [this, op, len = r.length,
+              done = std::move(done)](const absl::Status& s) {
+    if (s.ok()) (op == IoOp::kRead ? bytes_read_ : bytes_written_) += len;
+    {
+      absl::MutexLock l(&busy_mu_);
+      if (--inflight_ == 0) busy_ += absl::Now() - busy_since_;
+    }
+    done(s);
+  };
+  engine_->Submit(std::move(req));
+}
+
+absl::Status StoragePath::Sync() {
+  std::vector<std::pair<int, std::string>> todo;
+  {
+    absl::MutexLock l(&mu_);
+    for (size_t i = 0; i < segments_.size(); ++i) {
+      if (!segments_[i].dirty) continue;
+      segments_[i].dirty = false;
+      todo.emplace_back(segments_[i].fd,
+                        SegmentFile(i * options_.segment_bytes));
+    }
+  }
+  for (auto& [fd, name] : todo) {
+    if (::fdatasync(fd) != 0)
+      return ErrnoStatus(errno, absl::StrCat("fdatasync ", name));
+  }
+  return absl::OkStatus();
+}
+
+PathUsage StoragePath::Usage() const {
+  absl::MutexLock l(&mu_);
+  PathUsage u;
+  u.total = alloc_->total();
+  u.used = alloc_->used();
+  u.free = alloc_->free();
+  if (options_.capacity > u.total) u.free += options_.capacity - u.total;
+  return u;
+}
+
+PathCounters StoragePath::Counters() const {
+  PathCounters c;
+  c.bytes_read = bytes_read_.load();
+  c.bytes_written = bytes_written_.load();
+  absl::MutexLock l(&busy_mu_);
+  absl::Duration b = busy_;
+  if (inflight_ > 0) b += absl::Now() - busy_since_;
+  c.busy_s = absl::ToDoubleSeconds(b);
+  return c;
+}
+
+}  // namespace mlpo

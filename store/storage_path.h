@@ -1,0 +1,136 @@
+// One storage path: a directory on one storage class (node-local NVMe, a PFS
+// mount, ...) holding this store's segment files, with its own I/O engine,
+// extent allocator, bandwidth caps and node-wide I/O slots.
+//
+// Layout: <root>/.mlpo/uuid            identity of the path (checked on open)
+//         <root>/.mlpo/slots/slot-<i>  node-wide I/O slots (flock)
+//         <root>/<ns>/seg-<n>          segment files, fallocated
+//
+// Thread-safe.
+#ifndef MLPO_STORE_STORAGE_PATH_H_
+#define MLPO_STORE_STORAGE_PATH_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "store/admission.h"
+#include "store/extent_allocator.h"
+#include "store/io_engine.h"
+
+namespace mlpo {
+
+enum class PathKind { kNvme, kPfs, kOther };
+const char* PathKindName(PathKind k);
+absl::StatusOr<PathKind> ParsePathKind(absl::string_view s);
+
+struct PathOptions {
+  std::string root;  // must exist
+  PathKind kind = PathKind::kNvme;
+  // Bandwidth cap per direction in bytes/s; 0 = uncapped (default). A cap
+  // lower than the device makes the path that slow; the idle credit it keeps
+  // is cap_burst.
+  uint64_t read_cap = 0;
+  uint64_t write_cap = 0;
+  absl::Duration cap_burst = absl::Milliseconds(20);
+  // Node-wide I/O slots: -1 = by kind (1 for pfs, unlimited otherwise),
+  // 0 = unlimited, N = at most N processes of this node transfer at once.
+  int slots = -1;
+  // Most bytes of segments this path may hold; 0 = whatever the filesystem
+  // allows (fallocate fails with ENOSPC -> ResourceExhausted).
+  uint64_t capacity = 0;
+  // Size of each segment file, a multiple of 4 KiB. Larger segments mean
+  // fewer files; capacity grows one segment at a time.
+  uint64_t segment_bytes = uint64_t{256} << 20;
+  bool direct = true;  // O_DIRECT when the filesystem allows it
+  IoEngineKind engine = IoEngineKind::kAuto;
+  int queue_depth = 32;   // 1..4096
+  IoCompletionFilter completion_filter;  // test hook
+};
+
+struct PathUsage {
+  uint64_t total = 0, used = 0, free = 0;
+};
+
+struct PathCounters {
+  uint64_t bytes_read = 0, bytes_written = 0;
+  double busy_s = 0;  // wall time with at least one transfer in flight
+  double observed_bps() const {
+    return busy_s > 0 ? (bytes_read + bytes_written) / busy_s : 0;
+  }
+};
+
+class StoragePath {
+ public:
+  // Opens (and with `create` makes) namespace `ns` under options.root.
+  static absl::StatusOr<std::unique_ptr<StoragePath>> Open(
+      const PathOptions& options, const std::string& ns, bool create);
+  ~StoragePath();
+
+  const std::string& root() const { return options_.root; }
+  const std::string& dir() const { return dir_; }
+  const std::string& uuid() const { return uuid_; }
+  PathKind kind() const { return options_.kind; }
+  const PathOptions& options() const { return options_; }
+
+  // Allocates `length` bytes as one or more extents, adding segments as
+  // needed. ResourceExhausted names the path when capacity or disk is short.
+  absl::StatusOr<std::vector<Range>> Allocate(uint64_t length);
+  absl::Status Free(Range r);
+  absl::Status MarkUsed(Range r);
+
+  // Asynchronous transfer of one extent (never crosses a segment).
+  void Read(Range r, void* buf, IoCallback done);
+  void Write(Range r, const void* buf, IoCallback done);
+  // Makes everything written so far durable (fdatasync of dirty segments).
+  absl::Status Sync();
+
+  // "<dir>/seg-<n>" of the segment that holds linear offset `off`.
+  std::string SegmentFile(uint64_t off) const;
+  uint64_t SegmentOffset(uint64_t off) const {
+    return off % options_.segment_bytes;
+  }
+  PathUsage Usage() const;
+  PathCounters Counters() const;
+  IoEngine* engine() { return engine_.get(); }
+
+ private:
+  explicit StoragePath(const PathOptions& o) : options_(o) {}
+  absl::Status AddSegment() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Transfer(IoOp op, Range r, void* buf, IoCallback done);
+
+  PathOptions options_;
+  std::string dir_;
+  std::string uuid_;
+  std::unique_ptr<PathAdmission> admission_;
+  std::unique_ptr<IoEngine> engine_;
+
+  mutable absl::Mutex mu_;
+  std::unique_ptr<ExtentAllocator> alloc_ ABSL_GUARDED_BY(mu_);
+  struct Segment {
+    int fd = -1;
+    int handle = -1;
+    bool dirty = false;
+  };
+  std::vector<Segment> segments_ ABSL_GUARDED_BY(mu_);
+  bool direct_ = true;
+
+  mutable absl::Mutex busy_mu_;
+  int inflight_ ABSL_GUARDED_BY(busy_mu_) = 0;
+  absl::Time busy_since_ ABSL_GUARDED_BY(busy_mu_);
+  absl::Duration busy_ ABSL_GUARDED_BY(busy_mu_);
+  std::atomic<uint64_t> bytes_read_{0}, bytes_written_{0};
+};
+
+// Reads (creating when `create`) the identity file <root>/.mlpo/uuid.
+absl::StatusOr<std::string> PathUuid(const std::string& root, bool create);
+
+}  // namespace mlpo
+
+#endif  // MLPO_STORE_STORAGE_PATH_H_

@@ -1,0 +1,14 @@
+// Subcommands of the mlpo CLI, each in its own file.
+#ifndef MLPO_TOOLS_COMMANDS_H_
+#define MLPO_TOOLS_COMMANDS_H_
+
+#include "CLI/CLI.hpp"
+
+namespace mlpo {
+
+void AddProfileCommand(CLI::App& app);
+void AddStoreCommands(CLI::App& app);  // inspect, ls, show, verify, tag, ...
+
+}  // namespace mlpo
+
+#endif  // MLPO_TOOLS_COMMANDS_H_

@@ -1,0 +1,22 @@
+// mlpo: the command-line tool for stores (profile, inspect, verify, tags).
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "mlpo: inspect and manage tiered optimizer-state stores.\n"
+      "STORE arguments name a store's TOML config file or a store directory "
+      "(<path>/<store>/rank-<r>). Every subcommand takes --json."};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show help for every subcommand");
+  mlpo::AddProfileCommand(app);
+  mlpo::AddStoreCommands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return 0;
+}

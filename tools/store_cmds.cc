@@ -1,0 +1,3 @@
+namespace CLI { class App; }
+#include "tools/commands.h"
+namespace mlpo { void AddStoreCommands(CLI::App&) {} }
