@@ -16,14 +16,17 @@ TokenBucket::TokenBucket(uint64_t rate, absl::Duration burst)
 
 absl::Duration TokenBucket::Take(uint64_t bytes, absl::Time now) {
   if (rate_ == 0) return absl::ZeroDuration();
-  if (paid_until_ < now - burst_) paid_until_ = now - burst_;
-  absl::Duration cost = absl::Seconds(static_cast<double>(bytes) / rate_);
-  absl::Time ready = paid_until_ + cost;
-  if (ready <= now) {
-    paid_until_ = ready;
+  if (reserved_) {
+    // The refused request asks again; it was charged when refused.
+    if (now < paid_until_) return paid_until_ - now;
+    reserved_ = false;
     return absl::ZeroDuration();
   }
-  return ready - now;
+  if (paid_until_ < now - burst_) paid_until_ = now - burst_;
+  paid_until_ += absl::Seconds(static_cast<double>(bytes) / rate_);
+  if (paid_until_ <= now) return absl::ZeroDuration();
+  reserved_ = true;
+  return paid_until_ - now;
 }
 
 absl::StatusOr<std::unique_ptr<IoSlots>> IoSlots::Open(const std::string& dir,

@@ -19,7 +19,9 @@ namespace mlpo {
 
 // Pay-before token bucket: a request of n bytes is admitted once the bucket
 // has paid n / rate seconds for it, so moving X bytes takes at least
-// X / rate - burst. Thread-compatible.
+// X / rate - burst. A refused request is charged at once (a reservation):
+// the caller asks again after the returned wait and is then admitted.
+// Thread-compatible.
 class TokenBucket {
  public:
   // rate_bytes_per_s == 0 means unlimited. burst: credit an idle bucket keeps.
@@ -32,6 +34,7 @@ class TokenBucket {
   uint64_t rate_;
   absl::Duration burst_;
   absl::Time paid_until_ = absl::InfinitePast();
+  bool reserved_ = false;
 };
 
 // N slot files under `dir` (created). A process holds a slot through an

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# README command 2: install what is missing, build, run every test.
+#   scripts/test.sh           default suite (unit tests + ASan/UBSan build)
+#   scripts/test.sh --slow    also the slow tests (crash loops, big runs)
+# Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+slow=0
+[ "${1:-}" = "--slow" ] && slow=1
+scripts/deps.sh
+mkdir -p build build-asan
+export MLPO_TEST_TMPDIR=${MLPO_TEST_TMPDIR:-$PWD/var/test-tmp}
+mkdir -p "$MLPO_TEST_TMPDIR"
+echo "== build (Release, warnings as errors)"
+scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DMLPO_WERROR=ON
+echo "== build (ASan + UBSan, unit tests)"
+scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DMLPO_SANITIZE=ON \
+  -DMLPO_WERROR=ON -DMLPO_WITH_CUDA=OFF
+labels=(-LE slow)
+[ $slow -eq 1 ] && labels=()
+status=0
+echo "== tests (Release)"
+(cd build && ctest -j "$(nproc)" --output-on-failure --timeout 600 "${labels[@]}") || status=1
+echo "== tests (ASan + UBSan)"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest -j "$(nproc)" \
+  --output-on-failure --timeout 900 -L unit -LE slow) || status=1
+exit $status

@@ -1,0 +1,116 @@
+#include "store/admission.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gtest/gtest.h"
+#include "store/bandwidth_probe.h"
+#include "tests/test_util.h"
+
+namespace mlpo {
+namespace {
+
+TEST(TokenBucketTest, PaysBeforeAdmitting) {
+  TokenBucket b(1000, absl::ZeroDuration());  // 1000 B/s
+  absl::Time t = absl::FromUnixSeconds(100);
+  EXPECT_NEAR(absl::ToDoubleSeconds(b.Take(500, t)), 0.5, 1e-6);
+  // Asking early again: still waiting; at the due time: admitted.
+  EXPECT_NEAR(absl::ToDoubleSeconds(b.Take(500, t + absl::Milliseconds(100))),
+              0.4, 1e-6);
+  EXPECT_EQ(b.Take(500, t + absl::Milliseconds(500)), absl::ZeroDuration());
+  // The next 500 bytes are due 0.5 s later.
+  absl::Duration wait = b.Take(500, t + absl::Milliseconds(500));
+  EXPECT_NEAR(absl::ToDoubleSeconds(wait), 0.5, 1e-6);
+  EXPECT_EQ(b.Take(500, t + absl::Seconds(1)), absl::ZeroDuration());
+  TokenBucket unlimited(0, absl::ZeroDuration());
+  EXPECT_EQ(unlimited.Take(1 << 30, t), absl::ZeroDuration());
+}
+
+class CapTest : public ::testing::TestWithParam<IoEngineKind> {};
+
+TEST_P(CapTest, CappedTransferTakesAtLeastBytesOverCap) {
+  TempDir dir;
+  std::string file = dir.path() + "/cap.dat";
+  const uint64_t bytes = 24 << 20;
+  ASSERT_TRUE(PrepareProbeFile(file, bytes).ok());
+  const uint64_t cap = 40 << 20;  // 40 MiB/s -> at least 0.6 s
+  for (ProbeLoad load : {ProbeLoad::kRead, ProbeLoad::kWrite}) {
+    PathAdmission adm(cap, cap, absl::ZeroDuration(), nullptr);
+    ProbeOptions po;
+    po.load = load;
+    po.block = 1 << 20;
+    po.depth = 8;
+    po.file_bytes = bytes;
+    po.engine = GetParam();
+    po.admission = &adm;
+    auto r = RunProbe(file, po);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->bytes, bytes);
+    EXPECT_GE(r->seconds, static_cast<double>(bytes) / cap * 0.999)
+        << ProbeLoadName(load);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, CapTest,
+                         ::testing::Values(IoEngineKind::kUring,
+                                           IoEngineKind::kThreadPool));
+
+// Child: take the slot, report through the pipe, then hold it until killed
+// or for `hold_ms`.
+pid_t SpawnHolder(const std::string& dir, int fd_write, int hold_ms) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    auto s = IoSlots::Open(dir, 1);
+    while (!(*s)->TryAcquire()) usleep(1000);
+    char c = 'x';
+    if (write(fd_write, &c, 1) != 1) _exit(3);
+    usleep(hold_ms * 1000);
+    (*s)->Release();
+    _exit(0);
+  }
+  return pid;
+}
+
+TEST(IoSlotsTest, OneSlotExcludesAndKilledHolderFreesIt) {
+  TempDir dir;
+  std::string slots = dir.path() + "/slots";
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  pid_t holder = SpawnHolder(slots, p[1], 60000);
+  char c;
+  ASSERT_EQ(read(p[0], &c, 1), 1);
+  auto mine = IoSlots::Open(slots, 1);
+  ASSERT_TRUE(mine.ok());
+  EXPECT_FALSE((*mine)->TryAcquire()) << "a held slot was granted twice";
+  // A second child contends too: neither it nor we may get in.
+  int q[2];
+  ASSERT_EQ(pipe(q), 0);
+  pid_t contender = SpawnHolder(slots, q[1], 0);
+  usleep(100 * 1000);
+  int status;
+  EXPECT_EQ(waitpid(contender, &status, WNOHANG), 0) << "contender got in";
+  kill(holder, SIGKILL);
+  waitpid(holder, &status, 0);
+  // The contender or we get the slot now; the kernel freed the dead holder's.
+  ASSERT_EQ(read(q[0], &c, 1), 1);
+  waitpid(contender, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE((*mine)->TryAcquire());
+  for (int fd : {p[0], p[1], q[0], q[1]}) close(fd);
+}
+
+TEST(IoSlotsTest, TwoSlotsAdmitTwoHolders) {
+  TempDir dir;
+  auto a = IoSlots::Open(dir.path() + "/s", 2);
+  auto b = IoSlots::Open(dir.path() + "/s", 2);
+  auto c = IoSlots::Open(dir.path() + "/s", 2);
+  EXPECT_TRUE((*a)->TryAcquire());
+  EXPECT_TRUE((*b)->TryAcquire());
+  EXPECT_FALSE((*c)->TryAcquire());
+  (*a)->Release();
+  EXPECT_TRUE((*c)->TryAcquire());
+}
+
+}  // namespace
+}  // namespace mlpo

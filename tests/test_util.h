@@ -1,0 +1,60 @@
+// Helpers for tests: a fresh temporary directory per test, random bytes.
+#ifndef MLPO_TESTS_TEST_UTIL_H_
+#define MLPO_TESTS_TEST_UTIL_H_
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace mlpo {
+
+// A directory under $TMPDIR (or the build tree) removed on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("MLPO_TEST_TMPDIR");
+    std::string root = base ? base : std::filesystem::temp_directory_path();
+    auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = info ? std::string(info->test_suite_name()) + "." +
+                                  info->name()
+                            : "mlpo";
+    for (char& c : name)
+      if (c == '/') c = '_';
+    path_ = root + "/mlpo-test-" + std::to_string(getpid()) + "-" + name;
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string Sub(const std::string& s) const {
+    std::string p = path_ + "/" + s;
+    std::filesystem::create_directories(p);
+    return p;
+  }
+
+ private:
+  std::string path_;
+};
+
+inline void FillRandom(void* p, size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto* b = static_cast<unsigned char*>(p);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t v = rng();
+    std::memcpy(b + i, &v, 8);
+  }
+  for (; i < n; ++i) b[i] = static_cast<unsigned char>(rng());
+}
+
+}  // namespace mlpo
+
+#endif  // MLPO_TESTS_TEST_UTIL_H_
