@@ -1,0 +1,160 @@
+#include "store/layout.h"
+
+#include <xxhash.h>
+
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "store/io_engine.h"
+
+namespace mlpo {
+namespace {
+
+void PutU64(std::string* out, uint64_t v) {
+  char b[8];
+  std::memcpy(b, &v, 8);
+  out->append(b, 8);
+}
+bool GetU64(absl::string_view* in, uint64_t* v) {
+  if (in->size() < 8) return false;
+  std::memcpy(v, in->data(), 8);
+  in->remove_prefix(8);
+  return true;
+}
+void PutStr(std::string* out, absl::string_view s) {
+  PutU64(out, s.size());
+  out->append(s.data(), s.size());
+}
+bool GetStr(absl::string_view* in, std::string* s) {
+  uint64_t n;
+  if (!GetU64(in, &n) || in->size() < n) return false;
+  s->assign(in->data(), n);
+  in->remove_prefix(n);
+  return true;
+}
+
+}  // namespace
+
+uint64_t Checksum(const void* data, size_t n) { return XXH3_64bits(data, n); }
+
+absl::Status ValidateName(absl::string_view kind, absl::string_view name) {
+  bool ok = !name.empty() && name.size() <= 200 && name != "." && name != "..";
+  for (char c : name) {
+    if (!(isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
+          c == '-' || c == ':'))
+      ok = false;
+  }
+  if (name.find("..") != absl::string_view::npos) ok = false;
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "bad ", kind, " name '", name,
+      "': use 1..200 characters of A-Z a-z 0-9 . _ : - (no '/' or '..')"));
+}
+
+absl::StatusOr<ObjectLayout> ObjectLayout::Make(std::vector<SectionSpec> specs) {
+  if (specs.empty())
+    return absl::InvalidArgumentError("object layout has no sections");
+  ObjectLayout l;
+  std::set<std::string> names;
+  uint64_t off = 0;
+  for (auto& s : specs) {
+    if (s.name.empty() || !names.insert(s.name).second)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "object layout: empty or duplicate section name '", s.name, "'"));
+    Section sec;
+    sec.spec = s;
+    sec.offset = off;
+    sec.bytes = s.count * DTypeSize(s.dtype);
+    off += (sec.bytes + kIoAlignment - 1) / kIoAlignment * kIoAlignment;
+    l.sections_.push_back(sec);
+  }
+  l.total_ = off;
+  if (l.total_ == 0)
+    return absl::InvalidArgumentError("object layout: all sections are empty");
+  return l;
+}
+
+const Section* ObjectLayout::Find(absl::string_view name) const {
+  for (auto& s : sections_)
+    if (s.spec.name == name) return &s;
+  return nullptr;
+}
+
+bool ObjectLayout::operator==(const ObjectLayout& o) const {
+  if (sections_.size() != o.sections_.size()) return false;
+  for (size_t i = 0; i < sections_.size(); ++i)
+    if (!(sections_[i].spec == o.sections_[i].spec)) return false;
+  return true;
+}
+
+std::string ObjectLayout::DebugString() const {
+  std::string s;
+  for (auto& sec : sections_)
+    absl::StrAppend(&s, s.empty() ? "" : ", ", sec.spec.name, ":",
+                    DTypeName(sec.spec.dtype), "[", sec.spec.count, "]");
+  return s;
+}
+
+std::string ObjectLayout::Encode() const {
+  std::string out;
+  PutU64(&out, sections_.size());
+  for (auto& s : sections_) {
+    PutStr(&out, s.spec.name);
+    PutU64(&out, static_cast<uint64_t>(s.spec.dtype));
+    PutU64(&out, s.spec.count);
+  }
+  return out;
+}
+
+absl::StatusOr<ObjectLayout> ObjectLayout::Decode(absl::string_view in) {
+  uint64_t n;
+  std::vector<SectionSpec> specs;
+  if (!GetU64(&in, &n) || n > 1024)
+    return absl::DataLossError("corrupt object layout record");
+  for (uint64_t i = 0; i < n; ++i) {
+    SectionSpec s;
+    uint64_t dt;
+    if (!GetStr(&in, &s.name) || !GetU64(&in, &dt) || !GetU64(&in, &s.count) ||
+        dt > 2)
+      return absl::DataLossError("corrupt object layout record");
+    s.dtype = static_cast<DType>(dt);
+    specs.push_back(std::move(s));
+  }
+  return Make(std::move(specs));
+}
+
+std::string VersionRecord::Encode() const {
+  std::string out;
+  PutU64(&out, version);
+  PutU64(&out, blob_bytes);
+  PutU64(&out, extents.size());
+  for (auto& e : extents) {
+    PutU64(&out, e.path);
+    PutU64(&out, e.offset);
+    PutU64(&out, e.length);
+    PutU64(&out, e.blob_offset);
+    PutU64(&out, e.checksum);
+  }
+  return out;
+}
+
+absl::StatusOr<VersionRecord> VersionRecord::Decode(absl::string_view in) {
+  VersionRecord r;
+  uint64_t n;
+  if (!GetU64(&in, &r.version) || !GetU64(&in, &r.blob_bytes) ||
+      !GetU64(&in, &n) || n > (uint64_t{1} << 24))
+    return absl::DataLossError("corrupt version record");
+  for (uint64_t i = 0; i < n; ++i) {
+    ExtentRef e;
+    uint64_t p;
+    if (!GetU64(&in, &p) || !GetU64(&in, &e.offset) || !GetU64(&in, &e.length) ||
+        !GetU64(&in, &e.blob_offset) || !GetU64(&in, &e.checksum))
+      return absl::DataLossError("corrupt version record");
+    e.path = static_cast<uint32_t>(p);
+    r.extents.push_back(e);
+  }
+  return r;
+}
+
+}  // namespace mlpo

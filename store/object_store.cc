@@ -1,0 +1,555 @@
+// ObjectStore: open, declare, checkout and commit. Tags, gc, verify and
+// stats live in object_store_admin.cc.
+//
+// A commit runs in three stages: the caller's thread allocates extents on
+// every path, checksums the blob and submits the writes; the paths' engine
+// threads complete them; the last completion posts the commit to the
+// finalizer thread, which syncs the touched paths (durability "step"),
+// writes one RocksDB batch that moves the head, and only then frees the
+// extents of the version that lost its last reference. Freed extents are
+// never reused before the batch that unreferences them is durable, so every
+// committed version stays readable at every instant.
+#include "store/object_store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "store/status_macros.h"
+
+namespace mlpo {
+namespace fs = std::filesystem;
+
+void* CheckoutLease::SectionData(absl::string_view name) {
+  const mlpo::Section* s = layout_.Find(name);
+  return s ? buf_.data() + s->offset : nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<ObjectStore>> ObjectStore::Open(
+    const StoreOptions& options) {
+  MLPO_RETURN_IF_ERROR(ValidateStoreOptions(options));
+  std::unique_ptr<ObjectStore> s(new ObjectStore(options));
+  if (s->options_.meta_dir.empty())
+    s->options_.meta_dir = DefaultMetaDir(s->options_);
+  MLPO_RETURN_IF_ERROR(s->OpenImpl());
+  return s;
+}
+
+ObjectStore::~ObjectStore() {
+  {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* n) { return *n == 0; }, &commits_in_flight_));
+  }
+  {
+    absl::MutexLock l(&post_mu_);
+    stop_ = true;
+  }
+  if (finalizer_.joinable()) finalizer_.join();
+  paths_.clear();  // closes engines: drains any reads in flight
+  meta_.reset();
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+absl::Status ObjectStore::LockStore() {
+  std::string file = options_.meta_dir + "/MLPO-LOCK";
+  lock_fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) return ErrnoStatus(errno, absl::StrCat("open ", file));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    char buf[64] = {0};
+    ssize_t n = ::pread(lock_fd_, buf, sizeof(buf) - 1, 0);
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    if (err == EWOULDBLOCK)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "store ", options_.meta_dir, " is already open by ",
+          n > 0 ? absl::StrCat("pid ", std::string(buf, strcspn(buf, "\n")))
+                : "another process",
+          " (one writer per store)"));
+    return ErrnoStatus(err, absl::StrCat("lock ", file));
+  }
+  std::string me = absl::StrCat(getpid(), "\n");
+  if (::ftruncate(lock_fd_, 0) != 0 ||
+      ::pwrite(lock_fd_, me.data(), me.size(), 0) < 0)
+    return ErrnoStatus(errno, absl::StrCat("write ", file));
+  return absl::OkStatus();
+}
+
+absl::Status ObjectStore::OpenImpl() {
+  std::error_code ec;
+  for (auto& p : options_.paths)
+    if (!fs::is_directory(p.path.root, ec))
+      return absl::NotFoundError(absl::StrCat(
+          "store ", options_.name, ": path ", p.path.root,
+          " does not exist or is not a directory"));
+  bool exists = fs::exists(options_.meta_dir + "/CURRENT", ec);
+  if (!exists && !options_.create_if_missing)
+    return absl::NotFoundError(absl::StrCat(
+        "store ", options_.name, " rank ", options_.rank,
+        " has no index in ", options_.meta_dir));
+  fs::create_directories(options_.meta_dir, ec);
+  if (ec)
+    return ErrnoStatus(ec.value(),
+                       absl::StrCat("create ", options_.meta_dir));
+  MLPO_RETURN_IF_ERROR(LockStore());
+  MLPO_ASSIGN_OR_RETURN(meta_, MetaIndex::Open(options_.meta_dir, !exists));
+  MLPO_ASSIGN_OR_RETURN(MetaSnapshot snap, meta_->Load());
+
+  // Path identity: a missing, swapped or replaced path is an error, never a
+  // silent re-initialisation.
+  bool fresh = snap.paths.empty();
+  if (!fresh && snap.paths.size() != options_.paths.size())
+    return absl::FailedPreconditionError(absl::StrCat(
+        "store ", options_.meta_dir, " has ", snap.paths.size(),
+        " paths; the options name ", options_.paths.size()));
+  MetaIndex::Batch pb = meta_->NewBatch();
+  for (size_t i = 0; i < options_.paths.size(); ++i) {
+    const auto& po = options_.paths[i].path;
+    auto uuid = PathUuid(po.root, fresh);
+    if (!fresh) {
+      const PathRecord& rec = snap.paths[i];
+      if (!uuid.ok())
+        return absl::FailedPreconditionError(absl::StrCat(
+            "path ", i, " (", po.root, ") is not the store's path ", rec.root,
+            ": ", uuid.status().message()));
+      if (*uuid != rec.uuid)
+        return absl::FailedPreconditionError(absl::StrCat(
+            "path ", i, " (", po.root, ") has identity ", *uuid,
+            " but the store expects ", rec.uuid, " (recorded root ", rec.root,
+            "): swapped or replaced directory?"));
+    } else {
+      if (!uuid.ok()) return uuid.status();
+      pb.PutPath(static_cast<uint32_t>(i),
+                 {*uuid, fs::absolute(po.root).lexically_normal().string(),
+                  PathKindName(po.kind)});
+    }
+    auto path = StoragePath::Open(po, StoreNamespace(options_), fresh);
+    if (!path.ok()) return path.status();
+    paths_.push_back(std::move(*path));
+    std::ofstream(paths_.back()->dir() + "/STORE", std::ios::trunc)
+        << StoreDescriptorJson(options_) << "\n";
+  }
+  if (fresh) MLPO_RETURN_IF_ERROR(meta_->Apply(&pb, true));
+
+  double sum = 0;
+  for (auto& p : options_.paths) sum += p.fraction;
+  for (auto& p : options_.paths)
+    fractions_.push_back(sum > 0 ? p.fraction / sum
+                                 : 1.0 / options_.paths.size());
+
+  absl::MutexLock l(&mu_);
+  for (auto& [name, layout] : snap.objects) objects_[name].layout = layout;
+  for (auto& [name, v] : snap.heads) {
+    objects_[name].has_head = true;
+    objects_[name].head = v;
+  }
+  tags_ = snap.tags;
+  for (auto& [k, rec] : snap.versions) versions_[k].rec = rec;
+  auto ref = [&](const std::string& obj, uint64_t v) -> absl::Status {
+    auto it = versions_.find({obj, v});
+    if (it == versions_.end())
+      return absl::DataLossError(absl::StrCat(
+          "store index ", options_.meta_dir, ": object ", obj, " version ", v,
+          " is referenced but has no record"));
+    ++it->second.refs;
+    return absl::OkStatus();
+  };
+  for (auto& [name, st] : objects_)
+    if (st.has_head) MLPO_RETURN_IF_ERROR(ref(name, st.head));
+  for (auto& [tag, objs] : tags_)
+    for (auto& [obj, v] : objs) MLPO_RETURN_IF_ERROR(ref(obj, v));
+  // Rebuild free space from what is referenced; drop unreferenced records.
+  MetaIndex::Batch gc = meta_->NewBatch();
+  for (auto it = versions_.begin(); it != versions_.end();) {
+    if (it->second.refs == 0) {
+      gc.DeleteVersion(it->first.first, it->first.second);
+      it = versions_.erase(it);
+      continue;
+    }
+    for (const ExtentRef& e : it->second.rec.extents) {
+      if (e.path >= paths_.size())
+        return absl::DataLossError(absl::StrCat(
+            "object ", it->first.first, " version ", it->first.second,
+            " references unknown path ", e.path));
+      absl::Status st = paths_[e.path]->MarkUsed({e.offset, e.length});
+      if (!st.ok())
+        return Annotate(st, absl::StrCat("object ", it->first.first,
+                                         " version ", it->first.second));
+    }
+    ++it;
+  }
+  if (!gc.empty()) MLPO_RETURN_IF_ERROR(meta_->Apply(&gc, true));
+  finalizer_ = std::thread([this] { RunFinalizer(); });
+  return absl::OkStatus();
+}
+
+absl::Status ObjectStore::Declare(const std::string& object,
+                                  const ObjectLayout& layout) {
+  MLPO_RETURN_IF_ERROR(ValidateName("object", object));
+  absl::MutexLock l(&mu_);
+  auto it = objects_.find(object);
+  if (it != objects_.end()) {
+    if (it->second.layout == layout) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "object ", object, " is declared as {", it->second.layout.DebugString(),
+        "}, not {", layout.DebugString(), "}"));
+  }
+  MetaIndex::Batch b = meta_->NewBatch();
+  b.PutObject(object, layout);
+  MLPO_RETURN_IF_ERROR(
+      meta_->Apply(&b, options_.durability == Durability::kStep));
+  objects_[object].layout = layout;
+  return absl::OkStatus();
+}
+
+std::vector<uint64_t> ObjectStore::StripeBytes(uint64_t total) const {
+  std::vector<uint64_t> out(paths_.size(), 0);
+  uint64_t pages = total / kIoAlignment, given = 0;
+  for (size_t i = 0; i + 1 < paths_.size(); ++i) {
+    out[i] = static_cast<uint64_t>(pages * fractions_[i] + 0.5) * kIoAlignment;
+    out[i] = std::min(out[i], total - given);
+    given += out[i];
+  }
+  out.back() = total - given;
+  return out;
+}
+
+BadExtent ObjectStore::Describe(const std::string& object, uint64_t version,
+                                const ExtentRef& e,
+                                const std::string& error) const {
+  BadExtent b;
+  b.object = object;
+  b.version = version;
+  const StoragePath* p = paths_[e.path].get();
+  b.path = p->root();
+  b.file = p->SegmentFile(e.offset);
+  b.file_offset = p->SegmentOffset(e.offset);
+  b.length = e.length;
+  b.error = error;
+  return b;
+}
+
+namespace {
+absl::Status BadExtentStatus(const BadExtent& b) {
+  std::string msg = absl::StrCat("object ", b.object, " version ", b.version,
+                                 ": path ", b.path, " file ", b.file,
+                                 " offset ", b.file_offset, " length ",
+                                 b.length, ": ", b.error);
+  return b.error.rfind("checksum", 0) == 0 ? absl::DataLossError(msg)
+                                           : absl::InternalError(msg);
+}
+}  // namespace
+
+void ObjectStore::ReadExtents(const std::string& object,
+                              const VersionRecord& rec, char* buf,
+                              std::vector<BadExtent>* bad) {
+  absl::Mutex bad_mu;
+  IoLatch latch;
+  latch.Add(static_cast<int>(rec.extents.size()));
+  for (const ExtentRef& e : rec.extents) {
+    char* dst = buf + e.blob_offset;
+    paths_[e.path]->Read({e.offset, e.length}, dst, [&, e, dst](const absl::Status& s) {
+      std::string err;
+      if (!s.ok()) {
+        err = std::string(s.message());
+      } else {
+        uint64_t got = Checksum(dst, e.length);
+        if (got != e.checksum)
+          err = absl::StrCat("checksum mismatch (stored ", absl::Hex(e.checksum),
+                             ", read ", absl::Hex(got), ")");
+      }
+      if (!err.empty()) {
+        absl::MutexLock l(&bad_mu);
+        bad->push_back(Describe(object, rec.version, e, err));
+      }
+      latch.Done(absl::OkStatus());
+    });
+  }
+  (void)latch.Wait();
+}
+
+std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
+    const std::string& object) {
+  auto promise = std::make_shared<std::promise<absl::StatusOr<Lease>>>();
+  auto fut = promise->get_future();
+  auto lease = std::make_shared<CheckoutLease>();
+  lease->object_ = object;
+  VersionRecord rec;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = objects_.find(object);
+    if (it == objects_.end()) {
+      promise->set_value(absl::NotFoundError(
+          absl::StrCat("object ", object, " is not declared")));
+      return fut;
+    }
+    ++checkouts_;
+    lease->layout_ = it->second.layout;
+    if (it->second.has_head) {
+      VersionState& vs = versions_[{object, it->second.head}];
+      ++vs.pins;
+      rec = vs.rec;
+      lease->version_ = it->second.head;
+      lease->is_new_ = false;
+    }
+  }
+  lease->buf_ = AlignedBuffer(lease->layout_.total_bytes());
+  if (lease->is_new_) {
+    if (options_.initializer)
+      options_.initializer(object, lease->layout_, lease->buf_.data());
+    else
+      std::memset(lease->buf_.data(), 0, lease->layout_.total_bytes());
+    promise->set_value(lease);
+    return fut;
+  }
+  // Striped reads on every path at once; the last completion verifies
+  // nothing more (each extent checks its own checksum) and resolves.
+  struct Pending {
+    std::atomic<int> left;
+    absl::Mutex mu;
+    std::vector<BadExtent> bad;
+  };
+  auto pending = std::make_shared<Pending>();
+  pending->left = static_cast<int>(rec.extents.size());
+  for (const ExtentRef& e : rec.extents) {
+    char* dst = lease->buf_.data() + e.blob_offset;
+    paths_[e.path]->Read(
+        {e.offset, e.length}, dst,
+        [this, e, dst, lease, pending, promise, v = rec.version](const absl::Status& s) {
+          std::string err;
+          if (!s.ok()) {
+            err = std::string(s.message());
+          } else {
+            uint64_t got = Checksum(dst, e.length);
+            if (got != e.checksum)
+              err = absl::StrCat("checksum mismatch (stored ",
+                                 absl::Hex(e.checksum), ", read ",
+                                 absl::Hex(got), ")");
+          }
+          if (!err.empty()) {
+            absl::MutexLock l(&pending->mu);
+            pending->bad.push_back(Describe(lease->object_, v, e, err));
+          }
+          if (pending->left.fetch_sub(1) != 1) return;
+          Unpin({lease->object_, v});
+          if (!pending->bad.empty())
+            promise->set_value(BadExtentStatus(pending->bad.front()));
+          else
+            promise->set_value(lease);
+        });
+  }
+  return fut;
+}
+
+struct ObjectStore::CommitOp {
+  Lease lease;
+  uint64_t version;
+  VersionRecord rec;
+  std::vector<bool> touched;
+  std::atomic<int> left{0};
+  absl::Mutex mu;
+  absl::Status error;
+  std::promise<absl::Status> promise;
+};
+
+std::future<absl::Status> ObjectStore::Commit(Lease lease, uint64_t version) {
+  auto op = std::make_shared<CommitOp>();
+  auto fut = op->promise.get_future();
+  op->lease = lease;
+  op->version = version;
+  const std::string& object = lease->object();
+  {
+    absl::MutexLock l(&mu_);
+    auto it = objects_.find(object);
+    absl::Status bad;
+    if (it == objects_.end())
+      bad = absl::NotFoundError(absl::StrCat("object ", object, " is not declared"));
+    else if (!(it->second.layout == lease->layout()))
+      bad = absl::FailedPreconditionError(absl::StrCat(
+          "commit of ", object, ": lease layout differs from the declared one"));
+    else if (it->second.has_head && version <= it->second.head)
+      bad = absl::FailedPreconditionError(absl::StrCat(
+          "commit of ", object, " version ", version,
+          ": versions must grow (head is ", it->second.head, ")"));
+    if (!bad.ok()) {
+      op->promise.set_value(bad);
+      return fut;
+    }
+    ++commits_in_flight_;
+  }
+  uint64_t total = lease->size();
+  std::vector<uint64_t> per_path = StripeBytes(total);
+  op->rec.version = version;
+  op->rec.blob_bytes = total;
+  op->touched.assign(paths_.size(), false);
+  uint64_t blob_off = 0;
+  absl::Status st;
+  for (size_t p = 0; p < paths_.size() && st.ok(); ++p) {
+    if (per_path[p] == 0) continue;
+    auto ranges = paths_[p]->Allocate(per_path[p]);
+    if (!ranges.ok()) {
+      st = Annotate(ranges.status(),
+                    absl::StrCat("commit of ", object, " version ", version));
+      break;
+    }
+    op->touched[p] = true;
+    for (const Range& r : *ranges) {
+      for (uint64_t o = 0; o < r.length; o += options_.extent_bytes) {
+        ExtentRef e;
+        e.path = static_cast<uint32_t>(p);
+        e.offset = r.offset + o;
+        e.length = std::min(options_.extent_bytes, r.length - o);
+        e.blob_offset = blob_off;
+        e.checksum = Checksum(lease->data() + blob_off, e.length);
+        blob_off += e.length;
+        op->rec.extents.push_back(e);
+      }
+    }
+  }
+  if (!st.ok()) {
+    FreeExtents(op->rec.extents);
+    op->promise.set_value(st);
+    absl::MutexLock l(&mu_);
+    --commits_in_flight_;
+    return fut;
+  }
+  op->left = static_cast<int>(op->rec.extents.size());
+  for (const ExtentRef& e : op->rec.extents) {
+    paths_[e.path]->Write(
+        {e.offset, e.length}, lease->data() + e.blob_offset,
+        [this, op](const absl::Status& s) {
+          if (!s.ok()) {
+            absl::MutexLock l(&op->mu);
+            if (op->error.ok()) op->error = s;
+          }
+          if (op->left.fetch_sub(1) == 1) Post([this, op] { FinalizeCommit(op); });
+        });
+  }
+  return fut;
+}
+
+void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
+  const std::string& object = op->lease->object();
+  std::string where =
+      absl::StrCat("commit of ", object, " version ", op->version);
+  absl::Status st;
+  {
+    absl::MutexLock l(&op->mu);
+    st = op->error;
+  }
+  if (st.ok() && options_.durability == Durability::kStep) {
+    for (size_t p = 0; p < paths_.size() && st.ok(); ++p)
+      if (op->touched[p]) st = paths_[p]->Sync();
+  }
+  std::vector<ExtentRef> to_free;
+  if (st.ok()) {
+    absl::MutexLock l(&mu_);
+    ObjectState& os = objects_[object];
+    if (os.has_head && op->version <= os.head) {
+      st = absl::FailedPreconditionError(absl::StrCat(
+          where, ": a newer version ", os.head, " was committed meanwhile"));
+    } else {
+      MetaIndex::Batch b = meta_->NewBatch();
+      b.PutVersion(object, op->rec);
+      b.PutHead(object, op->version);
+      std::map<VKey, int> dec;
+      if (os.has_head) dec[{object, os.head}] = 1;
+      st = ApplyRefChanges(&b, dec, /*free_now=*/true,
+                           options_.durability == Durability::kStep, &to_free);
+      if (st.ok()) {
+        VersionState& nv = versions_[{object, op->version}];
+        nv.rec = op->rec;
+        nv.refs = 1;
+        os.has_head = true;
+        os.head = op->version;
+        ++commits_;
+      }
+    }
+  }
+  if (!st.ok()) {
+    FreeExtents(op->rec.extents);  // never referenced: free at once
+    st = Annotate(st, where);
+  }
+  FreeExtents(to_free);
+  op->promise.set_value(st);
+  op->lease.reset();
+  absl::MutexLock l(&mu_);
+  --commits_in_flight_;
+}
+
+absl::Status ObjectStore::ApplyRefChanges(MetaIndex::Batch* b,
+                                          const std::map<VKey, int>& dec,
+                                          bool free_now, bool sync,
+                                          std::vector<ExtentRef>* to_free) {
+  for (auto& [k, n] : dec) {
+    auto it = versions_.find(k);
+    if (free_now && it != versions_.end() && it->second.refs == n &&
+        !it->second.deleted)
+      b->DeleteVersion(k.first, k.second);
+  }
+  MLPO_RETURN_IF_ERROR(meta_->Apply(b, sync));
+  for (auto& [k, n] : dec) {
+    auto it = versions_.find(k);
+    if (it == versions_.end()) continue;
+    it->second.refs -= n;
+    if (it->second.refs > 0 || !free_now) continue;
+    it->second.deleted = true;
+    if (it->second.pins > 0) continue;  // the last Unpin frees it
+    to_free->insert(to_free->end(), it->second.rec.extents.begin(),
+                    it->second.rec.extents.end());
+    versions_.erase(it);
+  }
+  return absl::OkStatus();
+}
+
+void ObjectStore::Unpin(const VKey& k) {
+  std::vector<ExtentRef> free;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = versions_.find(k);
+    if (it == versions_.end()) return;
+    if (--it->second.pins > 0 || it->second.refs > 0 || !it->second.deleted)
+      return;
+    free = it->second.rec.extents;
+    versions_.erase(it);
+  }
+  FreeExtents(free);
+}
+
+void ObjectStore::FreeExtents(const std::vector<ExtentRef>& extents) {
+  for (const ExtentRef& e : extents) {
+    absl::Status s = paths_[e.path]->Free({e.offset, e.length});
+    if (!s.ok()) std::fprintf(stderr, "mlpo: %s\n", std::string(s.message()).c_str());
+  }
+}
+
+void ObjectStore::Post(std::function<void()> fn) {
+  absl::MutexLock l(&post_mu_);
+  posted_.push_back(std::move(fn));
+}
+
+void ObjectStore::RunFinalizer() {
+  for (;;) {
+    std::vector<std::function<void()>> work;
+    {
+      absl::MutexLock l(&post_mu_);
+      post_mu_.Await(absl::Condition(
+          +[](ObjectStore* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return s->stop_ || !s->posted_.empty();
+          },
+          this));
+      if (posted_.empty() && stop_) return;
+      work.swap(posted_);
+    }
+    for (auto& fn : work) fn();
+  }
+}
+
+}  // namespace mlpo

@@ -1,0 +1,210 @@
+// ObjectStore: one rank's versioned, striped, checksummed object store.
+//
+// Invariants (DESIGN.md "Store semantics"):
+//  1. Copy-on-write: a commit writes new extents, then one RocksDB WriteBatch
+//     moves the head. A crash at any instant leaves every committed version
+//     readable.
+//  2. Every extent carries an xxh3-64; every read verifies it. A mismatch is
+//     DataLoss naming object, version, path, file and offset.
+//  3. Free space is derived: on open, each path's allocator is rebuilt from
+//     the extents that heads and tags reference; crash orphans become free.
+//  4. Tags record versions; they copy no data.
+//  6. One writer: an flock in the metadata directory; a second opener gets
+//     FailedPrecondition naming the holder's pid.
+//  7. Errors leave the last committed state intact.
+//
+// Thread-safety: all methods are thread-safe. Futures complete on internal
+// threads; a lease's buffer stays valid while any copy of the lease lives.
+#ifndef MLPO_STORE_OBJECT_STORE_H_
+#define MLPO_STORE_OBJECT_STORE_H_
+
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "store/layout.h"
+#include "store/meta_index.h"
+#include "store/storage_path.h"
+#include "store/store_options.h"
+
+namespace mlpo {
+
+class ObjectStore;
+
+// A checked-out object: its blob in an aligned host buffer, and the version
+// it holds (0 and is_new() for an object never committed).
+class CheckoutLease {
+ public:
+  const std::string& object() const { return object_; }
+  uint64_t version() const { return version_; }
+  bool is_new() const { return is_new_; }
+  const ObjectLayout& layout() const { return layout_; }
+  char* data() { return buf_.data(); }
+  const char* data() const { return buf_.data(); }
+  size_t size() const { return layout_.total_bytes(); }
+  // Start of a section, or nullptr when the layout has no such section.
+  void* SectionData(absl::string_view name);
+  template <typename T>
+  T* Section(absl::string_view name) {
+    return static_cast<T*>(SectionData(name));
+  }
+
+ private:
+  friend class ObjectStore;
+  std::string object_;
+  uint64_t version_ = 0;
+  bool is_new_ = true;
+  ObjectLayout layout_;
+  AlignedBuffer buf_;
+};
+using Lease = std::shared_ptr<CheckoutLease>;
+
+struct BadExtent {
+  std::string object;
+  uint64_t version = 0;
+  std::string path, file;  // path root; segment file
+  uint64_t file_offset = 0, length = 0;
+  std::string error;  // checksum mismatch or I/O error text
+};
+
+struct VerifyReport {
+  uint64_t objects = 0, extents = 0, bytes = 0;
+  std::vector<BadExtent> bad;
+};
+
+struct StorePathStats {
+  std::string root, kind, uuid;
+  PathUsage usage;
+  uint64_t referenced_bytes = 0;  // by heads and tags
+  PathCounters counters;
+};
+
+struct StoreStats {
+  uint64_t objects = 0, objects_with_head = 0, versions = 0, tags = 0;
+  uint64_t commits = 0, checkouts = 0;
+  std::vector<StorePathStats> paths;
+};
+
+struct ObjectInfo {
+  std::string name;
+  ObjectLayout layout;
+  bool has_head = false;
+  uint64_t head = 0;
+  std::vector<uint64_t> versions;  // with a record (head and tagged)
+};
+
+class ObjectStore {
+ public:
+  static absl::StatusOr<std::unique_ptr<ObjectStore>> Open(
+      const StoreOptions& options);
+  ~ObjectStore();  // waits for commits in flight
+
+  // Declares an object's layout. Idempotent; a different layout for an
+  // existing object is FailedPrecondition.
+  absl::Status Declare(const std::string& object, const ObjectLayout& layout);
+
+  // Reads the newest version (striped reads from every path, checksums
+  // verified), or the initializer's blob for a new object.
+  std::future<absl::StatusOr<Lease>> Checkout(const std::string& object);
+  // Writes `lease`'s blob as `version` (greater than the head's) to new
+  // extents, then moves the head. On error the previous head stays.
+  std::future<absl::Status> Commit(Lease lease, uint64_t version);
+
+  absl::Status Tag(const std::string& name);
+  absl::Status Restore(const std::string& name);
+  absl::Status DropTag(const std::string& name);
+  std::map<std::string, std::map<std::string, uint64_t>> Tags() const;
+  // Deletes version records no head or tag references and frees their
+  // extents. Returns bytes freed.
+  absl::StatusOr<uint64_t> Gc();
+
+  // Reads every extent of every head (or of `tag`) and checks its checksum.
+  // `progress(done_bytes, total_bytes)` is called as it goes.
+  absl::StatusOr<VerifyReport> Verify(
+      const std::string& tag = "",
+      std::function<void(uint64_t, uint64_t)> progress = nullptr);
+
+  StoreStats Stats() const;
+  std::vector<ObjectInfo> List() const;
+  // The record of one version (head when version == 0).
+  absl::StatusOr<VersionRecord> GetVersion(const std::string& object,
+                                           uint64_t version) const;
+  // Reads a version's blob (head when version == 0), verifying checksums.
+  absl::StatusOr<Lease> ReadVersion(const std::string& object,
+                                    uint64_t version);
+
+  const StoreOptions& options() const { return options_; }
+  StoragePath* path(size_t i) { return paths_[i].get(); }
+  size_t num_paths() const { return paths_.size(); }
+  // Bytes of a blob of `total` bytes placed on each path.
+  std::vector<uint64_t> StripeBytes(uint64_t total) const;
+
+ private:
+  struct VersionState {
+    VersionRecord rec;
+    int refs = 0;  // head + tags
+    int pins = 0;  // checkouts reading it
+    bool deleted = false;  // record deleted from the index; free when unpinned
+  };
+  struct ObjectState {
+    ObjectLayout layout;
+    bool has_head = false;
+    uint64_t head = 0;
+  };
+  using VKey = std::pair<std::string, uint64_t>;
+  struct CommitOp;
+
+  explicit ObjectStore(const StoreOptions& o) : options_(o) {}
+  absl::Status OpenImpl();
+  absl::Status LockStore();
+  void FinalizeCommit(std::shared_ptr<CommitOp> op);
+  void RunFinalizer();
+  void Post(std::function<void()> fn);
+  // Writes `b` after adding the deletion of every record whose references
+  // all go (when `free_now`), then drops the references in memory and
+  // returns in `to_free` the extents to free now that `b` is durable.
+  // Without `free_now` unreferenced records stay until Gc().
+  absl::Status ApplyRefChanges(MetaIndex::Batch* b,
+                               const std::map<VKey, int>& dec, bool free_now,
+                               bool sync, std::vector<ExtentRef>* to_free)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unpin(const VKey& k);
+  void FreeExtents(const std::vector<ExtentRef>& e);
+  absl::Status SyncAllPaths();
+  // Reads `rec`'s extents into `buf`; collects every failing extent.
+  void ReadExtents(const std::string& object, const VersionRecord& rec,
+                   char* buf, std::vector<BadExtent>* bad);
+  BadExtent Describe(const std::string& object, uint64_t version,
+                     const ExtentRef& e, const std::string& error) const;
+
+  StoreOptions options_;
+  std::vector<double> fractions_;
+  std::vector<std::unique_ptr<StoragePath>> paths_;
+  std::unique_ptr<MetaIndex> meta_;
+  int lock_fd_ = -1;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, ObjectState> objects_ ABSL_GUARDED_BY(mu_);
+  std::map<VKey, VersionState> versions_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::map<std::string, uint64_t>> tags_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t checkouts_ ABSL_GUARDED_BY(mu_) = 0;
+  int commits_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+
+  absl::Mutex post_mu_;
+  std::vector<std::function<void()>> posted_ ABSL_GUARDED_BY(post_mu_);
+  bool stop_ ABSL_GUARDED_BY(post_mu_) = false;
+  std::thread finalizer_;
+};
+
+}  // namespace mlpo
+
+#endif  // MLPO_STORE_OBJECT_STORE_H_

@@ -1,0 +1,257 @@
+// ObjectStore: tags, restore, gc, verify, stats and listing.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "store/object_store.h"
+#include "store/status_macros.h"
+
+namespace mlpo {
+
+absl::Status ObjectStore::SyncAllPaths() {
+  for (auto& p : paths_) MLPO_RETURN_IF_ERROR(p->Sync());
+  return absl::OkStatus();
+}
+
+absl::Status ObjectStore::Tag(const std::string& name) {
+  MLPO_RETURN_IF_ERROR(ValidateName("tag", name));
+  // Commits finish their own durability; a tag must also cover what was
+  // committed under durability "tag".
+  MLPO_RETURN_IF_ERROR(SyncAllPaths());
+  absl::MutexLock l(&mu_);
+  if (tags_.count(name))
+    return absl::AlreadyExistsError(absl::StrCat("tag ", name, " exists"));
+  MetaIndex::Batch b = meta_->NewBatch();
+  std::map<std::string, uint64_t> entry;
+  for (auto& [obj, st] : objects_) {
+    if (!st.has_head) continue;
+    b.PutTag(name, obj, st.head);
+    entry[obj] = st.head;
+  }
+  MLPO_RETURN_IF_ERROR(meta_->Apply(&b, true));
+  for (auto& [obj, v] : entry) ++versions_[{obj, v}].refs;
+  tags_[name] = std::move(entry);
+  return absl::OkStatus();
+}
+
+absl::Status ObjectStore::Restore(const std::string& name) {
+  std::vector<ExtentRef> to_free;
+  {
+    absl::MutexLock l(&mu_);
+    auto t = tags_.find(name);
+    if (t == tags_.end())
+      return absl::NotFoundError(absl::StrCat("no tag named ", name));
+    if (commits_in_flight_ > 0)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "restore ", name, ": ", commits_in_flight_,
+          " commits in flight; wait for them first"));
+    MetaIndex::Batch b = meta_->NewBatch();
+    std::map<VKey, int> dec;
+    for (auto& [obj, st] : objects_) {
+      auto want = t->second.find(obj);
+      bool tagged = want != t->second.end();
+      if (st.has_head && tagged && st.head == want->second) continue;
+      if (st.has_head) dec[{obj, st.head}] += 1;
+      if (tagged)
+        b.PutHead(obj, want->second);
+      else
+        b.DeleteHead(obj);
+    }
+    MLPO_RETURN_IF_ERROR(ApplyRefChanges(&b, dec, true, true, &to_free));
+    for (auto& [obj, st] : objects_) {
+      auto want = t->second.find(obj);
+      bool tagged = want != t->second.end();
+      if (st.has_head && tagged && st.head == want->second) continue;
+      st.has_head = tagged;
+      st.head = tagged ? want->second : 0;
+      if (tagged) ++versions_[{obj, want->second}].refs;
+    }
+  }
+  FreeExtents(to_free);
+  return absl::OkStatus();
+}
+
+absl::Status ObjectStore::DropTag(const std::string& name) {
+  absl::MutexLock l(&mu_);
+  auto t = tags_.find(name);
+  if (t == tags_.end())
+    return absl::NotFoundError(absl::StrCat("no tag named ", name));
+  MetaIndex::Batch b = meta_->NewBatch();
+  std::map<VKey, int> dec;
+  for (auto& [obj, v] : t->second) {
+    b.DeleteTag(name, obj);
+    dec[{obj, v}] += 1;
+  }
+  std::vector<ExtentRef> none;
+  MLPO_RETURN_IF_ERROR(ApplyRefChanges(&b, dec, false, true, &none));
+  tags_.erase(t);
+  return absl::OkStatus();
+}
+
+std::map<std::string, std::map<std::string, uint64_t>> ObjectStore::Tags()
+    const {
+  absl::MutexLock l(&mu_);
+  return tags_;
+}
+
+absl::StatusOr<uint64_t> ObjectStore::Gc() {
+  std::vector<ExtentRef> to_free;
+  uint64_t freed = 0;
+  {
+    absl::MutexLock l(&mu_);
+    MetaIndex::Batch b = meta_->NewBatch();
+    std::vector<VKey> garbage;
+    for (auto& [k, vs] : versions_)
+      if (vs.refs == 0 && !vs.deleted) {
+        b.DeleteVersion(k.first, k.second);
+        garbage.push_back(k);
+      }
+    if (garbage.empty()) return 0;
+    MLPO_RETURN_IF_ERROR(meta_->Apply(&b, true));
+    for (auto& k : garbage) {
+      VersionState& vs = versions_[k];
+      vs.deleted = true;
+      if (vs.pins > 0) continue;
+      for (auto& e : vs.rec.extents) freed += e.length;
+      to_free.insert(to_free.end(), vs.rec.extents.begin(),
+                     vs.rec.extents.end());
+      versions_.erase(k);
+    }
+  }
+  FreeExtents(to_free);
+  return freed;
+}
+
+absl::StatusOr<VerifyReport> ObjectStore::Verify(
+    const std::string& tag, std::function<void(uint64_t, uint64_t)> progress) {
+  std::vector<std::pair<std::string, VersionRecord>> todo;
+  {
+    absl::MutexLock l(&mu_);
+    std::map<std::string, uint64_t> set;
+    if (tag.empty()) {
+      for (auto& [obj, st] : objects_)
+        if (st.has_head) set[obj] = st.head;
+    } else {
+      auto t = tags_.find(tag);
+      if (t == tags_.end())
+        return absl::NotFoundError(absl::StrCat("no tag named ", tag));
+      set = t->second;
+    }
+    for (auto& [obj, v] : set) {
+      VersionState& vs = versions_[{obj, v}];
+      ++vs.pins;
+      todo.emplace_back(obj, vs.rec);
+    }
+  }
+  VerifyReport rep;
+  uint64_t total = 0;
+  for (auto& [obj, rec] : todo) total += rec.blob_bytes;
+  for (auto& [obj, rec] : todo) {
+    AlignedBuffer buf(rec.blob_bytes);
+    ReadExtents(obj, rec, buf.data(), &rep.bad);
+    Unpin({obj, rec.version});
+    ++rep.objects;
+    rep.extents += rec.extents.size();
+    rep.bytes += rec.blob_bytes;
+    if (progress) progress(rep.bytes, total);
+  }
+  std::sort(rep.bad.begin(), rep.bad.end(), [](auto& a, auto& b) {
+    return std::tie(a.object, a.path, a.file, a.file_offset) <
+           std::tie(b.object, b.path, b.file, b.file_offset);
+  });
+  return rep;
+}
+
+StoreStats ObjectStore::Stats() const {
+  StoreStats s;
+  absl::MutexLock l(&mu_);
+  s.objects = objects_.size();
+  for (auto& [o, st] : objects_) s.objects_with_head += st.has_head;
+  s.versions = versions_.size();
+  s.tags = tags_.size();
+  s.commits = commits_;
+  s.checkouts = checkouts_;
+  for (auto& p : paths_) {
+    StorePathStats ps;
+    ps.root = p->root();
+    ps.kind = PathKindName(p->kind());
+    ps.uuid = p->uuid();
+    ps.usage = p->Usage();
+    ps.counters = p->Counters();
+    s.paths.push_back(ps);
+  }
+  for (auto& [k, vs] : versions_)
+    if (vs.refs > 0)
+      for (auto& e : vs.rec.extents) s.paths[e.path].referenced_bytes += e.length;
+  return s;
+}
+
+std::vector<ObjectInfo> ObjectStore::List() const {
+  absl::MutexLock l(&mu_);
+  std::vector<ObjectInfo> out;
+  for (auto& [name, st] : objects_) {
+    ObjectInfo i;
+    i.name = name;
+    i.layout = st.layout;
+    i.has_head = st.has_head;
+    i.head = st.head;
+    for (auto it = versions_.lower_bound({name, 0});
+         it != versions_.end() && it->first.first == name; ++it)
+      i.versions.push_back(it->first.second);
+    out.push_back(std::move(i));
+  }
+  return out;
+}
+
+absl::StatusOr<VersionRecord> ObjectStore::GetVersion(const std::string& object,
+                                                      uint64_t version) const {
+  absl::MutexLock l(&mu_);
+  auto o = objects_.find(object);
+  if (o == objects_.end())
+    return absl::NotFoundError(absl::StrCat("no object named ", object));
+  if (version == 0) {
+    if (!o->second.has_head)
+      return absl::NotFoundError(
+          absl::StrCat("object ", object, " has no committed version"));
+    version = o->second.head;
+  }
+  auto it = versions_.find({object, version});
+  if (it == versions_.end())
+    return absl::NotFoundError(
+        absl::StrCat("object ", object, " has no version ", version));
+  return it->second.rec;
+}
+
+absl::StatusOr<Lease> ObjectStore::ReadVersion(const std::string& object,
+                                               uint64_t version) {
+  VersionRecord rec;
+  auto lease = std::make_shared<CheckoutLease>();
+  {
+    absl::MutexLock l(&mu_);
+    auto o = objects_.find(object);
+    if (o == objects_.end())
+      return absl::NotFoundError(absl::StrCat("no object named ", object));
+    if (version == 0) version = o->second.head;
+    auto it = versions_.find({object, version});
+    if (it == versions_.end())
+      return absl::NotFoundError(
+          absl::StrCat("object ", object, " has no version ", version));
+    ++it->second.pins;
+    rec = it->second.rec;
+    lease->layout_ = o->second.layout;
+  }
+  lease->object_ = object;
+  lease->version_ = version;
+  lease->is_new_ = false;
+  lease->buf_ = AlignedBuffer(rec.blob_bytes);
+  std::vector<BadExtent> bad;
+  ReadExtents(object, rec, lease->buf_.data(), &bad);
+  Unpin({object, version});
+  if (!bad.empty())
+    return absl::DataLossError(absl::StrCat(
+        "object ", object, " version ", version, ": path ", bad[0].path,
+        " file ", bad[0].file, " offset ", bad[0].file_offset, ": ",
+        bad[0].error));
+  return lease;
+}
+
+}  // namespace mlpo

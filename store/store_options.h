@@ -1,0 +1,84 @@
+// Options of an ObjectStore, loadable from a TOML file.
+//
+//   name = "run1"            # store name (namespace under every path)
+//   rank = 0                 # this process's rank
+//   durability = "step"      # "step" (default) or "tag"
+//   meta_dir = "..."         # default: <first nvme path>/<name>/rank-<r>/meta
+//   extent_bytes = "1M"      # largest single extent (one I/O request)
+//   [[path]]                 # one table per storage path, in order
+//   root = "var/nvme"        # relative paths: relative to the TOML file
+//   kind = "nvme"            # nvme | pfs | other
+//   fraction = 0.6           # share of every object striped here
+//   read_cap = "600MB"       # bytes/s, 0 = uncapped
+//   write_cap = "600MB"
+//   slots = -1               # node-wide I/O slots (-1: 1 for pfs, else no limit)
+//   capacity = "100G"        # 0 = as much as the filesystem allows
+//   segment_bytes = "256M"
+//   queue_depth = 32
+//   engine = "auto"          # auto | uring | threadpool
+//
+// Sizes are integers or strings with K/M/G/T (1024) or KB/MB/GB/TB (1000).
+// An unknown key or a bad value is an error naming it.
+#ifndef MLPO_STORE_STORE_OPTIONS_H_
+#define MLPO_STORE_STORE_OPTIONS_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "store/layout.h"
+#include "store/storage_path.h"
+
+namespace mlpo {
+
+enum class Durability {
+  kStep,  // every commit's extents and head are durable when it completes
+  kTag,   // only tags are durable; a crash returns to the last tag (fastest)
+};
+
+struct StorePathConfig {
+  PathOptions path;
+  // Share of each object striped on this path. Fractions are normalised; all
+  // zero means equal shares.
+  double fraction = 0;
+};
+
+// Fills the blob of an object that has no version yet. Default: zeros.
+using ObjectInitializer = std::function<void(
+    const std::string& object, const ObjectLayout& layout, char* blob)>;
+
+struct StoreOptions {
+  std::string name = "mlpo";
+  int rank = 0;
+  std::vector<StorePathConfig> paths;
+  std::string meta_dir;  // empty: under the first nvme path (else the first)
+  Durability durability = Durability::kStep;
+  // Largest extent, i.e. one I/O request; objects are cut into extents of at
+  // most this size on each path. Multiple of 4 KiB, 64 KiB..64 MiB.
+  uint64_t extent_bytes = uint64_t{1} << 20;
+  bool create_if_missing = true;
+  ObjectInitializer initializer;  // not in TOML
+};
+
+absl::StatusOr<StoreOptions> LoadStoreOptions(const std::string& toml_file);
+absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& toml_text,
+                                               const std::string& base_dir);
+
+// "<root>/<name>/rank-<r>": a store's directory on one path.
+std::string StoreNamespace(const StoreOptions& o);
+std::string DefaultMetaDir(const StoreOptions& o);
+absl::Status ValidateStoreOptions(const StoreOptions& o);
+
+// The descriptor every store directory holds (file STORE), so that tools can
+// open a store from any of its directories.
+std::string StoreDescriptorJson(const StoreOptions& o);
+absl::StatusOr<StoreOptions> StoreOptionsFromDescriptor(
+    const std::string& json_text);
+
+// For the CLI: a TOML config file, or a store directory holding STORE.
+absl::StatusOr<StoreOptions> StoreOptionsForTarget(const std::string& target);
+
+}  // namespace mlpo
+
+#endif  // MLPO_STORE_STORE_OPTIONS_H_
