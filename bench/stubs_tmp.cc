@@ -1,3 +1,3 @@
 namespace CLI { class App; }
 #include "bench/bench_common.h"
-namespace mlpo { void AddStoreBench(CLI::App&) {} void AddStepBench(CLI::App&) {} }
+namespace mlpo { void AddStepBench(CLI::App&) {} }

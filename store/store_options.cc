@@ -4,7 +4,6 @@
 #include <fstream>
 #include <sstream>
 
-#define TOML_EXCEPTIONS 0
 #include <toml++/toml.h>
 
 #include "absl/strings/ascii.h"
@@ -90,14 +89,14 @@ absl::Status ValidateStoreOptions(const StoreOptions& o) {
 
 absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
                                                const std::string& base) {
-  toml::parse_result res = toml::parse(text);
-  if (!res) {
-    auto& e = res.error();
+  toml::table t;
+  try {
+    t = toml::parse(text);
+  } catch (const toml::parse_error& e) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config: ", std::string(e.description()), " at line ",
         static_cast<uint64_t>(e.source().begin.line)));
   }
-  toml::table& t = res.table();
   StoreOptions o;
   for (auto& [k, v] : t) {
     std::string key(k.str());

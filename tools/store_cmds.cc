@@ -1,3 +1,326 @@
-namespace CLI { class App; }
+// Store subcommands of the mlpo CLI: inspect, ls, show, verify, tag, tags,
+// restore, drop-tag, gc. Each takes STORE (a TOML config or a store
+// directory) and --json.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "store/object_store.h"
+#include "tools/cli_util.h"
 #include "tools/commands.h"
-namespace mlpo { void AddStoreCommands(CLI::App&) {} }
+
+namespace mlpo {
+namespace {
+
+using json = nlohmann::json;
+
+[[noreturn]] void Fail(const std::string& cmd, const absl::Status& s,
+                       int code = 1) {
+  std::cerr << "mlpo " << cmd << ": " << s.message() << "\n";
+  throw CLI::RuntimeError(code);
+}
+
+std::unique_ptr<ObjectStore> OpenTarget(const std::string& cmd,
+                                        const std::string& target) {
+  auto o = StoreOptionsForTarget(target);
+  if (!o.ok()) Fail(cmd, o.status());
+  auto s = ObjectStore::Open(*o);
+  if (!s.ok()) Fail(cmd, s.status());
+  return std::move(*s);
+}
+
+struct CommonArgs {
+  std::string store;
+  bool json = false;
+};
+
+CLI::App* AddStoreSub(CLI::App& app, const std::string& name,
+                      const std::string& help, CommonArgs* a) {
+  auto* c = app.add_subcommand(name, help);
+  c->add_option("store", a->store,
+                "Store TOML config, or a store directory <path>/<store>/rank-<r>")
+      ->required();
+  c->add_flag("--json", a->json, "Print one JSON object on stdout");
+  return c;
+}
+
+json SectionStats(const CheckoutLease& l) {
+  json out = json::array();
+  for (const auto& sec : l.layout().sections()) {
+    double mn = INFINITY, mx = -INFINITY, sum = 0, sq = 0;
+    uint64_t nan = 0, inf = 0, finite = 0;
+    const char* base = l.data() + sec.offset;
+    for (uint64_t i = 0; i < sec.spec.count; ++i) {
+      double v = LoadAsFloat(base, sec.spec.dtype, i);
+      if (std::isnan(v)) { ++nan; continue; }
+      if (std::isinf(v)) { ++inf; continue; }
+      ++finite;
+      mn = std::min(mn, v);
+      mx = std::max(mx, v);
+      sum += v;
+      sq += v * v;
+    }
+    out.push_back({{"name", sec.spec.name},
+                   {"dtype", DTypeName(sec.spec.dtype)},
+                   {"count", sec.spec.count},
+                   {"offset", sec.offset},
+                   {"min", finite ? mn : 0.0},
+                   {"max", finite ? mx : 0.0},
+                   {"mean", finite ? sum / finite : 0.0},
+                   {"l2", std::sqrt(sq)},
+                   {"nan", nan},
+                   {"inf", inf}});
+  }
+  return out;
+}
+
+json PathsJson(const StoreStats& st) {
+  json paths = json::array();
+  for (auto& p : st.paths)
+    paths.push_back({{"root", p.root},
+                     {"kind", p.kind},
+                     {"uuid", p.uuid},
+                     {"total_bytes", p.usage.total},
+                     {"used_bytes", p.usage.used},
+                     {"free_bytes", p.usage.free},
+                     {"referenced_bytes", p.referenced_bytes}});
+  return paths;
+}
+
+}  // namespace
+
+void AddStoreCommands(CLI::App& app) {
+  {
+    auto a = std::make_shared<CommonArgs>();
+    auto* c = AddStoreSub(app, "inspect",
+                          "Summary: objects, versions, bytes per path, tags, "
+                          "free space", a.get());
+    c->callback([a] {
+      auto s = OpenTarget("inspect", a->store);
+      StoreStats st = s->Stats();
+      auto tags = s->Tags();
+      const auto& o = s->options();
+      json j = {{"store", o.name},
+                {"rank", o.rank},
+                {"meta_dir", o.meta_dir},
+                {"durability", o.durability == Durability::kStep ? "step" : "tag"},
+                {"objects", st.objects},
+                {"objects_with_head", st.objects_with_head},
+                {"versions", st.versions},
+                {"tags", json::array()},
+                {"paths", PathsJson(st)}};
+      for (auto& [t, objs] : tags)
+        j["tags"].push_back({{"name", t}, {"objects", objs.size()}});
+      if (a->json) {
+        std::cout << j.dump(2) << "\n";
+        return;
+      }
+      std::printf("store %s rank %d  (index %s, durability %s)\n",
+                  o.name.c_str(), o.rank, o.meta_dir.c_str(),
+                  j["durability"].get<std::string>().c_str());
+      std::printf("objects %lu (%lu with a committed version), version "
+                  "records %lu, tags %zu\n",
+                  (unsigned long)st.objects, (unsigned long)st.objects_with_head,
+                  (unsigned long)st.versions, tags.size());
+      std::printf("%-40s %-5s %12s %12s %12s\n", "path", "kind", "referenced",
+                  "used", "free");
+      for (auto& p : st.paths)
+        std::printf("%-40s %-5s %12s %12s %12s\n", p.root.c_str(),
+                    p.kind.c_str(), FormatBytes(p.referenced_bytes).c_str(),
+                    FormatBytes(p.usage.used).c_str(),
+                    FormatBytes(p.usage.free).c_str());
+      for (auto& [t, objs] : tags)
+        std::printf("tag %s: %zu objects\n", t.c_str(), objs.size());
+    });
+  }
+  {
+    auto a = std::make_shared<CommonArgs>();
+    auto* c = AddStoreSub(app, "ls", "List objects with their head version, "
+                                     "size and kept versions", a.get());
+    c->callback([a] {
+      auto s = OpenTarget("ls", a->store);
+      json j = json::array();
+      for (auto& i : s->List())
+        j.push_back({{"name", i.name},
+                     {"head", i.has_head ? json(i.head) : json(nullptr)},
+                     {"bytes", i.layout.total_bytes()},
+                     {"layout", i.layout.DebugString()},
+                     {"versions", i.versions}});
+      if (a->json) {
+        std::cout << json{{"objects", j}}.dump(2) << "\n";
+        return;
+      }
+      std::printf("%-32s %8s %12s  %s\n", "object", "head", "bytes", "layout");
+      for (auto& o : j)
+        std::printf("%-32s %8s %12s  %s\n", o["name"].get<std::string>().c_str(),
+                    o["head"].is_null() ? "-" : std::to_string(o["head"].get<uint64_t>()).c_str(),
+                    FormatBytes(o["bytes"].get<double>()).c_str(),
+                    o["layout"].get<std::string>().c_str());
+    });
+  }
+  {
+    auto a = std::make_shared<CommonArgs>();
+    auto obj = std::make_shared<std::string>();
+    auto ver = std::make_shared<uint64_t>(0);
+    auto* c = AddStoreSub(app, "show", "One object: layout, extents per path "
+                                       "with checksums, per-section statistics "
+                                       "(min, max, mean, L2, NaN, Inf)", a.get());
+    c->add_option("object", *obj, "Object name")->required();
+    c->add_option("--version", *ver, "Version to show (default: the head)");
+    c->callback([a, obj, ver] {
+      auto s = OpenTarget("show", a->store);
+      auto rec = s->GetVersion(*obj, *ver);
+      if (!rec.ok()) Fail("show", rec.status());
+      auto lease = s->ReadVersion(*obj, rec->version);
+      if (!lease.ok()) Fail("show", lease.status());
+      json ext = json::array();
+      for (auto& e : rec->extents) {
+        StoragePath* p = s->path(e.path);
+        ext.push_back({{"path", p->root()},
+                       {"file", p->SegmentFile(e.offset)},
+                       {"offset", p->SegmentOffset(e.offset)},
+                       {"length", e.length},
+                       {"blob_offset", e.blob_offset},
+                       {"xxh3", absl::StrFormat("%016x", e.checksum)}});
+      }
+      json j = {{"object", *obj},
+                {"version", rec->version},
+                {"bytes", rec->blob_bytes},
+                {"sections", SectionStats(**lease)},
+                {"extents", ext}};
+      if (a->json) {
+        std::cout << j.dump(2) << "\n";
+        return;
+      }
+      std::printf("object %s version %lu (%s)\n", obj->c_str(),
+                  (unsigned long)rec->version,
+                  FormatBytes(rec->blob_bytes).c_str());
+      std::printf("%-8s %-5s %12s %13s %13s %13s %13s %6s %6s\n", "section",
+                  "dtype", "count", "min", "max", "mean", "l2", "nan", "inf");
+      for (auto& x : j["sections"])
+        std::printf("%-8s %-5s %12lu %13.6g %13.6g %13.6g %13.6g %6lu %6lu\n",
+                    x["name"].get<std::string>().c_str(),
+                    x["dtype"].get<std::string>().c_str(),
+                    (unsigned long)x["count"].get<uint64_t>(),
+                    x["min"].get<double>(), x["max"].get<double>(),
+                    x["mean"].get<double>(), x["l2"].get<double>(),
+                    (unsigned long)x["nan"].get<uint64_t>(),
+                    (unsigned long)x["inf"].get<uint64_t>());
+      std::printf("%zu extents:\n", ext.size());
+      for (auto& e : ext)
+        std::printf("  %s @%lu +%lu  blob@%lu  xxh3 %s\n",
+                    e["file"].get<std::string>().c_str(),
+                    (unsigned long)e["offset"].get<uint64_t>(),
+                    (unsigned long)e["length"].get<uint64_t>(),
+                    (unsigned long)e["blob_offset"].get<uint64_t>(),
+                    e["xxh3"].get<std::string>().c_str());
+    });
+  }
+  {
+    auto a = std::make_shared<CommonArgs>();
+    auto tag = std::make_shared<std::string>();
+    auto* c = AddStoreSub(app, "verify",
+                          "Read every extent of every head (or of --tag) and "
+                          "check its xxh3; exit 0 when all hold, 1 otherwise",
+                          a.get());
+    c->add_option("--tag", *tag, "Verify this tag's versions instead of heads");
+    c->callback([a, tag] {
+      auto s = OpenTarget("verify", a->store);
+      auto rep = s->Verify(*tag, [](uint64_t done, uint64_t total) {
+        std::fprintf(stderr, "\r\033[Kverify %s / %s", FormatBytes(done).c_str(),
+                     FormatBytes(total).c_str());
+      });
+      std::fprintf(stderr, "\n");
+      if (!rep.ok()) Fail("verify", rep.status());
+      json bad = json::array();
+      for (auto& b : rep->bad)
+        bad.push_back({{"object", b.object}, {"version", b.version},
+                       {"path", b.path}, {"file", b.file},
+                       {"offset", b.file_offset}, {"length", b.length},
+                       {"error", b.error}});
+      if (a->json) {
+        std::cout << json{{"ok", rep->bad.empty()}, {"objects", rep->objects},
+                          {"extents", rep->extents}, {"bytes", rep->bytes},
+                          {"bad", bad}}
+                         .dump(2)
+                  << "\n";
+      } else {
+        for (auto& b : rep->bad)
+          std::printf("BAD object %s version %lu path %s file %s offset %lu "
+                      "length %lu: %s\n",
+                      b.object.c_str(), (unsigned long)b.version, b.path.c_str(),
+                      b.file.c_str(), (unsigned long)b.file_offset,
+                      (unsigned long)b.length, b.error.c_str());
+        std::printf("%s: %lu objects, %lu extents, %s checked, %zu bad\n",
+                    rep->bad.empty() ? "OK" : "FAILED",
+                    (unsigned long)rep->objects, (unsigned long)rep->extents,
+                    FormatBytes(rep->bytes).c_str(), rep->bad.size());
+      }
+      if (!rep->bad.empty()) throw CLI::RuntimeError(1);
+    });
+  }
+  struct TagCmd {
+    const char* name;
+    const char* help;
+    absl::Status (ObjectStore::*fn)(const std::string&);
+  };
+  for (TagCmd t : {TagCmd{"tag", "Record the current version of every object as a named checkpoint (no data copied)", &ObjectStore::Tag},
+                   TagCmd{"restore", "Move every head back to a tag's versions", &ObjectStore::Restore},
+                   TagCmd{"drop-tag", "Delete a tag (its space is freed by gc)", &ObjectStore::DropTag}}) {
+    auto a = std::make_shared<CommonArgs>();
+    auto name = std::make_shared<std::string>();
+    auto* c = AddStoreSub(app, t.name, t.help, a.get());
+    c->add_option("name", *name, "Tag name")->required();
+    std::string cmd = t.name;
+    auto fn = t.fn;
+    c->callback([a, name, cmd, fn] {
+      auto s = OpenTarget(cmd, a->store);
+      absl::Status st = ((*s).*fn)(*name);
+      if (!st.ok()) Fail(cmd, st);
+      if (a->json)
+        std::cout << json{{"ok", true}, {"command", cmd}, {"tag", *name}}.dump(2)
+                  << "\n";
+      else
+        std::printf("%s %s: done\n", cmd.c_str(), name->c_str());
+    });
+  }
+  {
+    auto a = std::make_shared<CommonArgs>();
+    auto* c = AddStoreSub(app, "tags", "List tags", a.get());
+    c->callback([a] {
+      auto s = OpenTarget("tags", a->store);
+      json j = json::array();
+      for (auto& [t, objs] : s->Tags()) {
+        json o = json::object();
+        for (auto& [n, v] : objs) o[n] = v;
+        j.push_back({{"name", t}, {"objects", o}});
+      }
+      if (a->json) {
+        std::cout << json{{"tags", j}}.dump(2) << "\n";
+        return;
+      }
+      for (auto& t : j)
+        std::printf("%s (%zu objects)\n", t["name"].get<std::string>().c_str(),
+                    t["objects"].size());
+    });
+  }
+  {
+    auto a = std::make_shared<CommonArgs>();
+    auto* c = AddStoreSub(app, "gc", "Delete versions no head or tag references "
+                                     "and free their extents", a.get());
+    c->callback([a] {
+      auto s = OpenTarget("gc", a->store);
+      auto freed = s->Gc();
+      if (!freed.ok()) Fail("gc", freed.status());
+      if (a->json)
+        std::cout << json{{"freed_bytes", *freed}}.dump(2) << "\n";
+      else
+        std::printf("gc: freed %s\n", FormatBytes(*freed).c_str());
+    });
+  }
+}
+
+}  // namespace mlpo

@@ -1,0 +1,333 @@
+#include "store/object_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+
+#include "gtest/gtest.h"
+#include "tests/store_test_util.h"
+
+namespace mlpo {
+namespace {
+
+absl::Status CommitVersion(ObjectStore* s, const std::string& obj,
+                           uint64_t v) {
+  auto lease = s->Checkout(obj).get();
+  if (!lease.ok()) return lease.status();
+  FillFor(lease->get(), v);
+  return s->Commit(*lease, v).get();
+}
+
+class RoundTripTest : public ::testing::TestWithParam<std::vector<double>> {};
+
+TEST_P(RoundTripTest, ManyObjectsAndVersionsReadBackExactly) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, GetParam());
+  const int kObjects = 12;
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    for (int i = 0; i < kObjects; ++i) {
+      std::string name = "sg-" + std::to_string(i);
+      // Uneven sizes: 4 KiB .. ~1.4 MiB, not all multiples of the extent.
+      ASSERT_TRUE((*s)->Declare(name, TestLayout(1000 + i * 40000)).ok());
+      auto fresh = (*s)->Checkout(name).get();
+      ASSERT_TRUE(fresh.ok());
+      EXPECT_TRUE((*fresh)->is_new());
+      EXPECT_EQ((*fresh)->Section<float>("m")[7], 0.0f);
+    }
+    for (uint64_t v = 1; v <= 4; ++v)
+      for (int i = 0; i < kObjects; ++i)
+        ASSERT_TRUE(CommitVersion(s->get(), "sg-" + std::to_string(i), v).ok());
+    for (int i = 0; i < kObjects; ++i) {
+      auto l = (*s)->Checkout("sg-" + std::to_string(i)).get();
+      ASSERT_TRUE(l.ok()) << l.status();
+      EXPECT_EQ((*l)->version(), 4u);
+      EXPECT_TRUE(Matches(**l, 4));
+    }
+    // Striping follows the fractions.
+    auto rec = (*s)->GetVersion("sg-11", 0);
+    ASSERT_TRUE(rec.ok());
+    std::vector<uint64_t> per(GetParam().size(), 0);
+    for (auto& e : rec->extents) per[e.path] += e.length;
+    auto want = (*s)->StripeBytes(rec->blob_bytes);
+    EXPECT_EQ(per, want);
+    ExpectNoLeak(s->get());
+  }
+  // After reopen: the same bytes; allocator rebuilt from the index.
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (int i = 0; i < kObjects; ++i) {
+    auto l = (*s)->Checkout("sg-" + std::to_string(i)).get();
+    ASSERT_TRUE(l.ok()) << l.status();
+    EXPECT_TRUE(Matches(**l, 4));
+  }
+  ExpectNoLeak(s->get());
+  auto rep = (*s)->Verify();
+  ASSERT_TRUE(rep.ok());
+  EXPECT_TRUE(rep->bad.empty());
+  EXPECT_EQ(rep->objects, static_cast<uint64_t>(kObjects));
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, RoundTripTest,
+                         ::testing::Values(std::vector<double>{1.0},
+                                           std::vector<double>{0.7, 0.3},
+                                           std::vector<double>{0.5, 0.3, 0.2}));
+
+TEST(ObjectStoreTest, CorruptByteIsDataLossNamingTheExtentAndOthersStayReadable) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok());
+  for (std::string obj : {"a", "b"}) {
+    ASSERT_TRUE((*s)->Declare(obj, TestLayout(100000)).ok());
+    ASSERT_TRUE(CommitVersion(s->get(), obj, 3).ok());
+  }
+  auto rec = (*s)->GetVersion("a", 0);
+  const ExtentRef& e = rec->extents[rec->extents.size() - 1];  // on path 1
+  StoragePath* p = (*s)->path(e.path);
+  std::string file = p->SegmentFile(e.offset);
+  uint64_t off = p->SegmentOffset(e.offset) + 100;
+  {
+    int fd = ::open(file.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    char c;
+    ASSERT_EQ(pread(fd, &c, 1, off), 1);
+    c ^= 0x40;
+    ASSERT_EQ(pwrite(fd, &c, 1, off), 1);
+    ::close(fd);
+  }
+  auto l = (*s)->Checkout("a").get();
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), absl::StatusCode::kDataLoss);
+  std::string msg(l.status().message());
+  EXPECT_NE(msg.find("object a"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("version 3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(p->root()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("offset " + std::to_string(p->SegmentOffset(e.offset))),
+            std::string::npos)
+      << msg;
+  auto b = (*s)->Checkout("b").get();
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(Matches(**b, 3));
+  auto rep = (*s)->Verify();
+  ASSERT_TRUE(rep.ok());
+  ASSERT_EQ(rep->bad.size(), 1u);
+  EXPECT_EQ(rep->bad[0].object, "a");
+  EXPECT_EQ(rep->bad[0].file, file);
+  EXPECT_EQ(rep->bad[0].file_offset, p->SegmentOffset(e.offset));
+  EXPECT_EQ(rep->bad[0].version, 3u);
+}
+
+TEST(ObjectStoreTest, TagCommitRestoreAndDropTagGcFreesSpace) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.6, 0.4});
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok());
+  for (std::string obj : {"x", "y"}) {
+    ASSERT_TRUE((*s)->Declare(obj, TestLayout(50000)).ok());
+    ASSERT_TRUE(CommitVersion(s->get(), obj, 1).ok());
+  }
+  ASSERT_TRUE((*s)->Tag("ckpt1").ok());
+  EXPECT_EQ((*s)->Tag("ckpt1").code(), absl::StatusCode::kAlreadyExists);
+  uint64_t used_at_tag = (*s)->Stats().paths[0].usage.used;
+  ASSERT_TRUE((*s)->Declare("z", TestLayout(1000)).ok());  // after the tag
+  for (uint64_t v = 2; v <= 5; ++v) {
+    ASSERT_TRUE(CommitVersion(s->get(), "x", v).ok());
+    ASSERT_TRUE(CommitVersion(s->get(), "y", v).ok());
+  }
+  ASSERT_TRUE(CommitVersion(s->get(), "z", 5).ok());
+  ExpectNoLeak(s->get());
+  ASSERT_TRUE((*s)->Restore("ckpt1").ok());
+  for (std::string obj : {"x", "y"}) {
+    auto l = (*s)->Checkout(obj).get();
+    ASSERT_TRUE(l.ok());
+    EXPECT_EQ((*l)->version(), 1u);
+    EXPECT_TRUE(Matches(**l, 1));
+  }
+  auto z = (*s)->Checkout("z").get();
+  ASSERT_TRUE(z.ok());
+  EXPECT_TRUE((*z)->is_new()) << "z did not exist at the tag";
+  EXPECT_EQ((*s)->Stats().paths[0].usage.used, used_at_tag);
+  ExpectNoLeak(s->get());
+  // Move on past the tag, then drop it: gc frees the tagged versions.
+  ASSERT_TRUE(CommitVersion(s->get(), "x", 6).ok());
+  ASSERT_TRUE(CommitVersion(s->get(), "y", 6).ok());
+  uint64_t before = (*s)->Stats().paths[0].usage.used;
+  ASSERT_TRUE((*s)->DropTag("ckpt1").ok());
+  EXPECT_EQ((*s)->Stats().paths[0].usage.used, before);
+  auto freed = (*s)->Gc();
+  ASSERT_TRUE(freed.ok());
+  EXPECT_GT(*freed, 0u);
+  EXPECT_LT((*s)->Stats().paths[0].usage.used, before);
+  ExpectNoLeak(s->get());
+  EXPECT_EQ((*s)->Restore("ckpt1").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*s)->DropTag("ckpt1").code(), absl::StatusCode::kNotFound);
+}
+
+TEST(ObjectStoreTest, EnospcOnOnePathMidCommitKeepsPreviousHead) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  auto fail = std::make_shared<std::atomic<bool>>(false);
+  o.paths[1].path.completion_filter = [fail](IoOp op, const std::string&,
+                                             uint64_t, size_t, int res) {
+    return (op == IoOp::kWrite && fail->load()) ? -ENOSPC : res;
+  };
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->Declare("w", TestLayout(200000)).ok());
+  ASSERT_TRUE(CommitVersion(s->get(), "w", 1).ok());
+  fail->store(true);
+  absl::Status st = CommitVersion(s->get(), "w", 2);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_NE(st.message().find("commit of w version 2"), std::string::npos)
+      << st;
+  EXPECT_NE(st.message().find(o.paths[1].path.root), std::string::npos) << st;
+  fail->store(false);
+  auto l = (*s)->Checkout("w").get();
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ((*l)->version(), 1u);
+  EXPECT_TRUE(Matches(**l, 1));
+  ExpectNoLeak(s->get());
+  // Capacity exhaustion (no I/O error) also leaves the head.
+  o.paths[1].path.completion_filter = nullptr;
+  s->reset();
+  o.paths[0].path.capacity = 4 << 20;
+  s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE((*s)->Declare("big", TestLayout(1 << 20)).ok());  // 12 MiB
+  st = CommitVersion(s->get(), "big", 1);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  l = (*s)->Checkout("w").get();
+  ASSERT_TRUE(l.ok());
+  EXPECT_TRUE(Matches(**l, 1));
+  ExpectNoLeak(s->get());
+}
+
+TEST(ObjectStoreTest, BadInputsAreClearErrors) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok());
+  // Layout mismatch.
+  ASSERT_TRUE((*s)->Declare("a", TestLayout(100)).ok());
+  ASSERT_TRUE((*s)->Declare("a", TestLayout(100)).ok());  // idempotent
+  EXPECT_EQ((*s)->Declare("a", TestLayout(101)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Names that could traverse paths.
+  for (std::string bad : {"../x", "a/b", "..", "", "x..y", "sp ace"})
+    EXPECT_EQ((*s)->Declare(bad, TestLayout(10)).code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  EXPECT_EQ((*s)->Tag("../t").code(), absl::StatusCode::kInvalidArgument);
+  // Undeclared object; non-growing version.
+  EXPECT_EQ((*s)->Checkout("nope").get().status().code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(CommitVersion(s->get(), "a", 5).ok());
+  EXPECT_EQ(CommitVersion(s->get(), "a", 5).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Second opener.
+  auto second = ObjectStore::Open(o);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("pid " + std::to_string(getpid())),
+            std::string::npos)
+      << second.status();
+  s->reset();
+  // Path replaced by another directory: identity mismatch.
+  std::string p1 = o.paths[1].path.root;
+  std::filesystem::rename(p1, p1 + ".old");
+  std::filesystem::create_directories(p1);
+  auto r = ObjectStore::Open(o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition)
+      << r.status();
+  EXPECT_NE(r.status().message().find(p1), std::string::npos);
+  // Swapped paths.
+  std::filesystem::remove_all(p1);
+  std::filesystem::rename(p1 + ".old", p1);
+  StoreOptions swapped = o;
+  std::swap(swapped.paths[0], swapped.paths[1]);
+  swapped.meta_dir = DefaultMetaDir(o);
+  EXPECT_EQ(ObjectStore::Open(swapped).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Missing path.
+  std::filesystem::rename(p1, p1 + ".gone");
+  r = ObjectStore::Open(o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find(p1), std::string::npos);
+  std::filesystem::rename(p1 + ".gone", p1);
+  // Still intact after all that.
+  s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto l = (*s)->Checkout("a").get();
+  ASSERT_TRUE(l.ok());
+  EXPECT_TRUE(Matches(**l, 5));
+  // Opening a store that does not exist without create.
+  StoreOptions none = TestStoreOptions(dir, {1.0});
+  none.name = "absent";
+  none.create_if_missing = false;
+  EXPECT_EQ(ObjectStore::Open(none).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(StoreOptionsTest, TomlLoadsAndRejectsUnknownKeysAndBadValues) {
+  TempDir dir;
+  std::string cfg = dir.path() + "/store.toml";
+  std::ofstream(cfg) << "name = \"run\"\nrank = 2\ndurability = \"tag\"\n"
+                        "extent_bytes = \"2M\"\n"
+                        "[[path]]\nroot = \"nv\"\nkind = \"nvme\"\n"
+                        "fraction = 0.7\n"
+                        "[[path]]\nroot = \"/abs/pfs\"\nkind = \"pfs\"\n"
+                        "fraction = 0.3\nread_cap = \"600MB\"\nslots = 2\n";
+  auto o = LoadStoreOptions(cfg);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->name, "run");
+  EXPECT_EQ(o->rank, 2);
+  EXPECT_EQ(o->durability, Durability::kTag);
+  EXPECT_EQ(o->extent_bytes, 2u << 20);
+  ASSERT_EQ(o->paths.size(), 2u);
+  EXPECT_EQ(o->paths[0].path.root, dir.path() + "/nv");  // relative to file
+  EXPECT_EQ(o->paths[1].path.kind, PathKind::kPfs);
+  EXPECT_EQ(o->paths[1].path.read_cap, 600000000u);
+  EXPECT_EQ(o->paths[1].path.slots, 2);
+  auto bad = [&](const std::string& text, const std::string& want) {
+    auto r = ParseStoreOptions(text, dir.path());
+    EXPECT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find(want), std::string::npos)
+        << r.status() << " for: " << text;
+  };
+  bad("nmae = \"x\"\n[[path]]\nroot=\"a\"\n", "nmae");
+  bad("[[path]]\nroot=\"a\"\nspeed = 3\n", "path[0].speed");
+  bad("[[path]]\nroot=\"a\"\nkind = \"ssd\"\n", "path[0].kind");
+  bad("[[path]]\nroot=\"a\"\nread_cap = \"fast\"\n", "path[0].read_cap");
+  bad("durability = \"never\"\n[[path]]\nroot=\"a\"\n", "durability");
+  bad("name = \"x\"\n", "no paths");
+  bad("name = \"../x\"\n[[path]]\nroot=\"a\"\n", "bad store name");
+  bad("name = \n", "line 1");
+  EXPECT_EQ(LoadStoreOptions(dir.path() + "/missing.toml").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(ObjectStoreTest, StoreDirectoryDescriptorReopensTheStore) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE((*s)->Declare("a", TestLayout(100)).ok());
+    ASSERT_TRUE(CommitVersion(s->get(), "a", 1).ok());
+  }
+  auto from_dir = StoreOptionsForTarget(o.paths[1].path.root + "/t/rank-0");
+  ASSERT_TRUE(from_dir.ok()) << from_dir.status();
+  auto s = ObjectStore::Open(*from_dir);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto l = (*s)->Checkout("a").get();
+  ASSERT_TRUE(l.ok());
+  EXPECT_TRUE(Matches(**l, 1));
+  EXPECT_EQ(StoreOptionsForTarget(dir.path()).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace mlpo

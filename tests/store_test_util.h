@@ -1,0 +1,58 @@
+// Fixture helpers for object store tests: a store over N temp paths.
+#ifndef MLPO_TESTS_STORE_TEST_UTIL_H_
+#define MLPO_TESTS_STORE_TEST_UTIL_H_
+
+#include <string>
+#include <vector>
+
+#include "store/object_store.h"
+#include "tests/test_util.h"
+
+namespace mlpo {
+
+inline StoreOptions TestStoreOptions(const TempDir& dir,
+                                     std::vector<double> fractions) {
+  StoreOptions o;
+  o.name = "t";
+  o.extent_bytes = 64 << 10;
+  for (size_t i = 0; i < fractions.size(); ++i) {
+    StorePathConfig pc;
+    pc.path.root = dir.Sub("p" + std::to_string(i));
+    pc.path.kind = i == 0 ? PathKind::kNvme : PathKind::kPfs;
+    pc.path.segment_bytes = 4 << 20;
+    pc.path.slots = 0;
+    pc.fraction = fractions[i];
+    o.paths.push_back(pc);
+  }
+  return o;
+}
+
+inline ObjectLayout TestLayout(uint64_t n) {
+  return *ObjectLayout::Make({{"p", DType::kF32, n},
+                              {"m", DType::kF32, n},
+                              {"v", DType::kF32, n}});
+}
+
+// Fills a lease's blob with bytes derived from (object, version).
+inline void FillFor(CheckoutLease* l, uint64_t version) {
+  FillRandom(l->data(), l->size(),
+             std::hash<std::string>()(l->object()) * 31 + version);
+}
+
+inline bool Matches(const CheckoutLease& l, uint64_t version) {
+  std::string want(l.size(), '\0');
+  FillRandom(want.data(), want.size(),
+             std::hash<std::string>()(l.object()) * 31 + version);
+  return std::memcmp(want.data(), l.data(), l.size()) == 0;
+}
+
+// Usage of every path must equal the bytes that heads and tags reference.
+inline void ExpectNoLeak(ObjectStore* s) {
+  StoreStats st = s->Stats();
+  for (auto& p : st.paths)
+    EXPECT_EQ(p.usage.used, p.referenced_bytes) << "path " << p.root;
+}
+
+}  // namespace mlpo
+
+#endif  // MLPO_TESTS_STORE_TEST_UTIL_H_
