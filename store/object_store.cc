@@ -348,6 +348,23 @@ std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
   return fut;
 }
 
+absl::StatusOr<Lease> ObjectStore::Blank(const std::string& object) {
+  auto lease = std::make_shared<CheckoutLease>();
+  lease->object_ = object;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = objects_.find(object);
+    if (it == objects_.end())
+      return absl::NotFoundError(
+          absl::StrCat("object ", object, " is not declared"));
+    lease->layout_ = it->second.layout;
+    lease->version_ = it->second.head;
+    lease->is_new_ = !it->second.has_head;
+  }
+  lease->buf_ = AlignedBuffer(lease->layout_.total_bytes());
+  return lease;
+}
+
 struct ObjectStore::CommitOp {
   Lease lease;
   uint64_t version;

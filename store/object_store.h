@@ -113,6 +113,9 @@ class ObjectStore {
   // Reads the newest version (striped reads from every path, checksums
   // verified), or the initializer's blob for a new object.
   std::future<absl::StatusOr<Lease>> Checkout(const std::string& object);
+  // A lease for writing a whole new version without reading the old one
+  // (contents unspecified). NotFound for an undeclared object.
+  absl::StatusOr<Lease> Blank(const std::string& object);
   // Writes `lease`'s blob as `version` (greater than the head's) to new
   // extents, then moves the head. On error the previous head stays.
   std::future<absl::Status> Commit(Lease lease, uint64_t version);

@@ -1,0 +1,93 @@
+// Fused Adam / AdamW over one contiguous slice, one pass per element:
+//   widen the gradient (f32, f16 or bf16) -> scale (1/loss_scale times the
+//   global-norm clip coefficient) -> update m, v, p -> write p in the model
+//   dtype to an output buffer.
+//
+// The arithmetic follows torch.optim.AdamW / Adam (non-amsgrad, single-tensor
+// path) operation by operation in fp32, with bias corrections computed in
+// double as PyTorch's Python scalars are:
+//   AdamW: p *= (1 - lr*wd)          Adam: g += wd * p
+//   m = m + (1-b1) * (g - m)         (torch.lerp_, weight < 0.5)
+//   v = v*b2 + ((1-b2)*g)*g          (mul_ then addcmul_)
+//   denom = sqrt(v) / sqrt(1-b2^t) + eps
+//   p = p + (-lr/(1-b1^t)) * (m / denom)
+// Every implementation (scalar, AVX2+F16C, AVX-512) uses these operations in
+// this order without FMA contraction, so all agree bit for bit.
+//
+// Thread-safety: the functions are pure over their arguments.
+#ifndef MLPO_OPTIMIZER_ADAM_KERNEL_H_
+#define MLPO_OPTIMIZER_ADAM_KERNEL_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "store/dtype.h"
+
+namespace mlpo {
+
+enum class AdamMode { kAdamW, kAdam };
+
+struct AdamHyper {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  AdamMode mode = AdamMode::kAdamW;
+};
+
+// Per-step constants derived once from AdamHyper, the step number t >= 1
+// and the gradient scale (clip_coef / loss_scale).
+struct AdamStepConsts {
+  float decay;        // 1 - lr*wd (AdamW), else 1
+  float l2;           // wd (Adam), else 0
+  float one_minus_b1;
+  float b2;
+  float one_minus_b2;
+  float bc2_sqrt;     // sqrt(1 - b2^t)
+  float eps;
+  float neg_step;     // -lr / (1 - b1^t)
+  float grad_scale;
+};
+AdamStepConsts MakeStepConsts(const AdamHyper& h, uint64_t t,
+                              double grad_scale);
+
+struct AdamSlice {
+  float* p = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  const void* grad = nullptr;
+  DType grad_dtype = DType::kF32;
+  void* out = nullptr;  // new params in out_dtype; nullptr = none
+  DType out_dtype = DType::kBF16;
+  size_t n = 0;
+};
+
+enum class KernelIsa { kScalar, kAvx2, kAvx512 };
+const char* KernelIsaName(KernelIsa isa);
+// The best ISA this CPU supports (MLPO_KERNEL_ISA=scalar|avx2|avx512 caps it).
+KernelIsa BestKernelIsa();
+bool KernelIsaSupported(KernelIsa isa);
+
+// Runs the update on `s` with the given ISA (must be supported).
+void AdamUpdate(const AdamSlice& s, const AdamStepConsts& c, KernelIsa isa);
+inline void AdamUpdate(const AdamSlice& s, const AdamStepConsts& c) {
+  AdamUpdate(s, c, BestKernelIsa());
+}
+
+// Implementations (one translation unit each, compiled for their ISA).
+void AdamUpdateScalar(const AdamSlice& s, const AdamStepConsts& c);
+void AdamUpdateAvx2(const AdamSlice& s, const AdamStepConsts& c);
+void AdamUpdateAvx512(const AdamSlice& s, const AdamStepConsts& c);
+
+// Sum of squares (in double) and count of non-finite values of a gradient
+// slice, for the global norm and the overflow check.
+struct GradStats {
+  double sum_sq = 0;
+  uint64_t nonfinite = 0;
+};
+GradStats ComputeGradStats(const void* grad, DType dtype, size_t n);
+
+}  // namespace mlpo
+
+#endif  // MLPO_OPTIMIZER_ADAM_KERNEL_H_

@@ -1,0 +1,112 @@
+#include "optimizer/grad_stage.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace mlpo {
+
+GradStage::GradStage(const std::vector<Subgroup>& subgroups, DType dtype)
+    : subgroups_(subgroups), dtype_(dtype), staged_(subgroups.size()) {
+  for (const Subgroup& s : subgroups) {
+    bufs_.emplace_back(s.numel * DTypeSize(dtype));
+    if (static_cast<size_t>(s.group) >= by_group_.size())
+      by_group_.resize(s.group + 1);
+    by_group_[s.group].push_back(s.index);
+  }
+}
+
+absl::Status GradStage::Stage(int group, uint64_t offset, const void* data,
+                              DType dtype, uint64_t count) {
+  if (dtype != dtype_)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gradient for group ", group, " has dtype ", DTypeName(dtype),
+        "; this optimizer stages ", DTypeName(dtype_)));
+  if (group < 0 || static_cast<size_t>(group) >= by_group_.size() ||
+      by_group_[group].empty()) {
+    if (count == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("no parameter group ", group, " with elements"));
+  }
+  const Subgroup& last = subgroups_[by_group_[group].back()];
+  uint64_t group_numel = last.group_offset + last.numel;
+  if (offset + count > group_numel || offset + count < offset)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gradient slice [", offset, ", ", offset + count, ") of group ", group,
+        " exceeds its ", group_numel, " elements"));
+  const char* src = static_cast<const char*>(data);
+  size_t es = DTypeSize(dtype);
+  GradStats local;
+  // Validate the whole slice before copying anything.
+  {
+    absl::MutexLock l(&mu_);
+    for (int si : by_group_[group]) {
+      const Subgroup& s = subgroups_[si];
+      uint64_t lo = std::max(offset, s.group_offset);
+      uint64_t hi = std::min(offset + count, s.group_offset + s.numel);
+      if (lo >= hi) continue;
+      uint64_t a = lo - s.group_offset, b = hi - s.group_offset;
+      auto& m = staged_[si];
+      auto it = m.upper_bound(a);
+      bool overlap = (it != m.end() && it->first < b) ||
+                     (it != m.begin() && std::prev(it)->second > a);
+      if (overlap)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "gradient elements [", lo, ", ", hi, ") of group ", group,
+            " were already staged this step"));
+    }
+    for (int si : by_group_[group]) {
+      const Subgroup& s = subgroups_[si];
+      uint64_t lo = std::max(offset, s.group_offset);
+      uint64_t hi = std::min(offset + count, s.group_offset + s.numel);
+      if (lo >= hi) continue;
+      staged_[si][lo - s.group_offset] = hi - s.group_offset;
+    }
+  }
+  for (int si : by_group_[group]) {
+    const Subgroup& s = subgroups_[si];
+    uint64_t lo = std::max(offset, s.group_offset);
+    uint64_t hi = std::min(offset + count, s.group_offset + s.numel);
+    if (lo >= hi) continue;
+    const char* from = src + (lo - offset) * es;
+    std::memcpy(bufs_[si].data() + (lo - s.group_offset) * es, from,
+                (hi - lo) * es);
+    GradStats st = ComputeGradStats(from, dtype, hi - lo);
+    local.sum_sq += st.sum_sq;
+    local.nonfinite += st.nonfinite;
+  }
+  absl::MutexLock l(&mu_);
+  totals_.sum_sq += local.sum_sq;
+  totals_.nonfinite += local.nonfinite;
+  return absl::OkStatus();
+}
+
+absl::Status GradStage::CheckComplete() const {
+  absl::MutexLock l(&mu_);
+  for (const Subgroup& s : subgroups_) {
+    uint64_t at = 0;
+    for (auto& [a, b] : staged_[s.index]) {
+      if (a > at) break;
+      at = std::max(at, b);
+    }
+    if (at < s.numel)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "gradient missing for subgroup ", s.index, " (group ", s.group,
+          ", elements [", s.group_offset + at, ", ",
+          s.group_offset + s.numel, ") of the group)"));
+  }
+  return absl::OkStatus();
+}
+
+GradStats GradStage::Totals() const {
+  absl::MutexLock l(&mu_);
+  return totals_;
+}
+
+void GradStage::Reset() {
+  absl::MutexLock l(&mu_);
+  for (auto& m : staged_) m.clear();
+  totals_ = GradStats();
+}
+
+}  // namespace mlpo

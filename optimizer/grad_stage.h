@@ -1,0 +1,54 @@
+// Host staging of one step's gradients, per subgroup, in the gradient's own
+// low-precision dtype (delayed conversion: no fp32 gradient is materialised
+// outside the update kernel). Slices arrive in any order; their squares and
+// non-finite counts are accumulated as they arrive, so the global norm and
+// the overflow check are ready when the step starts.
+//
+// Thread-safety: Stage* may be called concurrently for disjoint slices.
+#ifndef MLPO_OPTIMIZER_GRAD_STAGE_H_
+#define MLPO_OPTIMIZER_GRAD_STAGE_H_
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "optimizer/adam_kernel.h"
+#include "optimizer/partition.h"
+#include "store/io_engine.h"
+
+namespace mlpo {
+
+class GradStage {
+ public:
+  GradStage(const std::vector<Subgroup>& subgroups, DType dtype);
+
+  DType dtype() const { return dtype_; }
+  // Copies `count` gradient elements of `dtype` that start at element
+  // `offset` of parameter group `group`. InvalidArgument for a wrong dtype,
+  // a range outside the group, or elements already staged this step.
+  absl::Status Stage(int group, uint64_t offset, const void* data, DType dtype,
+                     uint64_t count);
+
+  // OK when every element of every subgroup was staged; otherwise
+  // FailedPrecondition naming the first subgroup and range missing.
+  absl::Status CheckComplete() const;
+  GradStats Totals() const;  // over everything staged
+  const void* Data(int subgroup) const { return bufs_[subgroup].data(); }
+  void Reset();  // forget this step's gradients
+
+ private:
+  const std::vector<Subgroup>& subgroups_;
+  DType dtype_;
+  std::vector<AlignedBuffer> bufs_;
+  std::vector<std::vector<int>> by_group_;  // group -> subgroup indices
+  mutable absl::Mutex mu_;
+  // subgroup -> staged ranges (start -> end), disjoint
+  std::vector<std::map<uint64_t, uint64_t>> staged_ ABSL_GUARDED_BY(mu_);
+  GradStats totals_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace mlpo
+
+#endif  // MLPO_OPTIMIZER_GRAD_STAGE_H_

@@ -1,0 +1,108 @@
+// Optimizer: the C++ facade a training loop uses. Parameter groups with
+// their hyperparameters, gradient staging, Step() with per-group learning
+// rates (for schedules), gradient clipping and loss-scale overflow skipping,
+// and Tag/Restore of the whole state.
+//
+// The step number t is the version of every state object: after a crash a
+// store whose objects disagree is refused until a tag is restored
+// (OptimizerOptions::restore_tag or `mlpo restore`).
+//
+// Thread-safety: StageGrad may run concurrently for disjoint slices; all
+// other calls from one thread at a time.
+#ifndef MLPO_OPTIMIZER_OPTIMIZER_H_
+#define MLPO_OPTIMIZER_OPTIMIZER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "optimizer/adam_kernel.h"
+#include "optimizer/grad_stage.h"
+#include "optimizer/param_sink.h"
+#include "optimizer/partition.h"
+#include "optimizer/update_pipeline.h"
+#include "store/object_store.h"
+
+namespace mlpo {
+
+struct ParamGroup {
+  uint64_t numel = 0;  // may be 0 (the group then has no state)
+  AdamHyper hyper;
+};
+
+// Fills the initial fp32 master parameters [offset, offset+n) of a group.
+using ParamInit =
+    std::function<void(int group, uint64_t offset, float* dst, uint64_t n)>;
+
+struct OptimizerOptions {
+  StoreOptions store;
+  std::vector<ParamGroup> groups;
+  // Elements per subgroup (one store object of 12 bytes per element). Larger
+  // subgroups mean fewer, larger I/Os and more host memory in flight:
+  // (prefetch_depth + max_commits_in_flight + 1) subgroups.
+  uint64_t subgroup_numel = uint64_t{1} << 24;
+  DType grad_dtype = DType::kBF16;   // dtype of staged gradients
+  DType param_dtype = DType::kBF16;  // dtype of the model's parameters
+  double max_grad_norm = 0;          // clip the global norm; 0 = off
+  PipelineOptions pipeline;
+  ParamInit init_params;             // default: zeros
+  std::string restore_tag;           // restore this tag when opening
+};
+
+class Optimizer {
+ public:
+  static absl::StatusOr<std::unique_ptr<Optimizer>> Open(
+      OptimizerOptions options);
+  ~Optimizer();
+
+  // Hands in gradient elements [offset, offset+count) of `group`.
+  absl::Status StageGrad(int group, uint64_t offset, const void* data,
+                         DType dtype, uint64_t count);
+  // Baseline backward phase: writes the staged gradients to the store as
+  // fp32 (only with pipeline.grad_offload).
+  absl::Status OffloadGrads();
+  // One step. Gradients are divided by loss_scale; a non-finite gradient
+  // skips the step (report.skipped) and leaves the state as it was.
+  absl::StatusOr<StepReport> Step(double loss_scale = 1.0);
+
+  void SetLr(int group, double lr) { options_.groups.at(group).hyper.lr = lr; }
+  double lr(int group) const { return options_.groups.at(group).hyper.lr; }
+  uint64_t step() const { return step_; }
+  uint64_t skipped_steps() const { return skipped_; }
+
+  absl::Status Tag(const std::string& name) { return store_->Tag(name); }
+  // Restores a tag; the step number becomes the tag's.
+  absl::Status Restore(const std::string& name);
+
+  // New parameters of a group in param_dtype (valid after a step).
+  const void* Params(int group) const { return sink_->Group(group); }
+  // The fp32 state of a group read back from the store (tests, tools).
+  absl::Status ReadState(int group, std::vector<float>* p, std::vector<float>* m,
+                         std::vector<float>* v);
+  ObjectStore* store() { return store_.get(); }
+  const std::vector<Subgroup>& subgroups() const { return subgroups_; }
+  const OptimizerOptions& options() const { return options_; }
+
+ private:
+  explicit Optimizer(OptimizerOptions o) : options_(std::move(o)) {}
+  absl::Status Init();
+  absl::Status LoadStep();
+
+  OptimizerOptions options_;
+  std::vector<Subgroup> subgroups_;
+  std::map<std::string, const Subgroup*> by_object_;
+  std::unique_ptr<ObjectStore> store_;
+  std::unique_ptr<GradStage> grads_;
+  std::unique_ptr<HostParamSink> sink_;
+  std::unique_ptr<UpdatePipeline> pipeline_;
+  uint64_t step_ = 0;
+  uint64_t skipped_ = 0;
+  bool grads_offloaded_ = false;
+};
+
+}  // namespace mlpo
+
+#endif  // MLPO_OPTIMIZER_OPTIMIZER_H_

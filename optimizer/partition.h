@@ -1,0 +1,30 @@
+// Splits one rank's flat parameters into subgroups: contiguous slices of at
+// most subgroup_numel elements that never span two parameter groups. Each
+// subgroup is one store object with sections p, m, v (fp32).
+#ifndef MLPO_OPTIMIZER_PARTITION_H_
+#define MLPO_OPTIMIZER_PARTITION_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace mlpo {
+
+struct Subgroup {
+  int index = 0;              // 0..N-1 in flat order
+  int group = 0;              // parameter group
+  uint64_t group_offset = 0;  // first element within the group
+  uint64_t numel = 0;
+  std::string object;         // store object name
+};
+
+// Groups of numel 0 are allowed and get no subgroup. InvalidArgument when
+// subgroup_numel is 0.
+absl::StatusOr<std::vector<Subgroup>> PartitionParams(
+    const std::vector<uint64_t>& group_numel, uint64_t subgroup_numel);
+
+}  // namespace mlpo
+
+#endif  // MLPO_OPTIMIZER_PARTITION_H_

@@ -1,0 +1,155 @@
+#include "optimizer/update_pipeline.h"
+
+#include <deque>
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "store/status_macros.h"
+
+namespace mlpo {
+
+UpdatePipeline::UpdatePipeline(ObjectStore* store,
+                               const std::vector<Subgroup>* subgroups,
+                               const PipelineOptions& options)
+    : store_(store),
+      subgroups_(subgroups),
+      options_(options),
+      runner_(options.threads) {}
+
+absl::Status UpdatePipeline::OffloadGrads(uint64_t t, const GradStage& grads) {
+  std::deque<std::future<absl::Status>> commits;
+  absl::Status first;
+  for (const Subgroup& s : *subgroups_) {
+    auto lease = store_->Blank(GradObject(s));
+    if (!lease.ok()) return lease.status();
+    float* g = (*lease)->Section<float>("g");
+    const void* src = grads.Data(s.index);
+    for (uint64_t i = 0; i < s.numel; ++i)
+      g[i] = LoadAsFloat(src, grads.dtype(), i);
+    commits.push_back(store_->Commit(*lease, t));
+    while (static_cast<int>(commits.size()) > options_.max_commits_in_flight) {
+      absl::Status st = commits.front().get();
+      if (first.ok()) first = st;
+      commits.pop_front();
+    }
+  }
+  for (auto& f : commits) {
+    absl::Status st = f.get();
+    if (first.ok()) first = st;
+  }
+  return first;
+}
+
+absl::StatusOr<StepReport> UpdatePipeline::Step(
+    uint64_t t, const std::vector<AdamStepConsts>& consts,
+    const GradStage& grads, ParamSink* sink) {
+  StepReport rep;
+  rep.step = t;
+  const int n = static_cast<int>(subgroups_->size());
+  for (int k = 0; k < n; ++k)
+    rep.order.push_back(options_.alternate_order && (t % 2 == 0) ? n - 1 - k
+                                                                  : k);
+  std::vector<PathCounters> before;
+  for (size_t p = 0; p < store_->num_paths(); ++p)
+    before.push_back(store_->path(p)->Counters());
+  absl::Time start = absl::Now();
+  const int depth = std::max(1, options_.prefetch_depth);
+  struct Fetch {
+    std::future<absl::StatusOr<Lease>> state, grad;
+  };
+  std::deque<Fetch> fetches;
+  auto issue = [&](int k) {
+    const Subgroup& s = (*subgroups_)[rep.order[k]];
+    Fetch f;
+    if (options_.grad_offload) f.grad = store_->Checkout(GradObject(s));
+    f.state = store_->Checkout(s.object);
+    fetches.push_back(std::move(f));
+  };
+  for (int k = 0; k < std::min(depth, n); ++k) issue(k);
+  std::deque<std::future<absl::Status>> commits;
+  absl::Status error;
+  auto wait_commit = [&]() {
+    absl::Time w = absl::Now();
+    absl::Status st = commits.front().get();
+    rep.write_wait_s += absl::ToDoubleSeconds(absl::Now() - w);
+    commits.pop_front();
+    if (error.ok() && !st.ok()) error = st;
+  };
+  int k = 0;
+  for (; k < n && error.ok(); ++k) {
+    const Subgroup& s = (*subgroups_)[rep.order[k]];
+    absl::Time w = absl::Now();
+    absl::StatusOr<Lease> state = fetches.front().state.get();
+    absl::StatusOr<Lease> glease = absl::UnknownError("unused");
+    if (options_.grad_offload) glease = fetches.front().grad.get();
+    rep.read_wait_s += absl::ToDoubleSeconds(absl::Now() - w);
+    fetches.pop_front();
+    if (k + depth < n) issue(k + depth);
+    if (!state.ok()) {
+      error = state.status();
+      break;
+    }
+    if (options_.grad_offload && !glease.ok()) {
+      error = glease.status();
+      break;
+    }
+    Lease lease = *state;
+    const void* g = options_.grad_offload ? (*glease)->Section<float>("g")
+                                          : grads.Data(s.index);
+    DType gdt = options_.grad_offload ? DType::kF32 : grads.dtype();
+    float* p = lease->Section<float>("p");
+    float* m = lease->Section<float>("m");
+    float* v = lease->Section<float>("v");
+    void* out = sink ? sink->Buffer(s) : nullptr;
+    DType odt = sink ? sink->dtype() : DType::kF32;
+    const AdamStepConsts& c = consts[s.group];
+    const size_t tile = options_.tile_elems;
+    size_t tiles = (s.numel + tile - 1) / tile;
+    absl::Time cs = absl::Now();
+    runner_.ParallelFor(tiles, [&](size_t ti) {
+      size_t off = ti * tile;
+      AdamSlice sl;
+      sl.p = p + off;
+      sl.m = m + off;
+      sl.v = v + off;
+      sl.grad = static_cast<const char*>(g) + off * DTypeSize(gdt);
+      sl.grad_dtype = gdt;
+      sl.out = out ? static_cast<char*>(out) + off * DTypeSize(odt) : nullptr;
+      sl.out_dtype = odt;
+      sl.n = std::min(tile, s.numel - off);
+      AdamUpdate(sl, c);
+    });
+    rep.compute_s += absl::ToDoubleSeconds(absl::Now() - cs);
+    commits.push_back(store_->Commit(lease, t));
+    if (sink) {
+      absl::Status ps = sink->Publish(s);
+      if (!ps.ok()) error = ps;
+    }
+    rep.params += s.numel;
+    while (static_cast<int>(commits.size()) >
+           std::max(1, options_.max_commits_in_flight))
+      wait_commit();
+  }
+  // Never leave reads or writes behind: they borrow buffers.
+  for (auto& f : fetches) {
+    f.state.wait();
+    if (f.grad.valid()) f.grad.wait();
+  }
+  while (!commits.empty()) wait_commit();
+  rep.total_s = absl::ToDoubleSeconds(absl::Now() - start);
+  for (size_t p = 0; p < store_->num_paths(); ++p) {
+    PathCounters c = store_->path(p)->Counters();
+    PathBytes b{store_->path(p)->root(), c.bytes_read - before[p].bytes_read,
+                c.bytes_written - before[p].bytes_written};
+    rep.bytes_read += b.read;
+    rep.bytes_written += b.written;
+    rep.paths.push_back(b);
+  }
+  if (!error.ok())
+    return Annotate(error, absl::StrCat("step ", t, " stopped after ", k,
+                                        " of ", n, " subgroups"));
+  return rep;
+}
+
+}  // namespace mlpo

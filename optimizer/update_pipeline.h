@@ -1,0 +1,85 @@
+// One optimizer step over the store (DESIGN.md "The update step"):
+//
+//   order = 0..N-1 on even steps, N-1..0 on odd ones (alternate_order)
+//   keep Checkout(i+1 .. i+d) in flight (every path reads at once)
+//   for each subgroup i: wait its checkout -> fused kernel over tiles on
+//   the pool (grad widen + unscale + clip + Adam + cast) -> Commit(i)
+//   asynchronously -> publish new params to the sink
+//
+// Reads, writes and compute overlap: while the kernel runs on subgroup i the
+// paths read i+1..i+d and write i-1, i-2, ...
+//
+// The baseline mode (grad_offload) reproduces DeepSpeed ZeRO-3 NVMe offload:
+// fp32 gradients are written to the store in the backward phase and read
+// back in the step, order fixed, prefetch depth 1.
+//
+// Thread-compatible: one Step at a time.
+#ifndef MLPO_OPTIMIZER_UPDATE_PIPELINE_H_
+#define MLPO_OPTIMIZER_UPDATE_PIPELINE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "optimizer/adam_kernel.h"
+#include "optimizer/grad_stage.h"
+#include "optimizer/parallel.h"
+#include "optimizer/param_sink.h"
+#include "optimizer/partition.h"
+#include "store/object_store.h"
+
+namespace mlpo {
+
+struct PipelineOptions {
+  int prefetch_depth = 2;         // checkouts in flight ahead, 1..64
+  int max_commits_in_flight = 2;  // 1..64; each holds a subgroup's buffer
+  bool alternate_order = true;    // cache-friendly order (DESIGN.md)
+  int threads = 0;                // kernel threads; 0 = hardware threads
+  size_t tile_elems = size_t{1} << 16;
+  bool grad_offload = false;      // baseline: fp32 grads via the store
+};
+
+struct PathBytes {
+  std::string root;
+  uint64_t read = 0, written = 0;
+};
+
+struct StepReport {
+  uint64_t step = 0;  // the step number t these updates produced
+  bool skipped = false;
+  std::string skip_reason;
+  double grad_norm = 0;  // global L2 norm of the unscaled gradients
+  double clip_coef = 1;
+  double total_s = 0, read_wait_s = 0, compute_s = 0, write_wait_s = 0;
+  uint64_t params = 0;
+  uint64_t bytes_read = 0, bytes_written = 0;
+  std::vector<PathBytes> paths;
+  std::vector<int> order;  // subgroups in the order they were updated
+};
+
+class UpdatePipeline {
+ public:
+  UpdatePipeline(ObjectStore* store, const std::vector<Subgroup>* subgroups,
+                 const PipelineOptions& options);
+  // Runs step t with per-group constants. On error some subgroups may hold
+  // step t and others t-1: restore a tag.
+  absl::StatusOr<StepReport> Step(uint64_t t,
+                                  const std::vector<AdamStepConsts>& consts,
+                                  const GradStage& grads, ParamSink* sink);
+  // Baseline backward phase: writes the staged gradients as fp32 objects
+  // "grad.<object>" at version t.
+  absl::Status OffloadGrads(uint64_t t, const GradStage& grads);
+  static std::string GradObject(const Subgroup& s) { return "grad." + s.object; }
+  const PipelineOptions& options() const { return options_; }
+
+ private:
+  ObjectStore* store_;
+  const std::vector<Subgroup>* subgroups_;
+  PipelineOptions options_;
+  ParallelRunner runner_;
+};
+
+}  // namespace mlpo
+
+#endif  // MLPO_OPTIMIZER_UPDATE_PIPELINE_H_
