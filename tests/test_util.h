@@ -25,7 +25,9 @@ class TempDir {
                             : "mlpo";
     for (char& c : name)
       if (c == '/') c = '_';
-    path_ = root + "/mlpo-test-" + std::to_string(getpid()) + "-" + name;
+    static int counter = 0;
+    path_ = root + "/mlpo-test-" + std::to_string(getpid()) + "-" + name +
+            "-" + std::to_string(counter++);
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }

@@ -1,0 +1,205 @@
+#include "optimizer/optimizer.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "gtest/gtest.h"
+#include "tests/optimizer_test_util.h"
+
+namespace mlpo {
+namespace {
+
+void ExpectStateEquals(Optimizer* opt, const InMemoryRef& ref,
+                       const std::string& what) {
+  for (size_t g = 0; g < ref.p.size(); ++g) {
+    std::vector<float> p, m, v;
+    ASSERT_TRUE(opt->ReadState(g, &p, &m, &v).ok());
+    uint64_t n = ref.p[g].size();
+    EXPECT_EQ(0, std::memcmp(p.data(), ref.p[g].data(), n * 4))
+        << what << " group " << g << " p";
+    EXPECT_EQ(0, std::memcmp(m.data(), ref.m[g].data(), n * 4))
+        << what << " group " << g << " m";
+    EXPECT_EQ(0, std::memcmp(v.data(), ref.v[g].data(), n * 4))
+        << what << " group " << g << " v";
+  }
+}
+
+class PipelineParityTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(PipelineParityTest, StepsOverTwoPathStoreEqualInMemoryKernelBitForBit) {
+  TempDir dir;
+  // Group 1 is empty; subgroups never span groups; 20000 does not divide.
+  OptimizerOptions o = TestOptimizerOptions(dir, {100003, 0, 54321}, 20000);
+  o.pipeline.prefetch_depth = GetParam();
+  o.pipeline.max_commits_in_flight = std::max(1, GetParam() / 2);
+  auto opt = Optimizer::Open(o);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_EQ((*opt)->subgroups().size(), 6u + 3u);
+  InMemoryRef ref(o);
+  for (uint64_t t = 1; t <= 4; ++t) {
+    ASSERT_TRUE(StageAll(opt->get(), t).ok());
+    auto r = (*opt)->Step(1024.0);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->skipped);
+    EXPECT_EQ(r->step, t);
+    ref.Step(o, t, 1.0 / 1024);
+    // Alternating order: forward on odd steps, backward on even ones.
+    int n = static_cast<int>((*opt)->subgroups().size());
+    ASSERT_EQ(r->order.size(), static_cast<size_t>(n));
+    for (int k = 0; k < n; ++k)
+      EXPECT_EQ(r->order[k], t % 2 == 1 ? k : n - 1 - k);
+    EXPECT_EQ(r->params, 154324u);
+    for (auto& pb : r->paths) {
+      EXPECT_GT(pb.written, 0u) << pb.root;
+      if (t > 1) {
+        EXPECT_GT(pb.read, 0u) << pb.root;
+      }
+    }
+    for (size_t g = 0; g < 3; ++g)
+      EXPECT_EQ(0, std::memcmp((*opt)->Params(g), ref.out[g].data(),
+                               ref.out[g].size() * 2))
+          << "params of group " << g << " after step " << t;
+  }
+  ExpectStateEquals(opt->get(), ref, "after 4 steps");
+  EXPECT_EQ((*opt)->step(), 4u);
+  opt->reset();
+  // Reopen: the step number comes back from the store.
+  auto again = Optimizer::Open(o);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->step(), 4u);
+  ExpectStateEquals(again->get(), ref, "after reopen");
+}
+
+INSTANTIATE_TEST_SUITE_P(PrefetchDepth, PipelineParityTest,
+                         ::testing::Values(1, 2, 4, 8));
+
+TEST(OptimizerTest, BaselineModeGivesTheSameStateAsMlpoMode) {
+  TempDir dir;
+  OptimizerOptions o = TestOptimizerOptions(dir, {30000, 12345}, 8192);
+  o.pipeline.grad_offload = true;
+  o.pipeline.alternate_order = false;
+  o.pipeline.prefetch_depth = 1;
+  auto opt = Optimizer::Open(o);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  InMemoryRef ref(o);
+  for (uint64_t t = 1; t <= 3; ++t) {
+    ASSERT_TRUE(StageAll(opt->get(), t).ok());
+    ASSERT_TRUE((*opt)->OffloadGrads().ok());
+    auto r = (*opt)->Step(1024.0);
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (size_t k = 0; k < r->order.size(); ++k)
+      EXPECT_EQ(r->order[k], static_cast<int>(k)) << "baseline order is fixed";
+    ref.Step(o, t, 1.0 / 1024);
+  }
+  ExpectStateEquals(opt->get(), ref, "baseline");
+  // The fp32 gradient objects went through the store.
+  auto rec = (*opt)->store()->GetVersion("grad.g0.s000000", 0);
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->version, 3u);
+}
+
+TEST(OptimizerTest, NonFiniteGradientsSkipTheStepAndAreCounted) {
+  TempDir dir;
+  OptimizerOptions o = TestOptimizerOptions(dir, {5000}, 2048);
+  auto opt = Optimizer::Open(o);
+  ASSERT_TRUE(opt.ok());
+  ASSERT_TRUE(StageAll(opt->get(), 1).ok());
+  ASSERT_TRUE((*opt)->Step(1024.0).ok());
+  std::vector<float> p0, m0, v0;
+  ASSERT_TRUE((*opt)->ReadState(0, &p0, &m0, &v0).ok());
+  std::vector<uint16_t> g(5000, FloatToBF16(0.5f));
+  g[4321] = 0x7fc0;  // NaN
+  ASSERT_TRUE((*opt)->StageGrad(0, 0, g.data(), DType::kBF16, 5000).ok());
+  auto r = (*opt)->Step(1024.0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->skipped);
+  EXPECT_NE(r->skip_reason.find("1 non-finite"), std::string::npos);
+  EXPECT_EQ((*opt)->skipped_steps(), 1u);
+  EXPECT_EQ((*opt)->step(), 1u);
+  std::vector<float> p1, m1, v1;
+  ASSERT_TRUE((*opt)->ReadState(0, &p1, &m1, &v1).ok());
+  EXPECT_EQ(p0, p1);
+  EXPECT_EQ(m0, m1);
+  EXPECT_EQ(v0, v1);
+  // The next clean step proceeds as step 2.
+  ASSERT_TRUE(StageAll(opt->get(), 2).ok());
+  r = (*opt)->Step(1024.0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->skipped);
+  EXPECT_EQ((*opt)->step(), 2u);
+}
+
+TEST(OptimizerTest, ClippingUsesTheGlobalNormOfAllGroups) {
+  TempDir dir;
+  OptimizerOptions o = TestOptimizerOptions(dir, {3000, 2000}, 1024);
+  o.max_grad_norm = 0.05;
+  auto opt = Optimizer::Open(o);
+  ASSERT_TRUE(opt.ok());
+  ASSERT_TRUE(StageAll(opt->get(), 1).ok());
+  double sq = 0;
+  for (int g = 0; g < 2; ++g)
+    for (uint64_t i = 0; i < o.groups[g].numel; ++i) {
+      double x = BF16ToFloat(GradValue(1, g, i)) / 1024.0;
+      sq += x * x;
+    }
+  double norm = std::sqrt(sq);
+  ASSERT_GT(norm, 0.05);
+  auto r = (*opt)->Step(1024.0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->grad_norm, norm, 1e-9 * norm);
+  EXPECT_NEAR(r->clip_coef, 0.05 / (norm + 1e-6), 1e-12);
+  InMemoryRef ref(o);
+  ref.Step(o, 1, r->clip_coef / 1024.0);
+  ExpectStateEquals(opt->get(), ref, "clipped step");
+}
+
+TEST(OptimizerTest, BadInputsAreRejectedAndLeaveStateIntact) {
+  TempDir dir;
+  OptimizerOptions o = TestOptimizerOptions(dir, {4000, 0}, 1500);
+  auto opt = Optimizer::Open(o);
+  ASSERT_TRUE(opt.ok());
+  std::vector<uint16_t> g(4000, FloatToBF16(0.25f));
+  // Missing gradient for part of subgroup 2.
+  ASSERT_TRUE((*opt)->StageGrad(0, 0, g.data(), DType::kBF16, 3500).ok());
+  auto r = (*opt)->Step();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("subgroup 2"), std::string::npos)
+      << r.status();
+  EXPECT_NE(r.status().message().find("[3500, 4000)"), std::string::npos)
+      << r.status();
+  EXPECT_EQ((*opt)->step(), 0u);
+  // Wrong dtype, out of range, overlap, unknown or empty group.
+  std::vector<float> f(10);
+  EXPECT_EQ((*opt)->StageGrad(0, 3500, f.data(), DType::kF32, 10).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*opt)->StageGrad(0, 3990, g.data(), DType::kBF16, 20).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*opt)->StageGrad(0, 3000, g.data(), DType::kBF16, 600).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*opt)->StageGrad(5, 0, g.data(), DType::kBF16, 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*opt)->StageGrad(1, 0, g.data(), DType::kBF16, 0).ok());
+  EXPECT_EQ((*opt)->Step(0.0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Completing the slice makes the step go through.
+  ASSERT_TRUE((*opt)->StageGrad(0, 3500, g.data(), DType::kBF16, 500).ok());
+  ASSERT_TRUE((*opt)->Step().ok());
+  EXPECT_EQ((*opt)->step(), 1u);
+  // Bad hyperparameters and subgroup size are rejected at open.
+  opt->reset();
+  OptimizerOptions bad = o;
+  bad.groups[0].hyper.beta1 = 1.0;
+  EXPECT_EQ(Optimizer::Open(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  bad = o;
+  bad.subgroup_numel = 0;
+  EXPECT_EQ(Optimizer::Open(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  bad = o;
+  bad.pipeline.prefetch_depth = 0;
+  EXPECT_EQ(Optimizer::Open(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace mlpo

@@ -1,0 +1,95 @@
+// Helpers for optimizer tests: deterministic parameters and gradients, and an
+// in-memory reference that runs the same kernel on whole arrays.
+#ifndef MLPO_TESTS_OPTIMIZER_TEST_UTIL_H_
+#define MLPO_TESTS_OPTIMIZER_TEST_UTIL_H_
+
+#include <vector>
+
+#include "optimizer/optimizer.h"
+#include "tests/store_test_util.h"
+
+namespace mlpo {
+
+inline float InitValue(int group, uint64_t i) {
+  uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ (group + 7) * 0xBF58476D1CE4E5B9ull;
+  return static_cast<float>(static_cast<int64_t>(h >> 40) - (1 << 23)) /
+         (1 << 23);
+}
+
+// bf16 gradient of element i of `group` at step t (times a loss scale 1024).
+inline uint16_t GradValue(uint64_t t, int group, uint64_t i) {
+  uint64_t h = (i + 3) * 0xD6E8FEB86659FD93ull ^ (t * 31 + group) * 0x9E3779B97F4A7C15ull;
+  float g = static_cast<float>(static_cast<int64_t>(h >> 40) - (1 << 23)) /
+            (1 << 23) * 1024.0f * 0.01f;
+  return FloatToBF16(g);
+}
+
+inline OptimizerOptions TestOptimizerOptions(const TempDir& dir,
+                                             std::vector<uint64_t> numel,
+                                             uint64_t subgroup) {
+  OptimizerOptions o;
+  o.store = TestStoreOptions(dir, {0.6, 0.4});
+  for (size_t g = 0; g < numel.size(); ++g) {
+    ParamGroup pg;
+    pg.numel = numel[g];
+    pg.hyper.lr = 1e-2 / (g + 1);
+    pg.hyper.weight_decay = g == 0 ? 0.01 : 0.0;
+    pg.hyper.mode = g == 2 ? AdamMode::kAdam : AdamMode::kAdamW;
+    o.groups.push_back(pg);
+  }
+  o.subgroup_numel = subgroup;
+  o.grad_dtype = DType::kBF16;
+  o.param_dtype = DType::kBF16;
+  o.pipeline.threads = 2;
+  o.pipeline.tile_elems = 4096;
+  o.init_params = [](int g, uint64_t off, float* dst, uint64_t n) {
+    for (uint64_t i = 0; i < n; ++i) dst[i] = InitValue(g, off + i);
+  };
+  return o;
+}
+
+inline absl::Status StageAll(Optimizer* opt, uint64_t t) {
+  for (size_t g = 0; g < opt->options().groups.size(); ++g) {
+    uint64_t n = opt->options().groups[g].numel;
+    std::vector<uint16_t> grad(n);
+    for (uint64_t i = 0; i < n; ++i) grad[i] = GradValue(t, g, i);
+    // Hand it over in two uneven slices, second one first.
+    uint64_t cut = n / 3;
+    auto s = opt->StageGrad(g, cut, grad.data() + cut, DType::kBF16, n - cut);
+    if (!s.ok()) return s;
+    s = opt->StageGrad(g, 0, grad.data(), DType::kBF16, cut);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// Whole-array reference: the same kernel, no store, no pipeline.
+struct InMemoryRef {
+  std::vector<std::vector<float>> p, m, v;
+  std::vector<std::vector<uint16_t>> out;
+  explicit InMemoryRef(const OptimizerOptions& o) {
+    for (size_t g = 0; g < o.groups.size(); ++g) {
+      uint64_t n = o.groups[g].numel;
+      p.emplace_back(n);
+      for (uint64_t i = 0; i < n; ++i) p[g][i] = InitValue(g, i);
+      m.emplace_back(n, 0.0f);
+      v.emplace_back(n, 0.0f);
+      out.emplace_back(n, 0);
+    }
+  }
+  void Step(const OptimizerOptions& o, uint64_t t, double grad_scale) {
+    for (size_t g = 0; g < o.groups.size(); ++g) {
+      uint64_t n = o.groups[g].numel;
+      std::vector<uint16_t> grad(n);
+      for (uint64_t i = 0; i < n; ++i) grad[i] = GradValue(t, g, i);
+      AdamSlice s{p[g].data(), m[g].data(), v[g].data(), grad.data(),
+                  DType::kBF16, out[g].data(), DType::kBF16, n};
+      AdamUpdate(s, MakeStepConsts(o.groups[g].hyper, t, grad_scale),
+                 KernelIsa::kScalar);
+    }
+  }
+};
+
+}  // namespace mlpo
+
+#endif  // MLPO_TESTS_OPTIMIZER_TEST_UTIL_H_
