@@ -25,6 +25,7 @@ void Progress(const std::string& line);
 void AddIoBench(CLI::App& app);
 void AddStoreBench(CLI::App& app);
 void AddStepBench(CLI::App& app);
+void AddKernelBench(CLI::App& app);
 
 }  // namespace mlpo
 

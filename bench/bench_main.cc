@@ -8,6 +8,7 @@ int main(int argc, char** argv) {
   mlpo::AddIoBench(app);
   mlpo::AddStoreBench(app);
   mlpo::AddStepBench(app);
+  mlpo::AddKernelBench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,7 +1,5 @@
 #include "store/layout.h"
 
-#include <xxhash.h>
-
 #include <cstring>
 #include <set>
 
@@ -35,8 +33,6 @@ bool GetStr(absl::string_view* in, std::string* s) {
 }
 
 }  // namespace
-
-uint64_t Checksum(const void* data, size_t n) { return XXH3_64bits(data, n); }
 
 absl::Status ValidateName(absl::string_view kind, absl::string_view name) {
   bool ok = !name.empty() && name.size() <= 200 && name != "." && name != "..";

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "store/checksum.h"
 #include "store/dtype.h"
 
 namespace mlpo {
@@ -70,7 +71,6 @@ struct VersionRecord {
 // "..", and no "/" (names never become file paths, but tools print them).
 absl::Status ValidateName(absl::string_view kind, absl::string_view name);
 
-uint64_t Checksum(const void* data, size_t n);  // xxh3-64
 
 }  // namespace mlpo
 

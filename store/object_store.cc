@@ -47,11 +47,8 @@ ObjectStore::~ObjectStore() {
     mu_.Await(absl::Condition(
         +[](int* n) { return *n == 0; }, &commits_in_flight_));
   }
-  {
-    absl::MutexLock l(&post_mu_);
-    stop_ = true;
-  }
-  if (finalizer_.joinable()) finalizer_.join();
+  hasher_.reset();     // drains
+  finalizer_.reset();  // drains
   paths_.clear();  // closes engines: drains any reads in flight
   meta_.reset();
   if (lock_fd_ >= 0) ::close(lock_fd_);
@@ -186,7 +183,9 @@ absl::Status ObjectStore::OpenImpl() {
     ++it;
   }
   if (!gc.empty()) MLPO_RETURN_IF_ERROR(meta_->Apply(&gc, true));
-  finalizer_ = std::thread([this] { RunFinalizer(); });
+  pool_ = std::make_shared<BufferPool>(options_.buffer_pool_bytes);
+  hasher_ = std::make_unique<WorkQueue>();
+  finalizer_ = std::make_unique<WorkQueue>();
   return absl::OkStatus();
 }
 
@@ -300,7 +299,8 @@ std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
       lease->is_new_ = false;
     }
   }
-  lease->buf_ = AlignedBuffer(lease->layout_.total_bytes());
+  lease->buf_ = pool_->Get(lease->layout_.total_bytes());
+  lease->pool_ = pool_;
   if (lease->is_new_) {
     if (options_.initializer)
       options_.initializer(object, lease->layout_, lease->buf_.data());
@@ -322,27 +322,30 @@ std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
     char* dst = lease->buf_.data() + e.blob_offset;
     paths_[e.path]->Read(
         {e.offset, e.length}, dst,
-        [this, e, dst, lease, pending, promise, v = rec.version](const absl::Status& s) {
-          std::string err;
-          if (!s.ok()) {
-            err = std::string(s.message());
-          } else {
-            uint64_t got = Checksum(dst, e.length);
-            if (got != e.checksum)
-              err = absl::StrCat("checksum mismatch (stored ",
-                                 absl::Hex(e.checksum), ", read ",
-                                 absl::Hex(got), ")");
-          }
-          if (!err.empty()) {
-            absl::MutexLock l(&pending->mu);
-            pending->bad.push_back(Describe(lease->object_, v, e, err));
-          }
-          if (pending->left.fetch_sub(1) != 1) return;
-          Unpin({lease->object_, v});
-          if (!pending->bad.empty())
-            promise->set_value(BadExtentStatus(pending->bad.front()));
-          else
-            promise->set_value(lease);
+        [this, e, dst, lease, pending, promise,
+         v = rec.version](const absl::Status& s) {
+          hasher_->Post([this, e, dst, lease, pending, promise, v, s] {
+            std::string err;
+            if (!s.ok()) {
+              err = std::string(s.message());
+            } else {
+              uint64_t got = Checksum(dst, e.length);
+              if (got != e.checksum)
+                err = absl::StrCat("checksum mismatch (stored ",
+                                   absl::Hex(e.checksum), ", read ",
+                                   absl::Hex(got), ")");
+            }
+            if (!err.empty()) {
+              absl::MutexLock l(&pending->mu);
+              pending->bad.push_back(Describe(lease->object_, v, e, err));
+            }
+            if (pending->left.fetch_sub(1) != 1) return;
+            Unpin({lease->object_, v});
+            if (!pending->bad.empty())
+              promise->set_value(BadExtentStatus(pending->bad.front()));
+            else
+              promise->set_value(lease);
+          });
         });
   }
   return fut;
@@ -361,7 +364,8 @@ absl::StatusOr<Lease> ObjectStore::Blank(const std::string& object) {
     lease->version_ = it->second.head;
     lease->is_new_ = !it->second.has_head;
   }
-  lease->buf_ = AlignedBuffer(lease->layout_.total_bytes());
+  lease->buf_ = pool_->Get(lease->layout_.total_bytes());
+  lease->pool_ = pool_;
   return lease;
 }
 
@@ -423,8 +427,7 @@ std::future<absl::Status> ObjectStore::Commit(Lease lease, uint64_t version) {
         e.path = static_cast<uint32_t>(p);
         e.offset = r.offset + o;
         e.length = std::min(options_.extent_bytes, r.length - o);
-        e.blob_offset = blob_off;
-        e.checksum = Checksum(lease->data() + blob_off, e.length);
+        e.blob_offset = blob_off;  // checksum: filled by the hasher
         blob_off += e.length;
         op->rec.extents.push_back(e);
       }
@@ -438,17 +441,23 @@ std::future<absl::Status> ObjectStore::Commit(Lease lease, uint64_t version) {
     return fut;
   }
   op->left = static_cast<int>(op->rec.extents.size());
-  for (const ExtentRef& e : op->rec.extents) {
-    paths_[e.path]->Write(
-        {e.offset, e.length}, lease->data() + e.blob_offset,
-        [this, op](const absl::Status& s) {
-          if (!s.ok()) {
-            absl::MutexLock l(&op->mu);
-            if (op->error.ok()) op->error = s;
-          }
-          if (op->left.fetch_sub(1) == 1) Post([this, op] { FinalizeCommit(op); });
-        });
-  }
+  // Hash each extent and start its write at once, on the hasher thread: the
+  // caller goes back to computing while the paths write.
+  hasher_->Post([this, op] {
+    for (ExtentRef& e : op->rec.extents) {
+      const char* src = op->lease->data() + e.blob_offset;
+      e.checksum = Checksum(src, e.length);
+      paths_[e.path]->Write(
+          {e.offset, e.length}, src, [this, op](const absl::Status& s) {
+            if (!s.ok()) {
+              absl::MutexLock l(&op->mu);
+              if (op->error.ok()) op->error = s;
+            }
+            if (op->left.fetch_sub(1) == 1)
+              finalizer_->Post([this, op] { FinalizeCommit(op); });
+          });
+    }
+  });
   return fut;
 }
 
@@ -544,28 +553,6 @@ void ObjectStore::FreeExtents(const std::vector<ExtentRef>& extents) {
   for (const ExtentRef& e : extents) {
     absl::Status s = paths_[e.path]->Free({e.offset, e.length});
     if (!s.ok()) std::fprintf(stderr, "mlpo: %s\n", std::string(s.message()).c_str());
-  }
-}
-
-void ObjectStore::Post(std::function<void()> fn) {
-  absl::MutexLock l(&post_mu_);
-  posted_.push_back(std::move(fn));
-}
-
-void ObjectStore::RunFinalizer() {
-  for (;;) {
-    std::vector<std::function<void()>> work;
-    {
-      absl::MutexLock l(&post_mu_);
-      post_mu_.Await(absl::Condition(
-          +[](ObjectStore* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return s->stop_ || !s->posted_.empty();
-          },
-          this));
-      if (posted_.empty() && stop_) return;
-      work.swap(posted_);
-    }
-    for (auto& fn : work) fn();
   }
 }
 

@@ -29,10 +29,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "store/buffer_pool.h"
 #include "store/layout.h"
 #include "store/meta_index.h"
 #include "store/storage_path.h"
 #include "store/store_options.h"
+#include "store/work_queue.h"
 
 namespace mlpo {
 
@@ -42,6 +44,9 @@ class ObjectStore;
 // it holds (0 and is_new() for an object never committed).
 class CheckoutLease {
  public:
+  ~CheckoutLease() {
+    if (pool_) pool_->Put(std::move(buf_));
+  }
   const std::string& object() const { return object_; }
   uint64_t version() const { return version_; }
   bool is_new() const { return is_new_; }
@@ -63,6 +68,7 @@ class CheckoutLease {
   bool is_new_ = true;
   ObjectLayout layout_;
   AlignedBuffer buf_;
+  std::shared_ptr<BufferPool> pool_;  // where buf_ returns
 };
 using Lease = std::shared_ptr<CheckoutLease>;
 
@@ -168,8 +174,6 @@ class ObjectStore {
   absl::Status OpenImpl();
   absl::Status LockStore();
   void FinalizeCommit(std::shared_ptr<CommitOp> op);
-  void RunFinalizer();
-  void Post(std::function<void()> fn);
   // Writes `b` after adding the deletion of every record whose references
   // all go (when `free_now`), then drops the references in memory and
   // returns in `to_free` the extents to free now that `b` is durable.
@@ -190,6 +194,7 @@ class ObjectStore {
   StoreOptions options_;
   std::vector<double> fractions_;
   std::vector<std::unique_ptr<StoragePath>> paths_;
+  std::shared_ptr<BufferPool> pool_;
   std::unique_ptr<MetaIndex> meta_;
   int lock_fd_ = -1;
 
@@ -202,10 +207,11 @@ class ObjectStore {
   uint64_t checkouts_ ABSL_GUARDED_BY(mu_) = 0;
   int commits_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 
-  absl::Mutex post_mu_;
-  std::vector<std::function<void()>> posted_ ABSL_GUARDED_BY(post_mu_);
-  bool stop_ ABSL_GUARDED_BY(post_mu_) = false;
-  std::thread finalizer_;
+  // Hashes extents (commits: hash then submit each write; checkouts: verify
+  // each extent read), off the caller's and the I/O threads.
+  std::unique_ptr<WorkQueue> hasher_;
+  // Syncs paths and writes the index batch of each finished commit.
+  std::unique_ptr<WorkQueue> finalizer_;
 };
 
 }  // namespace mlpo

@@ -242,7 +242,8 @@ absl::StatusOr<Lease> ObjectStore::ReadVersion(const std::string& object,
   lease->object_ = object;
   lease->version_ = version;
   lease->is_new_ = false;
-  lease->buf_ = AlignedBuffer(rec.blob_bytes);
+  lease->buf_ = pool_->Get(rec.blob_bytes);
+  lease->pool_ = pool_;
   std::vector<BadExtent> bad;
   ReadExtents(object, rec, lease->buf_.data(), &bad);
   Unpin({object, version});

@@ -120,6 +120,8 @@ absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
       o.meta_dir = Resolve(base, *v.value<std::string>());
     } else if (key == "extent_bytes") {
       MLPO_ASSIGN_OR_RETURN(o.extent_bytes, SizeValue(v, key));
+    } else if (key == "buffer_pool_bytes") {
+      MLPO_ASSIGN_OR_RETURN(o.buffer_pool_bytes, SizeValue(v, key));
     } else if (key == "path") {
       auto* arr = v.as_array();
       if (arr == nullptr)

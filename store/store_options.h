@@ -5,6 +5,7 @@
 //   durability = "step"      # "step" (default) or "tag"
 //   meta_dir = "..."         # default: <first nvme path>/<name>/rank-<r>/meta
 //   extent_bytes = "1M"      # largest single extent (one I/O request)
+//   buffer_pool_bytes = "2G" # idle lease buffers kept for reuse
 //   [[path]]                 # one table per storage path, in order
 //   root = "var/nvme"        # relative paths: relative to the TOML file
 //   kind = "nvme"            # nvme | pfs | other
@@ -57,6 +58,9 @@ struct StoreOptions {
   // Largest extent, i.e. one I/O request; objects are cut into extents of at
   // most this size on each path. Multiple of 4 KiB, 64 KiB..64 MiB.
   uint64_t extent_bytes = uint64_t{1} << 20;
+  // Idle lease buffers kept for reuse (bytes). Steady-state checkouts then
+  // reuse memory instead of faulting in fresh pages; 0 disables.
+  uint64_t buffer_pool_bytes = uint64_t{2} << 30;
   bool create_if_missing = true;
   ObjectInitializer initializer;  // not in TOML
 };

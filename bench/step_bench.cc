@@ -1,0 +1,316 @@
+// `mlpo-bench step`: the update phase of a synthetic model in each mode, in
+// one run, against the DeepSpeed-style baseline and against the I/O lower
+// bound of DESIGN.md, both measured in the same run:
+//   lower_bound_s = max(bytes moved / sum over the mode's paths of U_k,
+//                       params / R_adam)
+// where U_k is each path's mixed read+write bandwidth (probed here, with the
+// path's cap) and R_adam the fused kernel's params/s (measured here).
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_common.h"
+#include "bench/kernel_rate.h"
+#include "nlohmann/json.hpp"
+#include "optimizer/optimizer.h"
+#include "store/bandwidth_probe.h"
+#include "tools/cli_util.h"
+
+namespace mlpo {
+namespace {
+
+using json = nlohmann::json;
+
+[[noreturn]] void Die(const std::string& what, const absl::Status& s) {
+  std::cerr << "\nmlpo-bench step: " << what << ": " << s.message() << "\n";
+  throw CLI::RuntimeError(1);
+}
+
+struct PathSpec {
+  std::string root;
+  uint64_t cap = 0;
+  double mixed_bps = 0;  // U_k, measured
+};
+
+struct ModeResult {
+  std::string mode;
+  double step_s = 0, backward_s = 0, read_wait_s = 0, compute_s = 0,
+         write_wait_s = 0;
+  double bytes_read = 0, bytes_written = 0;
+  std::vector<PathBytes> paths;
+  double lower_bound_s = 0;
+};
+
+ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
+                   const std::string& dir, uint64_t params, uint64_t subgroup,
+                   int steps, int prefetch, int commits, int threads,
+                   const std::vector<uint16_t>& grads, bool keep,
+                   Durability durability) {
+  bool baseline = mode == "baseline";
+  OptimizerOptions o;
+  o.store.name = "step-" + mode;
+  o.store.extent_bytes = 4 << 20;
+  o.store.durability = durability;
+  size_t np = baseline ? 1 : paths.size();
+  for (size_t i = 0; i < np; ++i) {
+    StorePathConfig pc;
+    pc.path.root = paths[i].root;
+    pc.path.kind = i == 0 ? PathKind::kNvme : PathKind::kPfs;
+    pc.path.slots = 0;
+    pc.path.read_cap = pc.path.write_cap = paths[i].cap;
+    pc.path.queue_depth = 16;
+    pc.path.segment_bytes = uint64_t{1} << 30;
+    pc.fraction = paths[i].mixed_bps;  // f_k proportional to U_k
+    o.store.paths.push_back(pc);
+    std::filesystem::remove_all(paths[i].root + "/" + o.store.name);
+  }
+  ParamGroup g;
+  g.numel = params;
+  g.hyper.weight_decay = 0.01;
+  o.groups.push_back(g);
+  o.subgroup_numel = subgroup;
+  o.grad_dtype = DType::kF16;
+  o.param_dtype = DType::kBF16;
+  o.pipeline.threads = threads;
+  o.pipeline.grad_offload = baseline;
+  o.pipeline.alternate_order = !baseline;
+  o.pipeline.prefetch_depth = baseline ? 1 : prefetch;
+  o.pipeline.max_commits_in_flight = baseline ? 1 : commits;
+  o.init_params = [](int, uint64_t off, float* dst, uint64_t n) {
+    for (uint64_t i = 0; i < n; ++i)
+      dst[i] = 0.001f * static_cast<float>((off + i) % 1000) - 0.5f;
+  };
+  auto opt = Optimizer::Open(o);
+  if (!opt.ok()) Die(mode, opt.status());
+  ModeResult r;
+  r.mode = mode;
+  // Step 0 (untimed) creates the state on the store; then `steps` timed.
+  for (int s = 0; s <= steps; ++s) {
+    absl::Time t0 = absl::Now();
+    auto st = (*opt)->StageGrad(0, 0, grads.data(), DType::kF16, params);
+    if (!st.ok()) Die(mode, st);
+    if (baseline)
+      if (auto e = (*opt)->OffloadGrads(); !e.ok()) Die(mode, e);
+    double bw = absl::ToDoubleSeconds(absl::Now() - t0);
+    auto rep = (*opt)->Step(1024.0);
+    if (!rep.ok()) Die(mode, rep.status());
+    Progress(absl::StrFormat(
+        "%s step %d/%d: %.2f s (read wait %.2f, compute %.2f, write wait "
+        "%.2f), %s moved",
+        mode, s, steps, rep->total_s, rep->read_wait_s, rep->compute_s,
+        rep->write_wait_s,
+        FormatBytes(static_cast<double>(rep->bytes_read + rep->bytes_written))));
+    if (s == 0) continue;
+    r.step_s += rep->total_s / steps;
+    r.backward_s += bw / steps;
+    r.read_wait_s += rep->read_wait_s / steps;
+    r.compute_s += rep->compute_s / steps;
+    r.write_wait_s += rep->write_wait_s / steps;
+    r.bytes_read += static_cast<double>(rep->bytes_read) / steps;
+    r.bytes_written += static_cast<double>(rep->bytes_written) / steps;
+    if (r.paths.empty()) r.paths = rep->paths;
+  }
+  double sum_u = 0;
+  for (size_t i = 0; i < np; ++i) sum_u += paths[i].mixed_bps;
+  r.lower_bound_s = (r.bytes_read + r.bytes_written) / sum_u;
+  opt->reset();
+  if (!keep)
+    for (size_t i = 0; i < np; ++i)
+      std::filesystem::remove_all(paths[i].root + "/" + o.store.name);
+  return r;
+}
+
+}  // namespace
+
+void AddStepBench(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "step", "Update-phase benchmark: baseline (DeepSpeed-style NVMe "
+              "offload) vs mlpo on a synthetic model, with the I/O lower "
+              "bound measured in the same run");
+  struct Args {
+    BenchFlags f;
+    uint64_t params = 500'000'000;
+    uint64_t subgroup = 32'000'000;
+    std::string paths;
+    int steps = 3;
+    std::string modes = "baseline,mlpo";
+    int prefetch = 2, commits = 2, threads = 0;
+    double probe_s = 2;
+    std::string durability = "step";
+  };
+  auto a = std::make_shared<Args>();
+  AddBenchFlags(cmd, &a->f);
+  cmd->add_flag("--keep", a->f.keep, "Leave the stores under their paths");
+  cmd->add_option("--params", a->params,
+                  "Parameters of the synthetic model (64M with --quick)")
+      ->capture_default_str();
+  cmd->add_option("--subgroup", a->subgroup,
+                  "Elements per subgroup (8M with --quick)")
+      ->capture_default_str();
+  cmd->add_option("--paths", a->paths,
+                  "Comma-separated ROOT[@CAP] (CAP in bytes/s, e.g. "
+                  "var/nvme,var/pfs@300MB); default <dir>/nvme. The baseline "
+                  "uses the first path only");
+  cmd->add_option("--steps", a->steps, "Timed steps per mode (after one "
+                                       "untimed step that creates the state)")
+      ->capture_default_str();
+  cmd->add_option("--modes", a->modes, "Modes to run: baseline, mlpo")
+      ->capture_default_str();
+  cmd->add_option("--prefetch", a->prefetch, "mlpo prefetch depth")
+      ->capture_default_str();
+  cmd->add_option("--commits", a->commits, "mlpo commits in flight")
+      ->capture_default_str();
+  cmd->add_option("--threads", a->threads, "Kernel threads (0 = all cores)")
+      ->capture_default_str();
+  cmd->add_option("--durability", a->durability,
+                  "Store durability for both modes: step or tag")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"step", "tag"}));
+  cmd->add_option("--probe-seconds", a->probe_s,
+                  "Seconds of each path's mixed-bandwidth probe")
+      ->capture_default_str();
+  cmd->callback([a] {
+    BenchFlags& f = a->f;
+    if (f.quick) {
+      if (a->params == 500'000'000) a->params = 64'000'000;
+      if (a->subgroup == 32'000'000) a->subgroup = 8'000'000;
+      a->steps = std::min(a->steps, 2);
+      a->probe_s = std::min(a->probe_s, 1.0);
+    }
+    std::vector<PathSpec> paths;
+    std::string spec = a->paths.empty() ? f.dir + "/nvme" : a->paths;
+    for (auto part : absl::StrSplit(spec, ',')) {
+      std::vector<std::string> rc = absl::StrSplit(part, '@');
+      PathSpec p;
+      p.root = rc[0];
+      if (rc.size() > 1) {
+        auto cap = ParseSize(rc[1]);
+        if (!cap.ok()) Die("--paths", cap.status());
+        p.cap = *cap;
+      }
+      EnsureDir(p.root);
+      paths.push_back(p);
+    }
+    std::vector<std::string> modes = absl::StrSplit(a->modes, ',');
+    for (auto& m : modes)
+      if (m != "baseline" && m != "mlpo")
+        Die("--modes", absl::InvalidArgumentError("unknown mode '" + m + "'"));
+    json out;
+    // U_k: each path's mixed bandwidth, with its cap, measured now.
+    for (auto& p : paths) {
+      Progress("probing mixed bandwidth of " + p.root);
+      std::string file = p.root + "/.mlpo-step-probe.dat";
+      uint64_t size = uint64_t{1} << 30;
+      if (auto st = PrepareProbeFile(file, size); !st.ok()) Die(p.root, st);
+      PathAdmission adm(p.cap, p.cap, absl::Milliseconds(20), nullptr);
+      ProbeOptions po;
+      po.load = ProbeLoad::kMixed;
+      po.block = 4 << 20;
+      po.depth = 16;
+      po.file_bytes = size;
+      po.duration = absl::Seconds(a->probe_s);
+      po.admission = &adm;
+      auto r = RunProbe(file, po);
+      std::filesystem::remove(file);
+      if (!r.ok()) Die(p.root, r.status());
+      p.mixed_bps = r->bytes_per_s();
+      out["paths"].push_back(
+          {{"root", p.root}, {"cap_bps", p.cap}, {"mixed_bps", p.mixed_bps}});
+    }
+    Progress("measuring the kernel (R_adam)");
+    int threads = a->threads > 0 ? a->threads
+                                 : static_cast<int>(std::thread::hardware_concurrency());
+    double r_adam = MeasureKernelRates(size_t{16} << 20, threads, 3).adam;
+    out["r_adam_params_per_s"] = r_adam;
+    Progress("generating gradients");
+    std::vector<uint16_t> grads(a->params);
+    uint32_t x = 12345;
+    for (auto& gv : grads) {
+      x ^= x << 13;
+      x ^= x >> 17;
+      x ^= x << 5;
+      gv = FloatToF16(static_cast<float>(static_cast<int>(x % 2001) - 1000) *
+                      1e-3f);
+    }
+    std::map<std::string, ModeResult> res;
+    for (auto& m : modes) {
+      ModeResult r = RunMode(m, paths, f.dir, a->params, a->subgroup, a->steps,
+                             a->prefetch, a->commits, a->threads, grads, f.keep,
+                             a->durability == "tag" ? Durability::kTag
+                                                    : Durability::kStep);
+      r.lower_bound_s = std::max(r.lower_bound_s, a->params / r_adam);
+      json pj = json::array();
+      for (auto& p : r.paths)
+        pj.push_back({{"root", p.root}, {"bytes_read", p.read},
+                      {"bytes_written", p.written}});
+      double moved = r.bytes_read + r.bytes_written;
+      out["modes"][m] = {{"step_s", r.step_s},
+                         {"backward_s", r.backward_s},
+                         {"read_wait_s", r.read_wait_s},
+                         {"compute_s", r.compute_s},
+                         {"write_wait_s", r.write_wait_s},
+                         {"bytes_read", r.bytes_read},
+                         {"bytes_written", r.bytes_written},
+                         {"bytes_per_param", moved / a->params},
+                         {"effective_gbps", moved / r.step_s / 1e9},
+                         {"params_per_s", a->params / r.step_s},
+                         {"lower_bound_s", r.lower_bound_s},
+                         {"bound_efficiency", r.lower_bound_s / r.step_s},
+                         {"paths", pj}};
+      res[m] = r;
+    }
+    if (res.count("baseline")) {
+      for (auto& [m, r] : res) {
+        out["modes"][m]["ratio_to_baseline"] = res["baseline"].step_s / r.step_s;
+        out["modes"][m]["total_ratio_to_baseline"] =
+            (res["baseline"].step_s + res["baseline"].backward_s) /
+            (r.step_s + r.backward_s);
+      }
+      if (res.count("mlpo"))
+        out["speedup_vs_baseline"] = res["baseline"].step_s / res["mlpo"].step_s;
+    }
+    out["params"] = a->params;
+    out["subgroup"] = a->subgroup;
+    out["steps"] = a->steps;
+    out["durability"] = a->durability;
+    Progress("");
+    if (f.json) {
+      std::cout << out.dump(2) << "\n";
+      return;
+    }
+    std::printf("%s params, subgroup %s, %d timed steps; R_adam %.0f M params/s\n",
+                FormatBytes(double(a->params)).c_str(),
+                FormatBytes(double(a->subgroup)).c_str(), a->steps,
+                r_adam / 1e6);
+    for (auto& p : out["paths"])
+      std::printf("path %s: cap %s, mixed U = %s\n",
+                  p["root"].get<std::string>().c_str(),
+                  p["cap_bps"].get<double>() > 0
+                      ? FormatRate(p["cap_bps"].get<double>()).c_str()
+                      : "none",
+                  FormatRate(p["mixed_bps"].get<double>()).c_str());
+    std::printf("%-9s %8s %8s %8s %8s %8s %7s %9s %9s %8s %8s\n", "mode",
+                "step s", "bwd s", "rd wait", "compute", "wr wait", "B/param",
+                "GB/s", "Mparam/s", "bound s", "bound/s");
+    for (auto& [m, j] : out["modes"].items())
+      std::printf("%-9s %8.2f %8.2f %8.2f %8.2f %8.2f %7.1f %9.2f %9.1f %8.2f "
+                  "%8.3f\n",
+                  m.c_str(), j["step_s"].get<double>(),
+                  j["backward_s"].get<double>(), j["read_wait_s"].get<double>(),
+                  j["compute_s"].get<double>(), j["write_wait_s"].get<double>(),
+                  j["bytes_per_param"].get<double>(),
+                  j["effective_gbps"].get<double>(),
+                  j["params_per_s"].get<double>() / 1e6,
+                  j["lower_bound_s"].get<double>(),
+                  j["bound_efficiency"].get<double>());
+    if (out.contains("speedup_vs_baseline"))
+      std::printf("speedup_vs_baseline (update phase) %.2fx; with the backward "
+                  "phase %.2fx\n",
+                  out["speedup_vs_baseline"].get<double>(),
+                  out["modes"]["mlpo"]["total_ratio_to_baseline"].get<double>());
+  });
+}
+
+}  // namespace mlpo

@@ -1,0 +1,13 @@
+// xxh3-64 compiled for avx2 (see checksum.h).
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "store/checksum.h"
+
+namespace mlpo {
+
+uint64_t ChecksumAvx2(const void* data, size_t n) {
+  return XXH3_64bits(data, n);
+}
+
+}  // namespace mlpo
