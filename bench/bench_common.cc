@@ -1,5 +1,7 @@
 #include "bench/bench_common.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -25,7 +27,12 @@ void EnsureDir(const std::string& dir) {
 }
 
 void Progress(const std::string& line) {
-  std::fprintf(stderr, "\r\033[K%s", line.c_str());
+  // In a terminal the line is rewritten in place; in a log, one line each.
+  static const bool tty = isatty(STDERR_FILENO);
+  if (tty)
+    std::fprintf(stderr, "\r\033[K%s", line.c_str());
+  else if (!line.empty())
+    std::fprintf(stderr, "%s\n", line.c_str());
   std::fflush(stderr);
 }
 

@@ -132,7 +132,7 @@ void AddStepBench(CLI::App& app) {
   struct Args {
     BenchFlags f;
     uint64_t params = 500'000'000;
-    uint64_t subgroup = 32'000'000;
+    uint64_t subgroup = 8'000'000;
     std::string paths;
     int steps = 3;
     std::string modes = "baseline,mlpo";
@@ -147,7 +147,7 @@ void AddStepBench(CLI::App& app) {
                   "Parameters of the synthetic model (64M with --quick)")
       ->capture_default_str();
   cmd->add_option("--subgroup", a->subgroup,
-                  "Elements per subgroup (8M with --quick)")
+                  "Elements per subgroup (4M with --quick)")
       ->capture_default_str();
   cmd->add_option("--paths", a->paths,
                   "Comma-separated ROOT[@CAP] (CAP in bytes/s, e.g. "
@@ -175,7 +175,7 @@ void AddStepBench(CLI::App& app) {
     BenchFlags& f = a->f;
     if (f.quick) {
       if (a->params == 500'000'000) a->params = 64'000'000;
-      if (a->subgroup == 32'000'000) a->subgroup = 8'000'000;
+      if (a->subgroup == 8'000'000) a->subgroup = 4'000'000;
       a->steps = std::min(a->steps, 2);
       a->probe_s = std::min(a->probe_s, 1.0);
     }

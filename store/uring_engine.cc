@@ -14,6 +14,11 @@
 // Each completion is checked for its full length: short transfers are
 // resubmitted with the offset advanced, EAGAIN/EINTR are requeued, and a
 // transfer that makes no progress fails with EIO.
+//
+// Reads and writes wait in separate queues and are admitted independently:
+// a write held back by its bandwidth cap must not block reads (the caps of
+// the two directions add up), and reads, which the pipeline waits on, are
+// offered the free queue slots first.
 #include <liburing.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -251,7 +256,7 @@ class UringEngine final : public IoEngine {
     res = FilterResult(r, off, len, res);
     if (res == -EAGAIN || res == -EINTR) {
       retries_.fetch_add(1, std::memory_order_relaxed);
-      ready_.push_front(std::move(op));
+      ready_[Dir(op->req)].push_front(std::move(op));
       return;
     }
     if (res < 0) return Finish(std::move(op), RequestError(r, off, len, -res));
@@ -266,7 +271,7 @@ class UringEngine final : public IoEngine {
     op->done += static_cast<size_t>(std::min<int>(res, static_cast<int>(len)));
     if (op->done < r.len) {
       short_resubmits_.fetch_add(1, std::memory_order_relaxed);
-      ready_.push_front(std::move(op));
+      ready_[Dir(op->req)].push_front(std::move(op));
       return;
     }
     Finish(std::move(op), absl::OkStatus());
@@ -285,7 +290,8 @@ class UringEngine final : public IoEngine {
       {
         std::lock_guard<std::mutex> l(mu_);
         while (!incoming_.empty()) {
-          ready_.push_back(std::move(incoming_.front()));
+          auto& op = incoming_.front();
+          ready_[Dir(op->req)].push_back(std::move(op));
           incoming_.pop_front();
         }
         control.swap(control_);
@@ -293,29 +299,42 @@ class UringEngine final : public IoEngine {
       }
       for (auto& fn : control) fn();
 
-      absl::Duration delay = absl::ZeroDuration();
-      while (inflight < options_.queue_depth && !ready_.empty()) {
-        Op* op = ready_.front().get();
-        if (!op->admitted && options_.admission != nullptr) {
-          delay = options_.admission->Admit(op->req);
-          if (delay > absl::ZeroDuration()) break;
+      absl::Duration delay = absl::InfiniteDuration();
+      bool progress = true;
+      while (progress && inflight < options_.queue_depth) {
+        progress = false;
+        for (auto& q : ready_) {  // reads first
+          if (q.empty() || inflight >= options_.queue_depth) continue;
+          Op* op = q.front().get();
+          if (!op->admitted && options_.admission != nullptr) {
+            absl::Duration d = options_.admission->Admit(op->req);
+            if (d > absl::ZeroDuration()) {
+              delay = std::min(delay, d);
+              continue;
+            }
+          }
+          op->admitted = true;
+          std::unique_ptr<Op> owned = std::move(q.front());
+          q.pop_front();
+          progress = true;
+          if (!Prep(owned.get())) {
+            IoRequest& r = owned->req;
+            Finish(std::move(owned),
+                   absl::InvalidArgumentError(absl::StrCat(
+                       "io engine '", options_.name, "': file handle ", r.file,
+                       " was unregistered with a request pending")));
+            continue;
+          }
+          owned.release();
+          ++inflight;
+          idle_reported = false;
         }
-        op->admitted = true;
-        std::unique_ptr<Op> owned = std::move(ready_.front());
-        ready_.pop_front();
-        if (!Prep(owned.get())) {
-          IoRequest& r = owned->req;
-          Finish(std::move(owned),
-                 absl::InvalidArgumentError(absl::StrCat(
-                     "io engine '", options_.name, "': file handle ", r.file,
-                     " was unregistered with a request pending")));
-          continue;
-        }
-        owned.release();
-        ++inflight;
-        idle_reported = false;
       }
-      if (inflight == 0 && ready_.empty()) {
+      bool queued = !ready_[0].empty() || !ready_[1].empty();
+      if (!queued || inflight >= options_.queue_depth)
+        delay = absl::ZeroDuration();  // nothing to admit: wait for events
+      if (delay == absl::InfiniteDuration()) delay = absl::ZeroDuration();
+      if (inflight == 0 && !queued) {
         if (!idle_reported && options_.admission != nullptr)
           options_.admission->Idle();
         idle_reported = true;
@@ -365,7 +384,8 @@ class UringEngine final : public IoEngine {
   bool closing_ = false;                        // guarded by mu_
 
   // Ring-thread state.
-  std::deque<std::unique_ptr<Op>> ready_;
+  static int Dir(const IoRequest& r) { return r.op == IoOp::kRead ? 0 : 1; }
+  std::deque<std::unique_ptr<Op>> ready_[2];  // [0] reads, [1] writes
   std::vector<uint64_t> ring_gen_;
   std::map<uintptr_t, std::pair<uintptr_t, int>> regions_;  // base->(end,idx)
   std::vector<uint64_t> generation_;  // guarded by files_mu_

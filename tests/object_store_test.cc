@@ -331,3 +331,18 @@ TEST(ObjectStoreTest, StoreDirectoryDescriptorReopensTheStore) {
 
 }  // namespace
 }  // namespace mlpo
+
+namespace mlpo {
+namespace {
+
+TEST(StoreOptionsTest, TheShippedDefaultConfigLoads) {
+  auto o = LoadStoreOptions(std::string(MLPO_SOURCE_DIR) +
+                            "/config/default-store.toml");
+  ASSERT_TRUE(o.ok()) << o.status();
+  ASSERT_EQ(o->paths.size(), 2u);
+  EXPECT_EQ(o->paths[1].path.kind, PathKind::kPfs);
+  EXPECT_EQ(o->extent_bytes, 4u << 20);
+}
+
+}  // namespace
+}  // namespace mlpo

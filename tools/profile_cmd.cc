@@ -71,7 +71,7 @@ void AddProfileCommand(CLI::App& app) {
       for (ProbeLoad load :
            {ProbeLoad::kWrite, ProbeLoad::kRead, ProbeLoad::kMixed}) {
         if (!st.ok()) break;
-        std::fprintf(stderr, "\rprofile %s: %-5s ...", path.c_str(),
+        std::fprintf(stderr, "profile %s: %-5s ...", path.c_str(),
                      ProbeLoadName(load));
         ProbeOptions po;
         po.load = load;
@@ -88,9 +88,8 @@ void AddProfileCommand(CLI::App& app) {
           break;
         }
         row[std::string(ProbeLoadName(load)) + "_bps"] = r->bytes_per_s();
-        std::fprintf(stderr, " %s", FormatRate(r->bytes_per_s()).c_str());
+        std::fprintf(stderr, " %s\n", FormatRate(r->bytes_per_s()).c_str());
       }
-      std::fprintf(stderr, "\n");
       std::filesystem::remove(file, ec);
       if (!st.ok()) {
         std::cerr << "mlpo profile: " << path << ": " << st.message() << "\n";
