@@ -15,6 +15,7 @@ void ExpectStateEquals(Optimizer* opt, const InMemoryRef& ref,
     std::vector<float> p, m, v;
     ASSERT_TRUE(opt->ReadState(g, &p, &m, &v).ok());
     uint64_t n = ref.p[g].size();
+    if (n == 0) continue;
     EXPECT_EQ(0, std::memcmp(p.data(), ref.p[g].data(), n * 4))
         << what << " group " << g << " p";
     EXPECT_EQ(0, std::memcmp(m.data(), ref.m[g].data(), n * 4))
@@ -55,10 +56,12 @@ TEST_P(PipelineParityTest, StepsOverTwoPathStoreEqualInMemoryKernelBitForBit) {
         EXPECT_GT(pb.read, 0u) << pb.root;
       }
     }
-    for (size_t g = 0; g < 3; ++g)
+    for (size_t g = 0; g < 3; ++g) {
+      if (ref.out[g].empty()) continue;  // the empty group has no params
       EXPECT_EQ(0, std::memcmp((*opt)->Params(g), ref.out[g].data(),
                                ref.out[g].size() * 2))
           << "params of group " << g << " after step " << t;
+    }
   }
   ExpectStateEquals(opt->get(), ref, "after 4 steps");
   EXPECT_EQ((*opt)->step(), 4u);
