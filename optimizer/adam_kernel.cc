@@ -1,5 +1,7 @@
 #include "optimizer/adam_kernel.h"
 
+#include <cpuid.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +34,14 @@ const char* KernelIsaName(KernelIsa isa) {
   }
 }
 
+namespace {
+// CPUID.1:ECX bit 29 (clang 14's __builtin_cpu_supports does not know f16c).
+bool HasF16c() {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+}  // namespace
+
 bool KernelIsaSupported(KernelIsa isa) {
   switch (isa) {
     case KernelIsa::kAvx512:
@@ -39,7 +49,7 @@ bool KernelIsaSupported(KernelIsa isa) {
              __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl");
     case KernelIsa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && HasF16c();
     default:
       return true;
   }

@@ -16,6 +16,14 @@ scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DMLPO_WERROR=ON
 echo "== build (ASan + UBSan, unit tests)"
 scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DMLPO_SANITIZE=ON \
   -DMLPO_WERROR=ON -DMLPO_WITH_CUDA=OFF
+if command -v clang++ >/dev/null 2>&1; then
+  echo "== build (clang, -Wthread-safety, warnings as errors; libraries and tools)"
+  mkdir -p build-clang
+  CC=clang CXX=clang++ scripts/build.sh build-clang -DCMAKE_BUILD_TYPE=Debug \
+    -DMLPO_WERROR=ON -DMLPO_WITH_CUDA=OFF -DBUILD_TESTING=OFF
+else
+  echo "== clang++ not found: skipping the -Wthread-safety build"
+fi
 labels=(-LE slow)
 [ $slow -eq 1 ] && labels=()
 status=0

@@ -149,19 +149,19 @@ absl::Status ObjectStore::OpenImpl() {
   }
   tags_ = snap.tags;
   for (auto& [k, rec] : snap.versions) versions_[k].rec = rec;
-  auto ref = [&](const std::string& obj, uint64_t v) -> absl::Status {
-    auto it = versions_.find({obj, v});
+  std::vector<VKey> referenced;
+  for (auto& [name, st] : objects_)
+    if (st.has_head) referenced.emplace_back(name, st.head);
+  for (auto& [tag, objs] : tags_)
+    for (auto& [obj, v] : objs) referenced.emplace_back(obj, v);
+  for (const VKey& k : referenced) {
+    auto it = versions_.find(k);
     if (it == versions_.end())
       return absl::DataLossError(absl::StrCat(
-          "store index ", options_.meta_dir, ": object ", obj, " version ", v,
-          " is referenced but has no record"));
+          "store index ", options_.meta_dir, ": object ", k.first,
+          " version ", k.second, " is referenced but has no record"));
     ++it->second.refs;
-    return absl::OkStatus();
-  };
-  for (auto& [name, st] : objects_)
-    if (st.has_head) MLPO_RETURN_IF_ERROR(ref(name, st.head));
-  for (auto& [tag, objs] : tags_)
-    for (auto& [obj, v] : objs) MLPO_RETURN_IF_ERROR(ref(obj, v));
+  }
   // Rebuild free space from what is referenced; drop unreferenced records.
   MetaIndex::Batch gc = meta_->NewBatch();
   for (auto it = versions_.begin(); it != versions_.end();) {

@@ -44,7 +44,7 @@ TEST(OptimizerCrashTest, RestoreLastTagAndRerunIsBitIdentical) {
   }
   std::mt19937 rng(3);
   int mixed_seen = 0;
-  for (int iter = 0; iter < 8; ++iter) {
+  for (int iter = 0; iter < CrashIterations(8); ++iter) {
     int p[2];
     ASSERT_EQ(pipe(p), 0);
     pid_t pid = fork();

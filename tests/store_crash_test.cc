@@ -55,7 +55,8 @@ TEST(StoreCrashTest, SigkillDuringCommitsLosesNothingCommitted) {
   std::map<std::string, uint64_t> last_head;
   uint64_t next_version = 1;
   int kills = 0;
-  for (int iter = 0; iter < 50; ++iter) {
+  const int iterations = CrashIterations(50);
+  for (int iter = 0; iter < iterations; ++iter) {
     int p[2];
     ASSERT_EQ(pipe(p), 0);
     pid_t pid = fork();
@@ -102,7 +103,7 @@ TEST(StoreCrashTest, SigkillDuringCommitsLosesNothingCommitted) {
       EXPECT_TRUE(tr->bad.empty()) << "tag " << tag;
     }
   }
-  EXPECT_EQ(kills, 50);
+  EXPECT_EQ(kills, iterations);
   EXPECT_GT(next_version, 3u) << "the child hardly committed anything";
 }
 

@@ -46,6 +46,12 @@ class TempDir {
   std::string path_;
 };
 
+// Kill-loop length: `fallback`, or $MLPO_CRASH_ITERATIONS (the slow runs).
+inline int CrashIterations(int fallback) {
+  const char* e = std::getenv("MLPO_CRASH_ITERATIONS");
+  return e ? std::max(1, std::atoi(e)) : fallback;
+}
+
 inline void FillRandom(void* p, size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   auto* b = static_cast<unsigned char*>(p);
