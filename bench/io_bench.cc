@@ -1,6 +1,12 @@
 // `mlpo-bench io`: the I/O engine against fio on the same file, at the same
 // queue depths and block sizes, interleaved in one run; then two capped paths
 // driven together against the sum of their caps.
+//
+// Like against like: the matrix gives the engine ordinary 4 KiB-page
+// buffers, as fio's are. The engine's huge-page buffers (what the store
+// uses) are then measured at each load's best setting and reported apart
+// (`*_hugepage_ratio`): on a virtual disk with a 254-segment limit they turn
+// one 4 MiB request into one device request instead of several.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -93,6 +99,8 @@ void AddIoBench(CLI::App& app) {
     for (ProbeLoad load :
          {ProbeLoad::kRead, ProbeLoad::kWrite, ProbeLoad::kMixed}) {
       double best_engine = 0, best_fio = 0;
+      int best_qd = 0;
+      size_t best_bs = 0;
       for (int qd : depths) {
         for (size_t bs : blocks) {
           Progress(absl::StrFormat("io %s qd=%d bs=%s", ProbeLoadName(load),
@@ -103,6 +111,7 @@ void AddIoBench(CLI::App& app) {
           po.depth = qd;
           po.file_bytes = size;
           po.duration = absl::Seconds(secs);
+          po.huge_pages = false;
           auto e = RunProbe(file, po);
           auto r = RunFio(file, load, bs, qd, size, secs);
           if (!e.ok() || !r.ok()) {
@@ -110,7 +119,11 @@ void AddIoBench(CLI::App& app) {
                       << (!e.ok() ? e.status() : r.status()).message() << "\n";
             throw CLI::RuntimeError(1);
           }
-          best_engine = std::max(best_engine, e->bytes_per_s());
+          if (e->bytes_per_s() > best_engine) {
+            best_engine = e->bytes_per_s();
+            best_qd = qd;
+            best_bs = bs;
+          }
           best_fio = std::max(best_fio, *r);
           out["points"].push_back({{"load", ProbeLoadName(load)},
                                    {"depth", qd},
@@ -120,6 +133,24 @@ void AddIoBench(CLI::App& app) {
         }
       }
       std::string n = ProbeLoadName(load);
+      {
+        Progress(absl::StrFormat("io %s huge pages qd=%d bs=%s",
+                                 ProbeLoadName(load), best_qd,
+                                 FormatBytes(best_bs)));
+        ProbeOptions po;
+        po.load = load;
+        po.block = best_bs;
+        po.depth = best_qd;
+        po.file_bytes = size;
+        po.duration = absl::Seconds(secs);
+        auto h = RunProbe(file, po);
+        if (!h.ok()) {
+          std::cerr << "\nmlpo-bench io: " << h.status().message() << "\n";
+          throw CLI::RuntimeError(1);
+        }
+        out[n + "_engine_hugepage_bps"] = h->bytes_per_s();
+        out[n + "_hugepage_ratio"] = best_fio > 0 ? h->bytes_per_s() / best_fio : 0;
+      }
       out[n + "_engine_bps"] = best_engine;
       out[n + "_fio_bps"] = best_fio;
       out[n + "_ratio"] = best_fio > 0 ? best_engine / best_fio : 0;
@@ -130,7 +161,12 @@ void AddIoBench(CLI::App& app) {
     uint64_t caps[2] = {*ParseSize(cap_strs.at(0)), *ParseSize(cap_strs.at(1))};
     std::string files[2] = {f.dir + "/cap-a.dat", f.dir + "/cap-b.dat"};
     uint64_t cap_file = std::min<uint64_t>(size / 2, uint64_t{512} << 20);
-    for (auto& cf : files) (void)PrepareProbeFile(cf, cap_file);
+    for (auto& cf : files) {
+      if (auto st = PrepareProbeFile(cf, cap_file); !st.ok()) {
+        std::cerr << "\nmlpo-bench io: " << st.message() << "\n";
+        throw CLI::RuntimeError(1);
+      }
+    }
     double sum_caps = static_cast<double>(caps[0] + caps[1]);
     double capped_secs = f.quick ? 2.0 : 4.0;
     for (ProbeLoad load : {ProbeLoad::kRead, ProbeLoad::kWrite}) {
@@ -188,10 +224,13 @@ void AddIoBench(CLI::App& app) {
                   p["engine_bps"].get<double>() /
                       std::max(1.0, p["fio_bps"].get<double>()));
     for (const char* n : {"read", "write", "mixed"})
-      std::printf("best %-5s engine %s  fio %s  ratio %.3f\n", n,
-                  FormatRate(out[std::string(n) + "_engine_bps"]).c_str(),
+      std::printf("best %-5s engine %s  fio %s  ratio %.3f   engine on huge "
+                  "pages %s (%.3f of fio)\n",
+                  n, FormatRate(out[std::string(n) + "_engine_bps"]).c_str(),
                   FormatRate(out[std::string(n) + "_fio_bps"]).c_str(),
-                  out[std::string(n) + "_ratio"].get<double>());
+                  out[std::string(n) + "_ratio"].get<double>(),
+                  FormatRate(out[std::string(n) + "_engine_hugepage_bps"]).c_str(),
+                  out[std::string(n) + "_hugepage_ratio"].get<double>());
     std::printf(
         "capped two paths (%s + %s): read %s (%.3f), write %s (%.3f); "
         "capped_sum_ratio %.3f\n",

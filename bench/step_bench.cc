@@ -78,6 +78,8 @@ ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
   o.pipeline.alternate_order = !baseline;
   o.pipeline.prefetch_depth = baseline ? 1 : prefetch;
   o.pipeline.max_commits_in_flight = baseline ? 1 : commits;
+  for (size_t i = 0; i < np; ++i)
+    o.pipeline.path_mixed_bps.push_back(paths[i].mixed_bps);
   o.init_params = [](int, uint64_t off, float* dst, uint64_t n) {
     for (uint64_t i = 0; i < n; ++i)
       dst[i] = 0.001f * static_cast<float>((off + i) % 1000) - 0.5f;

@@ -146,6 +146,17 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(
     rep.bytes_written += b.written;
     rep.paths.push_back(b);
   }
+  double moved = static_cast<double>(rep.bytes_read + rep.bytes_written);
+  if (rep.total_s > 0) rep.achieved_bps = moved / rep.total_s;
+  if (options_.path_mixed_bps.size() == store_->num_paths()) {
+    double sum_u = 0;
+    for (double u : options_.path_mixed_bps) sum_u += u;
+    if (sum_u > 0) rep.lower_bound_s = moved / sum_u;
+    if (options_.kernel_params_per_s > 0)
+      rep.lower_bound_s = std::max(
+          rep.lower_bound_s, rep.params / options_.kernel_params_per_s);
+    if (rep.total_s > 0) rep.bound_efficiency = rep.lower_bound_s / rep.total_s;
+  }
   if (!error.ok())
     return Annotate(error, absl::StrCat("step ", t, " stopped after ", k,
                                         " of ", n, " subgroups"));

@@ -38,6 +38,11 @@ struct PipelineOptions {
   int threads = 0;                // kernel threads; 0 = hardware threads
   size_t tile_elems = size_t{1} << 16;
   bool grad_offload = false;      // baseline: fp32 grads via the store
+  // Mixed read+write bandwidth U_k of each store path (bytes/s, in path
+  // order) and the kernel's params/s (R_adam). When given, every report
+  // carries the I/O lower bound of DESIGN.md and the ratio to it.
+  std::vector<double> path_mixed_bps;
+  double kernel_params_per_s = 0;
 };
 
 struct PathBytes {
@@ -56,6 +61,10 @@ struct StepReport {
   uint64_t bytes_read = 0, bytes_written = 0;
   std::vector<PathBytes> paths;
   std::vector<int> order;  // subgroups in the order they were updated
+  double achieved_bps = 0;  // (bytes_read + bytes_written) / total_s
+  // max(bytes moved / sum U_k, params / R_adam); 0 when unknown.
+  double lower_bound_s = 0;
+  double bound_efficiency = 0;  // lower_bound_s / total_s (1 = at the bound)
 };
 
 class UpdatePipeline {

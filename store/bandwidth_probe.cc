@@ -122,7 +122,7 @@ absl::StatusOr<ProbeResult> RunProbe(const std::string& file,
   run.blocks = blocks;
   std::vector<iovec> iov;
   for (int i = 0; i < opt.depth; ++i) {
-    run.bufs.emplace_back(opt.block);
+    run.bufs.emplace_back(opt.block, opt.huge_pages);
     std::memset(run.bufs.back().data(), 0x5a + i, opt.block);
     iov.push_back({run.bufs.back().data(), opt.block});
   }

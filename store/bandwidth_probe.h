@@ -28,6 +28,9 @@ struct ProbeOptions {
   IoEngineKind engine = IoEngineKind::kAuto;
   IoAdmission* admission = nullptr;  // e.g. a capped path's; borrowed
   bool register_buffers = true;
+  // Transfer buffers on huge pages (see AlignedBuffer). false = ordinary
+  // 4 KiB pages, like fio's default buffers.
+  bool huge_pages = true;
 };
 
 struct ProbeResult {

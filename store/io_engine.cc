@@ -202,12 +202,12 @@ absl::StatusOr<int> OpenForIo(const std::string& path, bool create,
   return fd;
 }
 
-AlignedBuffer::AlignedBuffer(size_t size) : size_(size) {
+AlignedBuffer::AlignedBuffer(size_t size, bool huge_pages) : size_(size) {
   // Large buffers get 2 MiB alignment and transparent huge pages: a step
   // touches gigabytes of fresh buffers, and 4 KiB page faults would cost
   // seconds of CPU per step.
   constexpr size_t kHuge = size_t{2} << 20;
-  size_t align = size >= 2 * kHuge ? kHuge : kIoAlignment;
+  size_t align = huge_pages && size >= 2 * kHuge ? kHuge : kIoAlignment;
   size_t rounded = (size + align - 1) / align * align;
   if (rounded == 0) rounded = kIoAlignment;
   data_ = static_cast<char*>(std::aligned_alloc(align, rounded));

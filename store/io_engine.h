@@ -184,7 +184,11 @@ absl::StatusOr<int> OpenForIo(const std::string& path, bool create,
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
-  explicit AlignedBuffer(size_t size);
+  // Buffers of 4 MiB and more are 2 MiB aligned and backed by transparent
+  // huge pages unless `huge_pages` is false: a request then spans a few
+  // physical segments instead of one per 4 KiB page, which virtual disks
+  // with a small segment limit (254 here) otherwise split.
+  explicit AlignedBuffer(size_t size, bool huge_pages = true);
   ~AlignedBuffer();
   AlignedBuffer(AlignedBuffer&& o) noexcept;
   AlignedBuffer& operator=(AlignedBuffer&& o) noexcept;

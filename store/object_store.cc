@@ -47,8 +47,11 @@ ObjectStore::~ObjectStore() {
     mu_.Await(absl::Condition(
         +[](int* n) { return *n == 0; }, &commits_in_flight_));
   }
-  hasher_.reset();     // drains
-  finalizer_.reset();  // drains
+  // Reads still in flight complete into the hasher; drain the engines
+  // first, then the hasher (verification uses the paths), then the rest.
+  for (auto& p : paths_) p->engine()->Close();
+  hasher_.reset();
+  finalizer_.reset();
   paths_.clear();  // closes engines: drains any reads in flight
   meta_.reset();
   if (lock_fd_ >= 0) ::close(lock_fd_);
@@ -236,6 +239,17 @@ BadExtent ObjectStore::Describe(const std::string& object, uint64_t version,
 }
 
 namespace {
+// Empty when the read of `e` into `dst` succeeded and its checksum holds;
+// otherwise what went wrong.
+std::string ExtentError(const ExtentRef& e, const char* dst,
+                        const absl::Status& read) {
+  if (!read.ok()) return std::string(read.message());
+  uint64_t got = Checksum(dst, e.length);
+  if (got == e.checksum) return "";
+  return absl::StrCat("checksum mismatch (stored ", absl::Hex(e.checksum),
+                      ", read ", absl::Hex(got), ")");
+}
+
 absl::Status BadExtentStatus(const BadExtent& b) {
   std::string msg = absl::StrCat("object ", b.object, " version ", b.version,
                                  ": path ", b.path, " file ", b.file,
@@ -255,15 +269,7 @@ void ObjectStore::ReadExtents(const std::string& object,
   for (const ExtentRef& e : rec.extents) {
     char* dst = buf + e.blob_offset;
     paths_[e.path]->Read({e.offset, e.length}, dst, [&, e, dst](const absl::Status& s) {
-      std::string err;
-      if (!s.ok()) {
-        err = std::string(s.message());
-      } else {
-        uint64_t got = Checksum(dst, e.length);
-        if (got != e.checksum)
-          err = absl::StrCat("checksum mismatch (stored ", absl::Hex(e.checksum),
-                             ", read ", absl::Hex(got), ")");
-      }
+      std::string err = ExtentError(e, dst, s);
       if (!err.empty()) {
         absl::MutexLock l(&bad_mu);
         bad->push_back(Describe(object, rec.version, e, err));
@@ -325,16 +331,7 @@ std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
         [this, e, dst, lease, pending, promise,
          v = rec.version](const absl::Status& s) {
           hasher_->Post([this, e, dst, lease, pending, promise, v, s] {
-            std::string err;
-            if (!s.ok()) {
-              err = std::string(s.message());
-            } else {
-              uint64_t got = Checksum(dst, e.length);
-              if (got != e.checksum)
-                err = absl::StrCat("checksum mismatch (stored ",
-                                   absl::Hex(e.checksum), ", read ",
-                                   absl::Hex(got), ")");
-            }
+            std::string err = ExtentError(e, dst, s);
             if (!err.empty()) {
               absl::MutexLock l(&pending->mu);
               pending->bad.push_back(Describe(lease->object_, v, e, err));
@@ -435,9 +432,11 @@ std::future<absl::Status> ObjectStore::Commit(Lease lease, uint64_t version) {
   }
   if (!st.ok()) {
     FreeExtents(op->rec.extents);
+    {
+      absl::MutexLock l(&mu_);
+      --commits_in_flight_;
+    }
     op->promise.set_value(st);
-    absl::MutexLock l(&mu_);
-    --commits_in_flight_;
     return fut;
   }
   op->left = static_cast<int>(op->rec.extents.size());
@@ -504,10 +503,13 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
     st = Annotate(st, where);
   }
   FreeExtents(to_free);
-  op->promise.set_value(st);
   op->lease.reset();
-  absl::MutexLock l(&mu_);
-  --commits_in_flight_;
+  {
+    // Before the promise: a caller woken by it may Restore at once.
+    absl::MutexLock l(&mu_);
+    --commits_in_flight_;
+  }
+  op->promise.set_value(st);
 }
 
 absl::Status ObjectStore::ApplyRefChanges(MetaIndex::Batch* b,

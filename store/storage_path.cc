@@ -170,7 +170,7 @@ absl::Status StoragePath::Free(Range r) {
 
 absl::Status StoragePath::MarkUsed(Range r) {
   absl::MutexLock l(&mu_);
-  while (r.offset + r.length > alloc_->total()) {
+  if (r.offset + r.length > alloc_->total()) {
     // An extent past the last segment means a segment file vanished.
     return absl::DataLossError(absl::StrCat(
         "path ", root(), ": extent [", r.offset, ", +", r.length,

@@ -101,6 +101,28 @@ TEST(OptimizerTest, BaselineModeGivesTheSameStateAsMlpoMode) {
   EXPECT_EQ(rec->version, 3u);
 }
 
+TEST(OptimizerTest, ReportCarriesTheLowerBoundWhenBandwidthsAreGiven) {
+  TempDir dir;
+  OptimizerOptions o = TestOptimizerOptions(dir, {40000}, 8192);
+  o.pipeline.path_mixed_bps = {3e6, 1e6};  // 4 MB/s in all
+  o.pipeline.kernel_params_per_s = 1e3;    // 40 s for 40000 params
+  auto opt = Optimizer::Open(o);
+  ASSERT_TRUE(opt.ok());
+  for (uint64_t t = 1; t <= 2; ++t) {
+    ASSERT_TRUE(StageAll(opt->get(), t).ok());
+    auto r = (*opt)->Step(1024.0);
+    ASSERT_TRUE(r.ok());
+    double moved = static_cast<double>(r->bytes_read + r->bytes_written);
+    EXPECT_DOUBLE_EQ(r->lower_bound_s, std::max(moved / 4e6, 40.0));
+    EXPECT_DOUBLE_EQ(r->bound_efficiency, r->lower_bound_s / r->total_s);
+    EXPECT_DOUBLE_EQ(r->achieved_bps, moved / r->total_s);
+    if (t == 2) {
+      // Step 2 reads and writes p, m, v: 24 bytes per parameter.
+      EXPECT_GE(moved, 24.0 * 40000);
+    }
+  }
+}
+
 TEST(OptimizerTest, NonFiniteGradientsSkipTheStepAndAreCounted) {
   TempDir dir;
   OptimizerOptions o = TestOptimizerOptions(dir, {5000}, 2048);

@@ -1,0 +1,137 @@
+// Runs the real `mlpo` binary against stores made through the API: exit
+// codes, JSON output, section statistics, corruption reports, bad targets.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/store_test_util.h"
+
+namespace mlpo {
+namespace {
+
+struct CliRun {
+  int code = -1;
+  std::string out;
+};
+
+CliRun Mlpo(const std::string& args) {
+  std::string cmd = std::string(MLPO_CLI) + " " + args + " 2>/dev/null";
+  CliRun r;
+  FILE* f = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) r.out.append(buf, n);
+  int st = pclose(f);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    o_ = TestStoreOptions(dir_, {0.5, 0.5});
+    auto s = ObjectStore::Open(o_);
+    ASSERT_TRUE(s.ok());
+    ObjectLayout l = *ObjectLayout::Make({{"p", DType::kF32, 1000},
+                                          {"m", DType::kBF16, 3000}});
+    ASSERT_TRUE((*s)->Declare("w0", l).ok());
+    auto lease = (*s)->Checkout("w0").get();
+    ASSERT_TRUE(lease.ok());
+    float* p = (*lease)->Section<float>("p");
+    for (int i = 0; i < 1000; ++i) p[i] = static_cast<float>(i);  // mean 499.5
+    p[7] = NAN;
+    p[8] = INFINITY;
+    uint16_t* m = (*lease)->Section<uint16_t>("m");
+    for (int i = 0; i < 3000; ++i) m[i] = FloatToBF16(-2.0f);
+    ASSERT_TRUE((*s)->Commit(*lease, 7).get().ok());
+    ASSERT_TRUE((*s)->Tag("first").ok());
+    store_dir_ = o_.paths[1].path.root + "/t/rank-0";
+  }
+  TempDir dir_;
+  StoreOptions o_;
+  std::string store_dir_;
+};
+
+TEST_F(CliTest, InspectLsShowAndTagsReportTheStore) {
+  CliRun r = Mlpo("inspect " + store_dir_ + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["objects"], 1);
+  EXPECT_EQ(j["paths"].size(), 2u);
+  EXPECT_EQ(j["tags"][0]["name"], "first");
+  r = Mlpo("ls " + store_dir_ + " --json");
+  ASSERT_EQ(r.code, 0);
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["objects"][0]["name"], "w0");
+  EXPECT_EQ(j["objects"][0]["head"], 7);
+  r = Mlpo("show " + store_dir_ + " w0 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  auto& p = j["sections"][0];
+  EXPECT_EQ(p["nan"], 1);
+  EXPECT_EQ(p["inf"], 1);
+  EXPECT_EQ(p["min"], 0.0);
+  EXPECT_EQ(p["max"], 999.0);
+  double sum = 499500.0 - 7 - 8, sq = 0;
+  for (int i = 0; i < 1000; ++i)
+    if (i != 7 && i != 8) sq += double(i) * i;
+  EXPECT_NEAR(p["mean"].get<double>(), sum / 998, 1e-9);
+  EXPECT_NEAR(p["l2"].get<double>(), std::sqrt(sq), 1e-6);
+  auto& m = j["sections"][1];
+  EXPECT_EQ(m["dtype"], "bf16");
+  EXPECT_EQ(m["mean"], -2.0);
+  EXPECT_FALSE(j["extents"].empty());
+  r = Mlpo("tags " + store_dir_ + " --json");
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tags"][0]["objects"]["w0"], 7);
+}
+
+TEST_F(CliTest, VerifyExitsNonZeroAndNamesTheCorruptExtent) {
+  EXPECT_EQ(Mlpo("verify " + store_dir_).code, 0);
+  // Flip a byte in the first extent.
+  auto s = ObjectStore::Open(StoreOptionsForTarget(store_dir_).value());
+  ASSERT_TRUE(s.ok());
+  ExtentRef e = (*s)->GetVersion("w0", 0)->extents[0];
+  std::string file = (*s)->path(e.path)->SegmentFile(e.offset);
+  uint64_t off = (*s)->path(e.path)->SegmentOffset(e.offset);
+  s->reset();
+  int fd = ::open(file.c_str(), O_RDWR);
+  char c;
+  ASSERT_EQ(pread(fd, &c, 1, off + 5), 1);
+  c = ~c;
+  ASSERT_EQ(pwrite(fd, &c, 1, off + 5), 1);
+  ::close(fd);
+  CliRun r = Mlpo("verify " + store_dir_ + " --json");
+  EXPECT_EQ(r.code, 1);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j["ok"].get<bool>());
+  ASSERT_EQ(j["bad"].size(), 1u);
+  EXPECT_EQ(j["bad"][0]["object"], "w0");
+  EXPECT_EQ(j["bad"][0]["file"], file);
+  EXPECT_EQ(j["bad"][0]["offset"], off);
+  EXPECT_EQ(Mlpo("verify " + store_dir_ + " --tag first").code, 1);
+}
+
+TEST_F(CliTest, BadTargetsAndNamesFailWithStatusOne) {
+  EXPECT_EQ(Mlpo("inspect " + dir_.path() + "/nothing").code, 1);
+  EXPECT_EQ(Mlpo("inspect " + dir_.path()).code, 1);  // not a store dir
+  EXPECT_EQ(Mlpo("show " + store_dir_ + " nosuch").code, 1);
+  EXPECT_EQ(Mlpo("restore " + store_dir_ + " nosuch").code, 1);
+  EXPECT_EQ(Mlpo("tag " + store_dir_ + " ../evil").code, 1);
+  EXPECT_NE(Mlpo("frobnicate").code, 0);
+  EXPECT_EQ(Mlpo("--help").code, 0);
+  // tag, drop-tag and gc through the CLI.
+  EXPECT_EQ(Mlpo("tag " + store_dir_ + " second").code, 0);
+  EXPECT_EQ(Mlpo("drop-tag " + store_dir_ + " first").code, 0);
+  CliRun r = Mlpo("gc " + store_dir_ + " --json");
+  ASSERT_EQ(r.code, 0);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["freed_bytes"], 0);  // still tagged
+}
+
+}  // namespace
+}  // namespace mlpo
