@@ -94,6 +94,16 @@ void AddIoBench(CLI::App& app) {
       std::cerr << "\nmlpo-bench io: " << st.message() << "\n";
       throw CLI::RuntimeError(1);
     }
+    auto probe = [&](ProbeLoad load, int qd, size_t bs, bool huge) {
+      ProbeOptions po;
+      po.load = load;
+      po.block = bs;
+      po.depth = qd;
+      po.file_bytes = size;
+      po.duration = absl::Seconds(secs);
+      po.huge_pages = huge;
+      return RunProbe(file, po);
+    };
     nlohmann::json out;
     out["points"] = nlohmann::json::array();
     for (ProbeLoad load :
@@ -105,14 +115,7 @@ void AddIoBench(CLI::App& app) {
         for (size_t bs : blocks) {
           Progress(absl::StrFormat("io %s qd=%d bs=%s", ProbeLoadName(load),
                                    qd, FormatBytes(bs)));
-          ProbeOptions po;
-          po.load = load;
-          po.block = bs;
-          po.depth = qd;
-          po.file_bytes = size;
-          po.duration = absl::Seconds(secs);
-          po.huge_pages = false;
-          auto e = RunProbe(file, po);
+          auto e = probe(load, qd, bs, /*huge_pages=*/false);
           auto r = RunFio(file, load, bs, qd, size, secs);
           if (!e.ok() || !r.ok()) {
             std::cerr << "\nmlpo-bench io: "
@@ -137,13 +140,7 @@ void AddIoBench(CLI::App& app) {
         Progress(absl::StrFormat("io %s huge pages qd=%d bs=%s",
                                  ProbeLoadName(load), best_qd,
                                  FormatBytes(best_bs)));
-        ProbeOptions po;
-        po.load = load;
-        po.block = best_bs;
-        po.depth = best_qd;
-        po.file_bytes = size;
-        po.duration = absl::Seconds(secs);
-        auto h = RunProbe(file, po);
+        auto h = probe(load, best_qd, best_bs, /*huge_pages=*/true);
         if (!h.ok()) {
           std::cerr << "\nmlpo-bench io: " << h.status().message() << "\n";
           throw CLI::RuntimeError(1);

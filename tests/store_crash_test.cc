@@ -57,24 +57,10 @@ TEST(StoreCrashTest, SigkillDuringCommitsLosesNothingCommitted) {
   int kills = 0;
   const int iterations = CrashIterations(50);
   for (int iter = 0; iter < iterations; ++iter) {
-    int p[2];
-    ASSERT_EQ(pipe(p), 0);
-    pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      close(p[0]);
-      ChildCommitLoop(o, p[1], next_version);
-    }
-    close(p[1]);
-    char c;
-    ASSERT_EQ(read(p[0], &c, 1), 1) << "child failed to open the store";
-    close(p[0]);
-    usleep(1000 * (rng() % 60));
-    kill(pid, SIGKILL);
-    int status;
-    waitpid(pid, &status, 0);
-    ASSERT_TRUE(WIFSIGNALED(status))
-        << "child exited early with " << WEXITSTATUS(status);
+    ASSERT_TRUE(RunAndKill(
+        [&](int ready) { ChildCommitLoop(o, ready, next_version); },
+        1000 * (rng() % 60)))
+        << "the child failed or exited before it was killed";
     ++kills;
 
     auto s = ObjectStore::Open(o);

@@ -2,7 +2,11 @@
 #ifndef MLPO_TESTS_TEST_UTIL_H_
 #define MLPO_TESTS_TEST_UTIL_H_
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <functional>
 
 #include <cstdint>
 #include <filesystem>
@@ -50,6 +54,31 @@ class TempDir {
 inline int CrashIterations(int fallback) {
   const char* e = std::getenv("MLPO_CRASH_ITERATIONS");
   return e ? std::max(1, std::atoi(e)) : fallback;
+}
+
+// Forks a child that runs `child(ready_fd)`; the child writes one byte to
+// ready_fd once it is running. Then waits `delay_us` and SIGKILLs it.
+// Returns true when the child was killed (rather than exiting first).
+inline bool RunAndKill(const std::function<void(int)>& child,
+                       useconds_t delay_us) {
+  int p[2];
+  if (pipe(p) != 0) return false;
+  pid_t pid = fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    close(p[0]);
+    child(p[1]);
+    _exit(0);
+  }
+  close(p[1]);
+  char c;
+  bool ready = read(p[0], &c, 1) == 1;
+  close(p[0]);
+  if (ready) usleep(delay_us);
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return ready && WIFSIGNALED(status);
 }
 
 inline void FillRandom(void* p, size_t n, uint64_t seed) {
