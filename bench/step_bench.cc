@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -43,11 +44,47 @@ struct ModeResult {
   double lower_bound_s = 0;
 };
 
+// Mixed read+write bytes/s of `paths` driven at once (one probe file and
+// thread each, with each path's cap), summed.
+double ProbeMixed(const std::vector<PathSpec>& paths, double seconds) {
+  std::vector<std::string> files;
+  std::vector<std::unique_ptr<PathAdmission>> adm;
+  const uint64_t size = uint64_t{1} << 30;
+  for (auto& p : paths) {
+    files.push_back(p.root + "/.mlpo-step-probe.dat");
+    if (auto st = PrepareProbeFile(files.back(), size); !st.ok())
+      Die(p.root, st);
+    adm.push_back(std::make_unique<PathAdmission>(
+        p.cap, p.cap, absl::Milliseconds(20), nullptr));
+  }
+  std::vector<absl::StatusOr<ProbeResult>> res(paths.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < paths.size(); ++i)
+    threads.emplace_back([&, i] {
+      ProbeOptions po;
+      po.load = ProbeLoad::kMixed;
+      po.block = 4 << 20;
+      po.depth = 16;
+      po.file_bytes = size;
+      po.duration = absl::Seconds(seconds);
+      po.admission = adm[i].get();
+      res[i] = RunProbe(files[i], po);
+    });
+  for (auto& t : threads) t.join();
+  double sum = 0;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    std::filesystem::remove(files[i]);
+    if (!res[i].ok()) Die(paths[i].root, res[i].status());
+    sum += res[i]->bytes_per_s();
+  }
+  return sum;
+}
+
 ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
                    const std::string& dir, uint64_t params, uint64_t subgroup,
                    int steps, int prefetch, int commits, int threads,
                    const std::vector<uint16_t>& grads, bool keep,
-                   Durability durability) {
+                   Durability durability, double u_scale) {
   bool baseline = mode == "baseline";
   OptimizerOptions o;
   o.store.name = "step-" + mode;
@@ -78,8 +115,11 @@ ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
   o.pipeline.alternate_order = !baseline;
   o.pipeline.prefetch_depth = baseline ? 1 : prefetch;
   o.pipeline.max_commits_in_flight = baseline ? 1 : commits;
+  // The paths' bandwidth as the bound sees it (scaled down when paths
+  // share a device); fractions stay proportional to U_k.
+  double scale = np > 1 ? u_scale : 1.0;
   for (size_t i = 0; i < np; ++i)
-    o.pipeline.path_mixed_bps.push_back(paths[i].mixed_bps);
+    o.pipeline.path_mixed_bps.push_back(paths[i].mixed_bps * scale);
   o.init_params = [](int, uint64_t off, float* dst, uint64_t n) {
     for (uint64_t i = 0; i < n; ++i)
       dst[i] = 0.001f * static_cast<float>((off + i) % 1000) - 0.5f;
@@ -115,7 +155,7 @@ ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
     if (r.paths.empty()) r.paths = rep->paths;
   }
   double sum_u = 0;
-  for (size_t i = 0; i < np; ++i) sum_u += paths[i].mixed_bps;
+  for (size_t i = 0; i < np; ++i) sum_u += paths[i].mixed_bps * scale;
   r.lower_bound_s = (r.bytes_read + r.bytes_written) / sum_u;
   opt->reset();
   if (!keep)
@@ -200,27 +240,26 @@ void AddStepBench(CLI::App& app) {
       if (m != "baseline" && m != "mlpo")
         Die("--modes", absl::InvalidArgumentError("unknown mode '" + m + "'"));
     json out;
-    // U_k: each path's mixed bandwidth, with its cap, measured now.
+    // U_k: each path's mixed bandwidth, with its cap, measured now; then all
+    // paths driven together. Paths that share a device (two directories on
+    // one disk, as in the embedded default) cannot add up, so the bound
+    // uses min(sum of U_k, U together).
     for (auto& p : paths) {
       Progress("probing mixed bandwidth of " + p.root);
-      std::string file = p.root + "/.mlpo-step-probe.dat";
-      uint64_t size = uint64_t{1} << 30;
-      if (auto st = PrepareProbeFile(file, size); !st.ok()) Die(p.root, st);
-      PathAdmission adm(p.cap, p.cap, absl::Milliseconds(20), nullptr);
-      ProbeOptions po;
-      po.load = ProbeLoad::kMixed;
-      po.block = 4 << 20;
-      po.depth = 16;
-      po.file_bytes = size;
-      po.duration = absl::Seconds(a->probe_s);
-      po.admission = &adm;
-      auto r = RunProbe(file, po);
-      std::filesystem::remove(file);
-      if (!r.ok()) Die(p.root, r.status());
-      p.mixed_bps = r->bytes_per_s();
+      p.mixed_bps = ProbeMixed({p}, a->probe_s);
       out["paths"].push_back(
           {{"root", p.root}, {"cap_bps", p.cap}, {"mixed_bps", p.mixed_bps}});
     }
+    double sum_u = 0;
+    for (auto& p : paths) sum_u += p.mixed_bps;
+    double together = sum_u;
+    if (paths.size() > 1) {
+      Progress("probing all paths together");
+      together = ProbeMixed(paths, a->probe_s);
+    }
+    out["mixed_sum_bps"] = sum_u;
+    out["mixed_together_bps"] = together;
+    double u_scale = std::min(1.0, together / sum_u);
     Progress("measuring the kernel (R_adam)");
     int threads = a->threads > 0 ? a->threads
                                  : static_cast<int>(std::thread::hardware_concurrency());
@@ -241,7 +280,8 @@ void AddStepBench(CLI::App& app) {
       ModeResult r = RunMode(m, paths, f.dir, a->params, a->subgroup, a->steps,
                              a->prefetch, a->commits, a->threads, grads, f.keep,
                              a->durability == "tag" ? Durability::kTag
-                                                    : Durability::kStep);
+                                                    : Durability::kStep,
+                             u_scale);
       r.lower_bound_s = std::max(r.lower_bound_s, a->params / r_adam);
       json pj = json::array();
       for (auto& p : r.paths)
@@ -286,6 +326,9 @@ void AddStepBench(CLI::App& app) {
                 FormatBytes(double(a->params)).c_str(),
                 FormatBytes(double(a->subgroup)).c_str(), a->steps,
                 r_adam / 1e6);
+    if (paths.size() > 1)
+      std::printf("all paths together: mixed %s (sum of each alone %s)\n",
+                  FormatRate(together).c_str(), FormatRate(sum_u).c_str());
     for (auto& p : out["paths"])
       std::printf("path %s: cap %s, mixed U = %s\n",
                   p["root"].get<std::string>().c_str(),
