@@ -41,7 +41,7 @@ absl::Status RocksStatus(const rocksdb::Status& s, absl::string_view what) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
-    const std::string& dir, bool create) {
+    const std::string& dir, bool create, bool read_only) {
   rocksdb::DBOptions opts;
   opts.create_if_missing = create;
   opts.create_missing_column_families = create;
@@ -54,7 +54,9 @@ absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
   std::unique_ptr<MetaIndex> m(new MetaIndex());
   m->dir_ = dir;
   rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(opts, dir, cfs, &m->cf_, &db);
+  rocksdb::Status s =
+      read_only ? rocksdb::DB::OpenForReadOnly(opts, dir, cfs, &m->cf_, &db)
+                : rocksdb::DB::Open(opts, dir, cfs, &m->cf_, &db);
   if (!s.ok()) {
     if (!create && s.IsInvalidArgument())
       return absl::NotFoundError(
@@ -64,10 +66,12 @@ absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
   m->db_.reset(db);
   std::string fmt;
   s = db->Get(rocksdb::ReadOptions(), m->cf_[kMeta], "format", &fmt);
-  if (s.IsNotFound()) {
+  if (s.IsNotFound() && !read_only) {
     s = db->Put(rocksdb::WriteOptions(), m->cf_[kMeta], "format",
                 std::to_string(kStoreFormat));
     if (!s.ok()) return RocksStatus(s, "write format");
+  } else if (s.IsNotFound()) {
+    return absl::NotFoundError(absl::StrCat("store index ", dir, " has no format record"));
   } else if (!s.ok()) {
     return RocksStatus(s, absl::StrCat("read format of ", dir));
   } else if (fmt != std::to_string(kStoreFormat)) {

@@ -42,8 +42,10 @@ class MetaIndex {
  public:
   // Opens (creating when `create`) the index in `dir`. A format other than
   // kStoreFormat is FailedPrecondition.
+  // `read_only`: RocksDB's read-only mode (no lock; safe beside a writer).
   static absl::StatusOr<std::unique_ptr<MetaIndex>> Open(const std::string& dir,
-                                                         bool create);
+                                                         bool create,
+                                                         bool read_only = false);
   ~MetaIndex();
 
   absl::StatusOr<MetaSnapshot> Load();

@@ -57,6 +57,20 @@ ObjectStore::~ObjectStore() {
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
+int ObjectStore::WriterPid(const std::string& meta_dir) {
+  std::string file = meta_dir + "/MLPO-LOCK";
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  int pid = 0;
+  if (::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    char buf[32] = {0};
+    if (::pread(fd, buf, sizeof(buf) - 1, 0) > 0) pid = std::atoi(buf);
+    if (pid == 0) pid = -1;  // held, holder unknown
+  }
+  ::close(fd);
+  return pid;
+}
+
 absl::Status ObjectStore::LockStore() {
   std::string file = options_.meta_dir + "/MLPO-LOCK";
   lock_fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -90,21 +104,28 @@ absl::Status ObjectStore::OpenImpl() {
           "store ", options_.name, ": path ", p.path.root,
           " does not exist or is not a directory"));
   bool exists = fs::exists(options_.meta_dir + "/CURRENT", ec);
-  if (!exists && !options_.create_if_missing)
+  const bool ro = options_.read_only;
+  if (!exists && (!options_.create_if_missing || ro))
     return absl::NotFoundError(absl::StrCat(
         "store ", options_.name, " rank ", options_.rank,
         " has no index in ", options_.meta_dir));
-  fs::create_directories(options_.meta_dir, ec);
-  if (ec)
-    return ErrnoStatus(ec.value(),
-                       absl::StrCat("create ", options_.meta_dir));
-  MLPO_RETURN_IF_ERROR(LockStore());
-  MLPO_ASSIGN_OR_RETURN(meta_, MetaIndex::Open(options_.meta_dir, !exists));
+  if (!ro) {
+    fs::create_directories(options_.meta_dir, ec);
+    if (ec)
+      return ErrnoStatus(ec.value(),
+                         absl::StrCat("create ", options_.meta_dir));
+    MLPO_RETURN_IF_ERROR(LockStore());
+  }
+  MLPO_ASSIGN_OR_RETURN(meta_,
+                        MetaIndex::Open(options_.meta_dir, !exists, ro));
   MLPO_ASSIGN_OR_RETURN(MetaSnapshot snap, meta_->Load());
 
   // Path identity: a missing, swapped or replaced path is an error, never a
   // silent re-initialisation.
   bool fresh = snap.paths.empty();
+  if (fresh && ro)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "store ", options_.meta_dir, " was never initialised"));
   if (!fresh && snap.paths.size() != options_.paths.size())
     return absl::FailedPreconditionError(absl::StrCat(
         "store ", options_.meta_dir, " has ", snap.paths.size(),
@@ -133,8 +154,9 @@ absl::Status ObjectStore::OpenImpl() {
     auto path = StoragePath::Open(po, StoreNamespace(options_), fresh);
     if (!path.ok()) return path.status();
     paths_.push_back(std::move(*path));
-    std::ofstream(paths_.back()->dir() + "/STORE", std::ios::trunc)
-        << StoreDescriptorJson(options_) << "\n";
+    if (!ro)
+      std::ofstream(paths_.back()->dir() + "/STORE", std::ios::trunc)
+          << StoreDescriptorJson(options_) << "\n";
   }
   if (fresh) MLPO_RETURN_IF_ERROR(meta_->Apply(&pb, true));
 
@@ -185,11 +207,17 @@ absl::Status ObjectStore::OpenImpl() {
     }
     ++it;
   }
-  if (!gc.empty()) MLPO_RETURN_IF_ERROR(meta_->Apply(&gc, true));
+  if (!gc.empty() && !ro) MLPO_RETURN_IF_ERROR(meta_->Apply(&gc, true));
   pool_ = std::make_shared<BufferPool>(options_.buffer_pool_bytes);
   hasher_ = std::make_unique<WorkQueue>();
   finalizer_ = std::make_unique<WorkQueue>();
   return absl::OkStatus();
+}
+
+absl::Status ObjectStore::CheckWritable(absl::string_view what) const {
+  if (!options_.read_only) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, ": store ", options_.meta_dir, " is open read-only"));
 }
 
 absl::Status ObjectStore::Declare(const std::string& object,
@@ -197,6 +225,7 @@ absl::Status ObjectStore::Declare(const std::string& object,
   MLPO_RETURN_IF_ERROR(ValidateName("object", object));
   absl::MutexLock l(&mu_);
   auto it = objects_.find(object);
+  if (it == objects_.end()) MLPO_RETURN_IF_ERROR(CheckWritable("declare"));
   if (it != objects_.end()) {
     if (it->second.layout == layout) return absl::OkStatus();
     return absl::FailedPreconditionError(absl::StrCat(
@@ -392,6 +421,8 @@ std::future<absl::Status> ObjectStore::Commit(Lease lease, uint64_t version) {
     else if (!(it->second.layout == lease->layout()))
       bad = absl::FailedPreconditionError(absl::StrCat(
           "commit of ", object, ": lease layout differs from the declared one"));
+    else if (options_.read_only)
+      bad = CheckWritable(absl::StrCat("commit of ", object));
     else if (it->second.has_head && version <= it->second.head)
       bad = absl::FailedPreconditionError(absl::StrCat(
           "commit of ", object, " version ", version,

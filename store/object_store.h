@@ -110,6 +110,8 @@ class ObjectStore {
  public:
   static absl::StatusOr<std::unique_ptr<ObjectStore>> Open(
       const StoreOptions& options);
+  // The pid holding the writer lock of the store in `meta_dir`, or 0.
+  static int WriterPid(const std::string& meta_dir);
   ~ObjectStore();  // waits for commits in flight
 
   // Declares an object's layout. Idempotent; a different layout for an
@@ -173,6 +175,8 @@ class ObjectStore {
   explicit ObjectStore(const StoreOptions& o) : options_(o) {}
   absl::Status OpenImpl();
   absl::Status LockStore();
+  // FailedPrecondition naming `what` when the store is open read-only.
+  absl::Status CheckWritable(absl::string_view what) const;
   void FinalizeCommit(std::shared_ptr<CommitOp> op);
   // Writes `b` after adding the deletion of every record whose references
   // all go (when `free_now`), then drops the references in memory and

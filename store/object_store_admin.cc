@@ -13,6 +13,7 @@ absl::Status ObjectStore::SyncAllPaths() {
 }
 
 absl::Status ObjectStore::Tag(const std::string& name) {
+  MLPO_RETURN_IF_ERROR(CheckWritable("tag"));
   MLPO_RETURN_IF_ERROR(ValidateName("tag", name));
   // Commits finish their own durability; a tag must also cover what was
   // committed under durability "tag".
@@ -34,6 +35,7 @@ absl::Status ObjectStore::Tag(const std::string& name) {
 }
 
 absl::Status ObjectStore::Restore(const std::string& name) {
+  MLPO_RETURN_IF_ERROR(CheckWritable("restore"));
   std::vector<ExtentRef> to_free;
   {
     absl::MutexLock l(&mu_);
@@ -71,6 +73,7 @@ absl::Status ObjectStore::Restore(const std::string& name) {
 }
 
 absl::Status ObjectStore::DropTag(const std::string& name) {
+  MLPO_RETURN_IF_ERROR(CheckWritable("drop-tag"));
   absl::MutexLock l(&mu_);
   auto t = tags_.find(name);
   if (t == tags_.end())
@@ -94,6 +97,7 @@ std::map<std::string, std::map<std::string, uint64_t>> ObjectStore::Tags()
 }
 
 absl::StatusOr<uint64_t> ObjectStore::Gc() {
+  MLPO_RETURN_IF_ERROR(CheckWritable("gc"));
   std::vector<ExtentRef> to_free;
   uint64_t freed = 0;
   {

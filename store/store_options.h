@@ -62,6 +62,12 @@ struct StoreOptions {
   // reuse memory instead of faulting in fresh pages; 0 disables.
   uint64_t buffer_pool_bytes = uint64_t{2} << 30;
   bool create_if_missing = true;
+  // Open without the writer lock and without writing anything, e.g. to
+  // inspect a store a training job holds. The view is the index as of open;
+  // a live writer may replace (and reuse the space of) versions after that,
+  // so reads of them can fail their checksum. Mutations return
+  // FailedPrecondition.
+  bool read_only = false;
   ObjectInitializer initializer;  // not in TOML
 };
 

@@ -117,6 +117,21 @@ TEST_F(CliTest, VerifyExitsNonZeroAndNamesTheCorruptExtent) {
   EXPECT_EQ(Mlpo("verify " + store_dir_ + " --tag first").code, 1);
 }
 
+TEST_F(CliTest, ReadingCommandsWorkWhileAWriterHoldsTheStore) {
+  auto writer = ObjectStore::Open(o_);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  CliRun r = Mlpo("ls " + store_dir_ + " --json");
+  ASSERT_EQ(r.code, 0);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["objects"][0]["head"], 7);
+  EXPECT_EQ(Mlpo("verify " + store_dir_).code, 0);
+  EXPECT_EQ(Mlpo("show " + store_dir_ + " w0").code, 0);
+  // Mutating commands need the lock and say who holds it.
+  EXPECT_EQ(Mlpo("tag " + store_dir_ + " busy").code, 1);
+  EXPECT_EQ(ObjectStore::WriterPid(o_.meta_dir.empty() ? DefaultMetaDir(o_)
+                                                        : o_.meta_dir),
+            getpid());
+}
+
 TEST_F(CliTest, BadTargetsAndNamesFailWithStatusOne) {
   EXPECT_EQ(Mlpo("inspect " + dir_.path() + "/nothing").code, 1);
   EXPECT_EQ(Mlpo("inspect " + dir_.path()).code, 1);  // not a store dir

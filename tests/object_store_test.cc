@@ -271,6 +271,39 @@ TEST(ObjectStoreTest, BadInputsAreClearErrors) {
   EXPECT_EQ(ObjectStore::Open(none).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(ObjectStoreTest, ReadOnlyOpenBesideAWriterReadsAndRefusesChanges) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  auto w = ObjectStore::Open(o);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->Declare("a", TestLayout(5000)).ok());
+  ASSERT_TRUE(CommitVersion(w->get(), "a", 2).ok());
+  StoreOptions ro = o;
+  ro.read_only = true;
+  auto r = ObjectStore::Open(ro);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto l = (*r)->Checkout("a").get();
+  ASSERT_TRUE(l.ok());
+  EXPECT_TRUE(Matches(**l, 2));
+  EXPECT_EQ((*r)->Commit(*l, 3).get().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*r)->Tag("x").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*r)->Gc().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*r)->Declare("new", TestLayout(10)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE((*r)->Declare("a", TestLayout(5000)).ok());  // no change
+  auto rep = (*r)->Verify();
+  ASSERT_TRUE(rep.ok());
+  EXPECT_TRUE(rep->bad.empty());
+  r->reset();
+  // The writer is unaffected.
+  ASSERT_TRUE(CommitVersion(w->get(), "a", 3).ok());
+  StoreOptions none = TestStoreOptions(dir, {1.0});
+  none.name = "absent";
+  none.read_only = true;
+  EXPECT_EQ(ObjectStore::Open(none).status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST(StoreOptionsTest, TomlLoadsAndRejectsUnknownKeysAndBadValues) {
   TempDir dir;
   std::string cfg = dir.path() + "/store.toml";

@@ -25,10 +25,22 @@ using json = nlohmann::json;
   throw CLI::RuntimeError(code);
 }
 
+// Commands that only read open the store read-only, so they work beside a
+// running job (which holds the writer lock); the others take the lock.
 std::unique_ptr<ObjectStore> OpenTarget(const std::string& cmd,
-                                        const std::string& target) {
+                                        const std::string& target,
+                                        bool read_only = false) {
   auto o = StoreOptionsForTarget(target);
   if (!o.ok()) Fail(cmd, o.status());
+  o->read_only = read_only;
+  if (read_only) {
+    int pid = ObjectStore::WriterPid(o->meta_dir);
+    if (pid != 0)
+      std::cerr << "mlpo " << cmd << ": note: store is open by "
+                << (pid > 0 ? "pid " + std::to_string(pid) : "another process")
+                << "; showing its index as of now (versions it replaces "
+                   "meanwhile may read back as stale)\n";
+  }
   auto s = ObjectStore::Open(*o);
   if (!s.ok()) Fail(cmd, s.status());
   return std::move(*s);
@@ -101,7 +113,7 @@ void AddStoreCommands(CLI::App& app) {
                           "Summary: objects, versions, bytes per path, tags, "
                           "free space", a.get());
     c->callback([a] {
-      auto s = OpenTarget("inspect", a->store);
+      auto s = OpenTarget("inspect", a->store, /*read_only=*/true);
       StoreStats st = s->Stats();
       auto tags = s->Tags();
       const auto& o = s->options();
@@ -143,7 +155,7 @@ void AddStoreCommands(CLI::App& app) {
     auto* c = AddStoreSub(app, "ls", "List objects with their head version, "
                                      "size and kept versions", a.get());
     c->callback([a] {
-      auto s = OpenTarget("ls", a->store);
+      auto s = OpenTarget("ls", a->store, /*read_only=*/true);
       json j = json::array();
       for (auto& i : s->List())
         j.push_back({{"name", i.name},
@@ -173,7 +185,7 @@ void AddStoreCommands(CLI::App& app) {
     c->add_option("object", *obj, "Object name")->required();
     c->add_option("--version", *ver, "Version to show (default: the head)");
     c->callback([a, obj, ver] {
-      auto s = OpenTarget("show", a->store);
+      auto s = OpenTarget("show", a->store, /*read_only=*/true);
       auto rec = s->GetVersion(*obj, *ver);
       if (!rec.ok()) Fail("show", rec.status());
       auto lease = s->ReadVersion(*obj, rec->version);
@@ -230,7 +242,7 @@ void AddStoreCommands(CLI::App& app) {
                           a.get());
     c->add_option("--tag", *tag, "Verify this tag's versions instead of heads");
     c->callback([a, tag] {
-      auto s = OpenTarget("verify", a->store);
+      auto s = OpenTarget("verify", a->store, /*read_only=*/true);
       const bool tty = isatty(STDERR_FILENO);
       auto rep = s->Verify(*tag, [tty](uint64_t done, uint64_t total) {
         std::fprintf(stderr, tty ? "\r\033[Kverify %s / %s" : "verify %s / %s\n",
@@ -294,7 +306,7 @@ void AddStoreCommands(CLI::App& app) {
     auto a = std::make_shared<CommonArgs>();
     auto* c = AddStoreSub(app, "tags", "List tags", a.get());
     c->callback([a] {
-      auto s = OpenTarget("tags", a->store);
+      auto s = OpenTarget("tags", a->store, /*read_only=*/true);
       json j = json::array();
       for (auto& [t, objs] : s->Tags()) {
         json o = json::object();
