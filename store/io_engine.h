@@ -150,10 +150,7 @@ class IoEngine {
   std::vector<FileEntry> files_;  // guarded by files_mu_
 
   std::atomic<uint64_t> reads_{0}, writes_{0}, bytes_read_{0},
-      bytes_written_{0}, errors_{0};
-
- public:
-  std::atomic<uint64_t> retries_{0}, short_resubmits_{0};
+      bytes_written_{0}, errors_{0}, retries_{0}, short_resubmits_{0};
 };
 
 // Counts outstanding requests and keeps the first error; Wait() blocks until

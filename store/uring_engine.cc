@@ -25,6 +25,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
 #include <deque>
 #include <future>
 #include <map>
@@ -79,7 +82,13 @@ class UringEngine final : public IoEngine {
                                         static_cast<unsigned>(buffers.size()));
       if (r < 0) {
         // Registration is an optimisation (pinned pages); run without it.
-        fixed_buffers_refused_ = -r;
+        static std::once_flag once;
+        std::call_once(once, [&] {
+          std::fprintf(stderr,
+                       "mlpo: io_uring refused to register buffers (%s); "
+                       "using unregistered buffers\n",
+                       std::strerror(-r));
+        });
         p.set_value(absl::OkStatus());
         return;
       }
@@ -373,7 +382,6 @@ class UringEngine final : public IoEngine {
   io_uring ring_{};
   unsigned entries_ = 0;
   bool fixed_files_ = false;
-  int fixed_buffers_refused_ = 0;
   int wake_fd_ = -1;
   uint64_t wake_buf_ = 0;
   std::thread thread_;
