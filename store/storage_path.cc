@@ -239,8 +239,16 @@ absl::Status StoragePath::Sync() {
     }
   }
   for (auto& [fd, name] : todo) {
-    if (::fdatasync(fd) != 0)
-      return ErrnoStatus(errno, absl::StrCat("fdatasync ", name));
+    int err = options_.sync_filter ? options_.sync_filter(name) : 0;
+    if (err == 0 && ::fdatasync(fd) != 0) err = errno;
+    if (err != 0) {
+      // Whatever was written since the last good sync is suspect: keep the
+      // segment dirty so the next Sync tries again.
+      absl::MutexLock l(&mu_);
+      for (size_t i = 0; i < segments_.size(); ++i)
+        if (segments_[i].fd == fd) segments_[i].dirty = true;
+      return ErrnoStatus(err, absl::StrCat("fdatasync ", name));
+    }
   }
   return absl::OkStatus();
 }

@@ -207,6 +207,42 @@ TEST(ObjectStoreTest, EnospcOnOnePathMidCommitKeepsPreviousHead) {
   ExpectNoLeak(s->get());
 }
 
+TEST(ObjectStoreTest, FailedSyncFailsTheCommitAndKeepsThePreviousHead) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  auto fail = std::make_shared<std::atomic<bool>>(false);
+  o.paths[0].path.sync_filter = [fail](const std::string&) {
+    return fail->load() ? EIO : 0;
+  };
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->Declare("d", TestLayout(100000)).ok());
+  ASSERT_TRUE(CommitVersion(s->get(), "d", 1).ok());
+  fail->store(true);
+  absl::Status st = CommitVersion(s->get(), "d", 2);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("fdatasync"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("seg-000000"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("commit of d version 2"), std::string::npos)
+      << st;
+  ExpectNoLeak(s->get());
+  fail->store(false);
+  auto l = (*s)->Checkout("d").get();
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ((*l)->version(), 1u);
+  EXPECT_TRUE(Matches(**l, 1));
+  // The path recovers: the next commit syncs again and succeeds.
+  ASSERT_TRUE(CommitVersion(s->get(), "d", 2).ok());
+  s->reset();
+  s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok());
+  l = (*s)->Checkout("d").get();
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ((*l)->version(), 2u);
+  EXPECT_TRUE(Matches(**l, 2));
+  ExpectNoLeak(s->get());
+}
+
 TEST(ObjectStoreTest, BadInputsAreClearErrors) {
   TempDir dir;
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
