@@ -5,7 +5,7 @@ set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config git
       librocksdb-dev liburing-dev libxxhash-dev libabsl-dev
       libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
-      nlohmann-json3-dev libtomlplusplus-dev fio)
+      nlohmann-json3-dev libtomlplusplus-dev fio clang)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
