@@ -97,6 +97,20 @@ void AdamUpdateScalar(const AdamSlice& s, const AdamStepConsts& c) {
   }
 }
 
+void AdamUpdateScalarFrom(const AdamSlice& s, const AdamStepConsts& c,
+                          size_t from) {
+  if (from >= s.n) return;
+  AdamSlice tail = s;
+  tail.p += from;
+  tail.m += from;
+  tail.v += from;
+  tail.grad = static_cast<const char*>(s.grad) + from * DTypeSize(s.grad_dtype);
+  if (s.out)
+    tail.out = static_cast<char*>(s.out) + from * DTypeSize(s.out_dtype);
+  tail.n = s.n - from;
+  AdamUpdateScalar(tail, c);
+}
+
 GradStats ComputeGradStats(const void* grad, DType dtype, size_t n) {
   GradStats st;
   double acc[4] = {0, 0, 0, 0};

@@ -77,6 +77,9 @@ inline void AdamUpdate(const AdamSlice& s, const AdamStepConsts& c) {
 
 // Implementations (one translation unit each, compiled for their ISA).
 void AdamUpdateScalar(const AdamSlice& s, const AdamStepConsts& c);
+// The scalar update of elements [from, s.n): the vector paths' tails.
+void AdamUpdateScalarFrom(const AdamSlice& s, const AdamStepConsts& c,
+                          size_t from);
 void AdamUpdateAvx2(const AdamSlice& s, const AdamStepConsts& c);
 void AdamUpdateAvx512(const AdamSlice& s, const AdamStepConsts& c);
 

@@ -81,16 +81,7 @@ void AdamUpdateAvx2(const AdamSlice& s, const AdamStepConsts& c) {
     _mm256_storeu_ps(s.v + i, v);
     if (s.out) StoreOut(s.out, s.out_dtype, i, p);
   }
-  if (i < s.n) {
-    AdamSlice tail = s;
-    tail.p += i;
-    tail.m += i;
-    tail.v += i;
-    tail.grad = static_cast<const char*>(s.grad) + i * DTypeSize(s.grad_dtype);
-    if (s.out) tail.out = static_cast<char*>(s.out) + i * DTypeSize(s.out_dtype);
-    tail.n = s.n - i;
-    AdamUpdateScalar(tail, c);
-  }
+  AdamUpdateScalarFrom(s, c, i);
 }
 
 }  // namespace mlpo
