@@ -1,5 +1,8 @@
 #include "bench/bench_common.h"
 
+#include "absl/strings/str_split.h"
+#include "store/size_units.h"
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -24,6 +27,28 @@ void EnsureDir(const std::string& dir) {
               << "\n";
     throw CLI::RuntimeError(1);
   }
+}
+
+uint64_t SizeArg(const std::string& flag, const std::string& value) {
+  auto v = ParseSize(value);
+  if (!v.ok()) {
+    std::cerr << "mlpo-bench: " << flag << ": " << v.status().message() << "\n";
+    throw CLI::RuntimeError(2);
+  }
+  return *v;
+}
+
+std::vector<uint64_t> SizeListArg(const std::string& flag,
+                                  const std::string& value, size_t want) {
+  std::vector<uint64_t> out;
+  for (absl::string_view part : absl::StrSplit(value, ','))
+    out.push_back(SizeArg(flag, std::string(part)));
+  if (out.size() != want) {
+    std::cerr << "mlpo-bench: " << flag << " takes " << want
+              << " comma-separated sizes, got '" << value << "'\n";
+    throw CLI::RuntimeError(2);
+  }
+  return out;
 }
 
 void Progress(const std::string& line) {

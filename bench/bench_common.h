@@ -3,7 +3,9 @@
 #ifndef MLPO_BENCH_BENCH_COMMON_H_
 #define MLPO_BENCH_BENCH_COMMON_H_
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 
@@ -19,6 +21,11 @@ struct BenchFlags {
 void AddBenchFlags(CLI::App* cmd, BenchFlags* f);
 // Creates `dir` (and parents). Exits the command with a message on failure.
 void EnsureDir(const std::string& dir);
+// A size given for `flag`, or the command fails naming flag and value.
+uint64_t SizeArg(const std::string& flag, const std::string& value);
+// Exactly `want` comma-separated sizes for `flag` (e.g. --caps 600MB,300MB).
+std::vector<uint64_t> SizeListArg(const std::string& flag,
+                                  const std::string& value, size_t want);
 // Progress to stderr, overwritten in place.
 void Progress(const std::string& line);
 

@@ -81,7 +81,9 @@ void AddIoBench(CLI::App& app) {
   cmd->callback([a] {
     const BenchFlags& f = a->f;
     EnsureDir(f.dir);
-    uint64_t size = *ParseSize(f.quick ? "1G" : a->size);
+    // Arguments first: a bad one fails before any measurement.
+    uint64_t size = f.quick ? (uint64_t{1} << 30) : SizeArg("--size", a->size);
+    std::vector<uint64_t> caps = SizeListArg("--caps", a->caps, 2);
     double secs = a->seconds > 0 ? a->seconds : (f.quick ? 1.0 : 2.0);
     std::vector<int> depths = f.quick ? std::vector<int>{16, 64}
                                       : std::vector<int>{1, 4, 16, 64};
@@ -153,9 +155,6 @@ void AddIoBench(CLI::App& app) {
       out[n + "_ratio"] = best_fio > 0 ? best_engine / best_fio : 0;
     }
     // Two capped "paths" (directories) driven together, reads then writes.
-    std::vector<std::string> cap_strs;
-    for (auto part : absl::StrSplit(a->caps, ',')) cap_strs.emplace_back(part);
-    uint64_t caps[2] = {*ParseSize(cap_strs.at(0)), *ParseSize(cap_strs.at(1))};
     std::string files[2] = {f.dir + "/cap-a.dat", f.dir + "/cap-b.dat"};
     uint64_t cap_file = std::min<uint64_t>(size / 2, uint64_t{512} << 20);
     for (auto& cf : files) {

@@ -227,11 +227,7 @@ void AddStepBench(CLI::App& app) {
       std::vector<std::string> rc = absl::StrSplit(part, '@');
       PathSpec p;
       p.root = rc[0];
-      if (rc.size() > 1) {
-        auto cap = ParseSize(rc[1]);
-        if (!cap.ok()) Die("--paths", cap.status());
-        p.cap = *cap;
-      }
+      if (rc.size() > 1) p.cap = SizeArg("--paths", rc[1]);
       EnsureDir(p.root);
       paths.push_back(p);
     }

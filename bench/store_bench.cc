@@ -178,6 +178,10 @@ void AddStoreBench(CLI::App& app) {
       ->capture_default_str();
   cmd->callback([a] {
     const BenchFlags& f = a->f;
+    // Arguments first: a bad one fails before any measurement.
+    std::vector<uint64_t> caps = SizeListArg("--caps", a->caps, 2);
+    uint64_t target =
+        f.quick ? (uint64_t{2} << 30) : SizeArg("--tag-size", a->tag_size);
     std::string dir = f.dir + "/store-bench";
     std::filesystem::remove_all(dir);
     EnsureDir(dir);
@@ -187,9 +191,6 @@ void AddStoreBench(CLI::App& app) {
         f.quick ? std::vector<uint64_t>{64 << 20, 256 << 20}
                 : std::vector<uint64_t>{64 << 20, 256 << 20, 1 << 30};
     uint64_t per_case = f.quick ? (uint64_t{1} << 30) : (uint64_t{3} << 30);
-    auto caps_s = absl::StrSplit(a->caps, ',');
-    std::vector<uint64_t> caps;
-    for (auto c : caps_s) caps.push_back(*ParseSize(std::string(c)));
     double worst = 1e9;
     for (int npaths : {1, 2}) {
       std::vector<uint64_t> cap = npaths == 2 ? caps : std::vector<uint64_t>{};
@@ -229,7 +230,6 @@ void AddStoreBench(CLI::App& app) {
       StoreOptions o = BenchOptions(dir, "tagbench", 2, {});
       auto s = ObjectStore::Open(o);
       if (!s.ok()) Die(s.status());
-      uint64_t target = *ParseSize(f.quick ? "2G" : a->tag_size);
       uint64_t obj = 256 << 20;
       int n = std::max<int>(4, target / obj);
       json tags = json::array();

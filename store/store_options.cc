@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "store/size_units.h"
 #include "store/status_macros.h"
 
 namespace mlpo {
@@ -24,21 +25,8 @@ absl::StatusOr<uint64_t> SizeValue(const toml::node& n, const std::string& key) 
     return static_cast<uint64_t>(*i);
   }
   if (auto s = n.value<std::string>()) {
-    char* end = nullptr;
-    double v = std::strtod(s->c_str(), &end);
-    std::string unit = absl::AsciiStrToUpper(std::string(end));
-    double m = unit.empty() || unit == "B" ? 1
-               : unit == "K"               ? 1024.0
-               : unit == "M"               ? 1048576.0
-               : unit == "G"               ? 1073741824.0
-               : unit == "T"               ? 1099511627776.0
-               : unit == "KB"              ? 1e3
-               : unit == "MB"              ? 1e6
-               : unit == "GB"              ? 1e9
-               : unit == "TB"              ? 1e12
-                                           : -1;
-    if (end != s->c_str() && v >= 0 && m > 0)
-      return static_cast<uint64_t>(v * m);
+    auto v = ParseSize(*s);
+    if (v.ok()) return v;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("config key '", key, "': expected a size (e.g. 4096, \"1M\")"));

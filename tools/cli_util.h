@@ -1,5 +1,5 @@
-// Small helpers shared by the mlpo CLI and mlpo-bench: size parsing and
-// human-readable formatting.
+// Small helpers shared by the mlpo CLI and mlpo-bench: human-readable
+// formatting (sizes are parsed by store/size_units.h).
 #ifndef MLPO_TOOLS_CLI_UTIL_H_
 #define MLPO_TOOLS_CLI_UTIL_H_
 
@@ -10,9 +10,6 @@
 
 namespace mlpo {
 
-// "4096", "256K", "1M", "2G", "1.5G", "600MB" (powers of 1024 for K/M/G/T;
-// "MB"/"GB" powers of 1000).
-absl::StatusOr<uint64_t> ParseSize(const std::string& s);
 std::string FormatBytes(double bytes);          // "1.50 GiB"
 std::string FormatRate(double bytes_per_s);     // "1523.4 MB/s"
 

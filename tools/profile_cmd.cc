@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "store/bandwidth_probe.h"
+#include "store/size_units.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 

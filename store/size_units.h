@@ -1,0 +1,20 @@
+// Parsing of byte sizes and rates written by people: "4096", "256K", "1M",
+// "1.5G", "600MB". K/M/G/T (and KiB/MiB/GiB/TiB) are powers of 1024;
+// KB/MB/GB/TB powers of 1000. One parser for TOML configs, the CLI and the
+// benchmarks.
+#ifndef MLPO_STORE_SIZE_UNITS_H_
+#define MLPO_STORE_SIZE_UNITS_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace mlpo {
+
+// InvalidArgument naming the text when it is not a size.
+absl::StatusOr<uint64_t> ParseSize(absl::string_view text);
+
+}  // namespace mlpo
+
+#endif  // MLPO_STORE_SIZE_UNITS_H_

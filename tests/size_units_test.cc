@@ -1,0 +1,29 @@
+#include "store/size_units.h"
+
+#include "gtest/gtest.h"
+
+namespace mlpo {
+namespace {
+
+TEST(SizeUnitsTest, BinaryAndDecimalUnits) {
+  EXPECT_EQ(*ParseSize("4096"), 4096u);
+  EXPECT_EQ(*ParseSize("256K"), 256u << 10);
+  EXPECT_EQ(*ParseSize("1m"), 1u << 20);
+  EXPECT_EQ(*ParseSize("2GiB"), uint64_t{2} << 30);
+  EXPECT_EQ(*ParseSize("1.5G"), uint64_t{3} << 29);
+  EXPECT_EQ(*ParseSize("600MB"), 600000000u);
+  EXPECT_EQ(*ParseSize("1TB"), 1000000000000u);
+}
+
+TEST(SizeUnitsTest, BadTextIsInvalidArgumentNamingIt) {
+  for (const char* bad : {"", "fast", "-1M", "12XB", "M"}) {
+    auto r = ParseSize(bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find(std::string("'") + bad + "'"),
+              std::string::npos)
+        << r.status();
+  }
+}
+
+}  // namespace
+}  // namespace mlpo
