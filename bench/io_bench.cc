@@ -14,7 +14,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <thread>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -167,31 +166,23 @@ void AddIoBench(CLI::App& app) {
     double capped_secs = f.quick ? 2.0 : 4.0;
     for (ProbeLoad load : {ProbeLoad::kRead, ProbeLoad::kWrite}) {
       Progress(absl::StrFormat("capped two-path %s", ProbeLoadName(load)));
-      PathAdmission adm0(caps[0], caps[0], absl::Milliseconds(20), nullptr);
-      PathAdmission adm1(caps[1], caps[1], absl::Milliseconds(20), nullptr);
-      PathAdmission* adms[2] = {&adm0, &adm1};
-      absl::StatusOr<ProbeResult> res[2];
-      std::vector<std::thread> ts;
+      std::vector<ProbeJob> jobs(2);
       for (int i = 0; i < 2; ++i) {
-        ts.emplace_back([&, i] {
-          ProbeOptions po;
-          po.load = load;
-          po.block = 1 << 20;
-          po.depth = 16;
-          po.file_bytes = cap_file;
-          po.duration = absl::Seconds(capped_secs);
-          po.admission = adms[i];
-          res[i] = RunProbe(files[i], po);
-        });
+        jobs[i].file = files[i];
+        jobs[i].read_cap = jobs[i].write_cap = caps[i];
+        jobs[i].options.load = load;
+        jobs[i].options.block = 1 << 20;
+        jobs[i].options.depth = 16;
+        jobs[i].options.file_bytes = cap_file;
+        jobs[i].options.duration = absl::Seconds(capped_secs);
       }
-      for (auto& t : ts) t.join();
-      if (!res[0].ok() || !res[1].ok()) {
+      auto res = RunProbesTogether(jobs);
+      if (!res.ok()) {
         std::cerr << "\nmlpo-bench io: capped run failed: "
-                  << (!res[0].ok() ? res[0] : res[1]).status().message()
-                  << "\n";
+                  << res.status().message() << "\n";
         throw CLI::RuntimeError(1);
       }
-      double achieved = res[0]->bytes_per_s() + res[1]->bytes_per_s();
+      double achieved = res->sum_of_rates();
       std::string n = ProbeLoadName(load);
       out["capped_" + n + "_bps"] = achieved;
       out["capped_" + n + "_ratio"] = achieved / sum_caps;

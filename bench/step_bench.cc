@@ -47,37 +47,23 @@ struct ModeResult {
 // Mixed read+write bytes/s of `paths` driven at once (one probe file and
 // thread each, with each path's cap), summed.
 double ProbeMixed(const std::vector<PathSpec>& paths, double seconds) {
-  std::vector<std::string> files;
-  std::vector<std::unique_ptr<PathAdmission>> adm;
-  const uint64_t size = uint64_t{1} << 30;
-  for (auto& p : paths) {
-    files.push_back(p.root + "/.mlpo-step-probe.dat");
-    if (auto st = PrepareProbeFile(files.back(), size); !st.ok())
-      Die(p.root, st);
-    adm.push_back(std::make_unique<PathAdmission>(
-        p.cap, p.cap, absl::Milliseconds(20), nullptr));
-  }
-  std::vector<absl::StatusOr<ProbeResult>> res(paths.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < paths.size(); ++i)
-    threads.emplace_back([&, i] {
-      ProbeOptions po;
-      po.load = ProbeLoad::kMixed;
-      po.block = 4 << 20;
-      po.depth = 16;
-      po.file_bytes = size;
-      po.duration = absl::Seconds(seconds);
-      po.admission = adm[i].get();
-      res[i] = RunProbe(files[i], po);
-    });
-  for (auto& t : threads) t.join();
-  double sum = 0;
+  std::vector<ProbeJob> jobs(paths.size());
   for (size_t i = 0; i < paths.size(); ++i) {
-    std::filesystem::remove(files[i]);
-    if (!res[i].ok()) Die(paths[i].root, res[i].status());
-    sum += res[i]->bytes_per_s();
+    jobs[i].file = paths[i].root + "/.mlpo-step-probe.dat";
+    jobs[i].read_cap = jobs[i].write_cap = paths[i].cap;
+    jobs[i].options.load = ProbeLoad::kMixed;
+    jobs[i].options.block = 4 << 20;
+    jobs[i].options.depth = 16;
+    jobs[i].options.file_bytes = uint64_t{1} << 30;
+    jobs[i].options.duration = absl::Seconds(seconds);
+    if (auto st = PrepareProbeFile(jobs[i].file, jobs[i].options.file_bytes);
+        !st.ok())
+      Die(paths[i].root, st);
   }
-  return sum;
+  auto res = RunProbesTogether(jobs);
+  for (auto& j : jobs) std::filesystem::remove(j.file);
+  if (!res.ok()) Die("probe", res.status());
+  return res->sum_of_rates();
 }
 
 ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,

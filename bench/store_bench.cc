@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <future>
 #include <iostream>
-#include <thread>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -96,41 +95,25 @@ Throughput RunStore(ObjectStore* s, const std::string& prefix, int n,
 // at once, with the same caps.
 Throughput RunRaw(const StoreOptions& o, const std::vector<uint64_t>& bytes) {
   Throughput t;
-  for (ProbeLoad load : {ProbeLoad::kWrite, ProbeLoad::kRead}) {
-    std::vector<std::unique_ptr<PathAdmission>> adm;
-    std::vector<std::thread> ts;
-    std::vector<absl::StatusOr<ProbeResult>> res(o.paths.size());
-    std::vector<std::string> files;
-    for (size_t i = 0; i < o.paths.size(); ++i) {
-      files.push_back(o.paths[i].path.root + "/raw-probe.dat");
-      if (load == ProbeLoad::kWrite)
-        if (auto st = PrepareProbeFile(files[i], bytes[i]); !st.ok()) Die(st);
-      adm.push_back(std::make_unique<PathAdmission>(
-          o.paths[i].path.read_cap, o.paths[i].path.write_cap,
-          o.paths[i].path.cap_burst, nullptr));
-    }
-    absl::Time t0 = absl::Now();
-    for (size_t i = 0; i < o.paths.size(); ++i)
-      ts.emplace_back([&, i] {
-        ProbeOptions po;
-        po.load = load;
-        po.block = o.extent_bytes;
-        po.depth = o.paths[i].path.queue_depth;
-        po.file_bytes = bytes[i];
-        po.admission = adm[i].get();
-        res[i] = RunProbe(files[i], po);
-      });
-    for (auto& th : ts) th.join();
-    double secs = absl::ToDoubleSeconds(absl::Now() - t0);
-    uint64_t sum = 0;
-    for (auto& r : res) {
-      if (!r.ok()) Die(r.status());
-      sum += r->bytes;
-    }
-    (load == ProbeLoad::kWrite ? t.write_bps : t.read_bps) = sum / secs;
-    if (load == ProbeLoad::kRead)
-      for (auto& f : files) std::filesystem::remove(f);
+  std::vector<ProbeJob> jobs(o.paths.size());
+  for (size_t i = 0; i < o.paths.size(); ++i) {
+    const PathOptions& p = o.paths[i].path;
+    jobs[i].file = p.root + "/raw-probe.dat";
+    jobs[i].read_cap = p.read_cap;
+    jobs[i].write_cap = p.write_cap;
+    jobs[i].cap_burst = p.cap_burst;
+    jobs[i].options.block = o.extent_bytes;
+    jobs[i].options.depth = p.queue_depth;
+    jobs[i].options.file_bytes = bytes[i];
+    if (auto st = PrepareProbeFile(jobs[i].file, bytes[i]); !st.ok()) Die(st);
   }
+  for (ProbeLoad load : {ProbeLoad::kWrite, ProbeLoad::kRead}) {
+    for (auto& j : jobs) j.options.load = load;
+    auto res = RunProbesTogether(jobs);
+    if (!res.ok()) Die(res.status());
+    (load == ProbeLoad::kWrite ? t.write_bps : t.read_bps) = res->bytes_per_s();
+  }
+  for (auto& j : jobs) std::filesystem::remove(j.file);
   return t;
 }
 

@@ -3,10 +3,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "store/admission.h"
 #include "store/status_macros.h"
 
 namespace mlpo {
@@ -142,6 +145,43 @@ absl::StatusOr<ProbeResult> RunProbe(const std::string& file,
   ::close(fd);
   if (!st.ok()) return st;
   return res;
+}
+
+double ProbeTogetherResult::bytes_per_s() const {
+  uint64_t total = 0;
+  for (const ProbeResult& r : each) total += r.bytes;
+  return seconds > 0 ? total / seconds : 0;
+}
+
+double ProbeTogetherResult::sum_of_rates() const {
+  double sum = 0;
+  for (const ProbeResult& r : each) sum += r.bytes_per_s();
+  return sum;
+}
+
+absl::StatusOr<ProbeTogetherResult> RunProbesTogether(
+    const std::vector<ProbeJob>& jobs) {
+  std::vector<std::unique_ptr<PathAdmission>> caps;
+  for (const ProbeJob& j : jobs)
+    caps.push_back(std::make_unique<PathAdmission>(j.read_cap, j.write_cap,
+                                                   j.cap_burst, nullptr));
+  std::vector<absl::StatusOr<ProbeResult>> res(jobs.size());
+  std::vector<std::thread> threads;
+  absl::Time start = absl::Now();
+  for (size_t i = 0; i < jobs.size(); ++i)
+    threads.emplace_back([&, i] {
+      ProbeOptions o = jobs[i].options;
+      o.admission = caps[i].get();
+      res[i] = RunProbe(jobs[i].file, o);
+    });
+  for (auto& t : threads) t.join();
+  ProbeTogetherResult out;
+  out.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (!res[i].ok()) return Annotate(res[i].status(), jobs[i].file);
+    out.each.push_back(*res[i]);
+  }
+  return out;
 }
 
 }  // namespace mlpo

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -44,6 +45,29 @@ struct ProbeResult {
 // sequential cursor, like fio's rw=rw with rwmixread=50.
 absl::StatusOr<ProbeResult> RunProbe(const std::string& file,
                                      const ProbeOptions& options);
+
+// One file of a concurrent probe, with its own options and its own caps
+// (bytes/s per direction, 0 = none; options.admission is ignored).
+struct ProbeJob {
+  std::string file;
+  ProbeOptions options;
+  uint64_t read_cap = 0, write_cap = 0;
+  absl::Duration cap_burst = absl::Milliseconds(20);
+};
+
+struct ProbeTogetherResult {
+  std::vector<ProbeResult> each;  // in job order
+  double seconds = 0;             // wall time of the whole run
+  // Total bytes over the wall time (right for one pass over each file).
+  double bytes_per_s() const;
+  // Sum of each file's own rate (right for timed runs of equal length).
+  double sum_of_rates() const;
+};
+
+// Runs every job at once, one thread each, e.g. several storage paths driven
+// together. The first failure is returned, annotated with its file.
+absl::StatusOr<ProbeTogetherResult> RunProbesTogether(
+    const std::vector<ProbeJob>& jobs);
 
 // Creates (or extends) `file` to `bytes` with real data written, so reads
 // measure the device and not holes.
