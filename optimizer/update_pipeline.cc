@@ -1,5 +1,6 @@
 #include "optimizer/update_pipeline.h"
 
+#include <algorithm>
 #include <deque>
 #include <future>
 
@@ -8,6 +9,39 @@
 #include "store/status_macros.h"
 
 namespace mlpo {
+namespace {
+
+// Commits in flight: at most `limit`; keeps the first error and the time
+// spent waiting for them.
+class CommitWindow {
+ public:
+  explicit CommitWindow(int limit) : limit_(std::max(1, limit)) {}
+  void Push(std::future<absl::Status> f) {
+    pending_.push_back(std::move(f));
+    while (static_cast<int>(pending_.size()) > limit_) WaitOldest();
+  }
+  absl::Status Drain() {
+    while (!pending_.empty()) WaitOldest();
+    return first_error_;
+  }
+  const absl::Status& first_error() const { return first_error_; }
+  double wait_s() const { return wait_s_; }
+
+ private:
+  void WaitOldest() {
+    absl::Time w = absl::Now();
+    absl::Status st = pending_.front().get();
+    wait_s_ += absl::ToDoubleSeconds(absl::Now() - w);
+    pending_.pop_front();
+    if (first_error_.ok() && !st.ok()) first_error_ = st;
+  }
+  const int limit_;
+  std::deque<std::future<absl::Status>> pending_;
+  absl::Status first_error_;
+  double wait_s_ = 0;
+};
+
+}  // namespace
 
 UpdatePipeline::UpdatePipeline(ObjectStore* store,
                                const std::vector<Subgroup>* subgroups,
@@ -18,27 +52,20 @@ UpdatePipeline::UpdatePipeline(ObjectStore* store,
       runner_(options.threads) {}
 
 absl::Status UpdatePipeline::OffloadGrads(uint64_t t, const GradStage& grads) {
-  std::deque<std::future<absl::Status>> commits;
-  absl::Status first;
+  CommitWindow commits(options_.max_commits_in_flight);
   for (const Subgroup& s : *subgroups_) {
     auto lease = store_->Blank(GradObject(s));
-    if (!lease.ok()) return lease.status();
+    if (!lease.ok()) {
+      (void)commits.Drain();  // never leave writes behind
+      return lease.status();
+    }
     float* g = (*lease)->Section<float>("g");
     const void* src = grads.Data(s.index);
     for (uint64_t i = 0; i < s.numel; ++i)
       g[i] = LoadAsFloat(src, grads.dtype(), i);
-    commits.push_back(store_->Commit(*lease, t));
-    while (static_cast<int>(commits.size()) > options_.max_commits_in_flight) {
-      absl::Status st = commits.front().get();
-      if (first.ok()) first = st;
-      commits.pop_front();
-    }
+    commits.Push(store_->Commit(*lease, t));
   }
-  for (auto& f : commits) {
-    absl::Status st = f.get();
-    if (first.ok()) first = st;
-  }
-  return first;
+  return commits.Drain();
 }
 
 absl::StatusOr<StepReport> UpdatePipeline::Step(
@@ -67,17 +94,10 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(
     fetches.push_back(std::move(f));
   };
   for (int k = 0; k < std::min(depth, n); ++k) issue(k);
-  std::deque<std::future<absl::Status>> commits;
+  CommitWindow commits(options_.max_commits_in_flight);
   absl::Status error;
-  auto wait_commit = [&]() {
-    absl::Time w = absl::Now();
-    absl::Status st = commits.front().get();
-    rep.write_wait_s += absl::ToDoubleSeconds(absl::Now() - w);
-    commits.pop_front();
-    if (error.ok() && !st.ok()) error = st;
-  };
   int k = 0;
-  for (; k < n && error.ok(); ++k) {
+  for (; k < n && error.ok() && commits.first_error().ok(); ++k) {
     const Subgroup& s = (*subgroups_)[rep.order[k]];
     absl::Time w = absl::Now();
     absl::StatusOr<Lease> state = fetches.front().state.get();
@@ -121,22 +141,21 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(
       AdamUpdate(sl, c);
     });
     rep.compute_s += absl::ToDoubleSeconds(absl::Now() - cs);
-    commits.push_back(store_->Commit(lease, t));
+    commits.Push(store_->Commit(lease, t));
     if (sink) {
       absl::Status ps = sink->Publish(s);
       if (!ps.ok()) error = ps;
     }
     rep.params += s.numel;
-    while (static_cast<int>(commits.size()) >
-           std::max(1, options_.max_commits_in_flight))
-      wait_commit();
   }
   // Never leave reads or writes behind: they borrow buffers.
   for (auto& f : fetches) {
     f.state.wait();
     if (f.grad.valid()) f.grad.wait();
   }
-  while (!commits.empty()) wait_commit();
+  absl::Status commit_error = commits.Drain();
+  if (error.ok()) error = commit_error;
+  rep.write_wait_s = commits.wait_s();
   rep.total_s = absl::ToDoubleSeconds(absl::Now() - start);
   for (size_t p = 0; p < store_->num_paths(); ++p) {
     PathCounters c = store_->path(p)->Counters();

@@ -279,6 +279,8 @@ std::string ExtentError(const ExtentRef& e, const char* dst,
                       ", read ", absl::Hex(got), ")");
 }
 
+}  // namespace
+
 absl::Status BadExtentStatus(const BadExtent& b) {
   std::string msg = absl::StrCat("object ", b.object, " version ", b.version,
                                  ": path ", b.path, " file ", b.file,
@@ -287,7 +289,6 @@ absl::Status BadExtentStatus(const BadExtent& b) {
   return b.error.rfind("checksum", 0) == 0 ? absl::DataLossError(msg)
                                            : absl::InternalError(msg);
 }
-}  // namespace
 
 void ObjectStore::ReadExtents(const std::string& object,
                               const VersionRecord& rec, char* buf,

@@ -80,6 +80,10 @@ struct BadExtent {
   std::string error;  // checksum mismatch or I/O error text
 };
 
+// The status for a bad extent: DataLoss for a checksum mismatch, Internal
+// for an I/O error; the message names object, version, path, file, offset.
+absl::Status BadExtentStatus(const BadExtent& b);
+
 struct VerifyReport {
   uint64_t objects = 0, extents = 0, bytes = 0;
   std::vector<BadExtent> bad;

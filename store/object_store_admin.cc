@@ -251,11 +251,7 @@ absl::StatusOr<Lease> ObjectStore::ReadVersion(const std::string& object,
   std::vector<BadExtent> bad;
   ReadExtents(object, rec, lease->buf_.data(), &bad);
   Unpin({object, version});
-  if (!bad.empty())
-    return absl::DataLossError(absl::StrCat(
-        "object ", object, " version ", version, ": path ", bad[0].path,
-        " file ", bad[0].file, " offset ", bad[0].file_offset, ": ",
-        bad[0].error));
+  if (!bad.empty()) return BadExtentStatus(bad.front());
   return lease;
 }
 
