@@ -3,8 +3,6 @@
 #include "absl/strings/str_split.h"
 #include "store/size_units.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -51,14 +49,5 @@ std::vector<uint64_t> SizeListArg(const std::string& flag,
   return out;
 }
 
-void Progress(const std::string& line) {
-  // In a terminal the line is rewritten in place; in a log, one line each.
-  static const bool tty = isatty(STDERR_FILENO);
-  if (tty)
-    std::fprintf(stderr, "\r\033[K%s", line.c_str());
-  else if (!line.empty())
-    std::fprintf(stderr, "%s\n", line.c_str());
-  std::fflush(stderr);
-}
 
 }  // namespace mlpo

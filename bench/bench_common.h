@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "tools/cli_util.h"  // Progress
 
 namespace mlpo {
 
@@ -26,8 +27,6 @@ uint64_t SizeArg(const std::string& flag, const std::string& value);
 // Exactly `want` comma-separated sizes for `flag` (e.g. --caps 600MB,300MB).
 std::vector<uint64_t> SizeListArg(const std::string& flag,
                                   const std::string& value, size_t want);
-// Progress to stderr, overwritten in place.
-void Progress(const std::string& line);
 
 void AddIoBench(CLI::App& app);
 void AddStoreBench(CLI::App& app);

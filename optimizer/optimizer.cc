@@ -17,11 +17,6 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Open(
   return o;
 }
 
-Optimizer::~Optimizer() {
-  pipeline_.reset();
-  store_.reset();
-}
-
 absl::Status Optimizer::Init() {
   const PipelineOptions& po = options_.pipeline;
   if (po.prefetch_depth < 1 || po.prefetch_depth > 64 ||

@@ -56,7 +56,6 @@ class Optimizer {
  public:
   static absl::StatusOr<std::unique_ptr<Optimizer>> Open(
       OptimizerOptions options);
-  ~Optimizer();
 
   // Hands in gradient elements [offset, offset+count) of `group`.
   absl::Status StageGrad(int group, uint64_t offset, const void* data,
@@ -94,6 +93,7 @@ class Optimizer {
   OptimizerOptions options_;
   std::vector<Subgroup> subgroups_;
   std::map<std::string, const Subgroup*> by_object_;
+  // Declared before the pipeline, so destroyed after it.
   std::unique_ptr<ObjectStore> store_;
   std::unique_ptr<GradStage> grads_;
   std::unique_ptr<HostParamSink> sink_;

@@ -1,8 +1,21 @@
 #include "tools/cli_util.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+
 #include "absl/strings/str_format.h"
 
 namespace mlpo {
+
+void Progress(const std::string& line) {
+  static const bool tty = isatty(STDERR_FILENO);
+  if (tty)
+    std::fprintf(stderr, "\r\033[K%s", line.c_str());
+  else if (!line.empty())
+    std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stderr);
+}
 
 std::string FormatBytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

@@ -1,8 +1,6 @@
 // Store subcommands of the mlpo CLI: inspect, ls, show, verify, tag, tags,
 // restore, drop-tag, gc. Each takes STORE (a TOML config or a store
 // directory) and --json.
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -243,12 +241,10 @@ void AddStoreCommands(CLI::App& app) {
     c->add_option("--tag", *tag, "Verify this tag's versions instead of heads");
     c->callback([a, tag] {
       auto s = OpenTarget("verify", a->store, /*read_only=*/true);
-      const bool tty = isatty(STDERR_FILENO);
-      auto rep = s->Verify(*tag, [tty](uint64_t done, uint64_t total) {
-        std::fprintf(stderr, tty ? "\r\033[Kverify %s / %s" : "verify %s / %s\n",
-                     FormatBytes(done).c_str(), FormatBytes(total).c_str());
+      auto rep = s->Verify(*tag, [](uint64_t done, uint64_t total) {
+        Progress("verify " + FormatBytes(done) + " / " + FormatBytes(total));
       });
-      if (tty) std::fprintf(stderr, "\n");
+      Progress("");
       if (!rep.ok()) Fail("verify", rep.status());
       json bad = json::array();
       for (auto& b : rep->bad)
