@@ -298,14 +298,18 @@ void ObjectStore::ReadExtents(const std::string& object,
   latch.Add(static_cast<int>(rec.extents.size()));
   for (const ExtentRef& e : rec.extents) {
     char* dst = buf + e.blob_offset;
-    paths_[e.path]->Read({e.offset, e.length}, dst, [&, e, dst](const absl::Status& s) {
-      std::string err = ExtentError(e, dst, s);
-      if (!err.empty()) {
-        absl::MutexLock l(&bad_mu);
-        bad->push_back(Describe(object, rec.version, e, err));
-      }
-      latch.Done(absl::OkStatus());
-    });
+    // Verify on the hashing thread, as checkouts do, not on the ring.
+    paths_[e.path]->Read(
+        {e.offset, e.length}, dst, [&, e, dst](const absl::Status& s) {
+          hasher_->Post([&, e, dst, s] {
+            std::string err = ExtentError(e, dst, s);
+            if (!err.empty()) {
+              absl::MutexLock l(&bad_mu);
+              bad->push_back(Describe(object, rec.version, e, err));
+            }
+            latch.Done(absl::OkStatus());
+          });
+        });
   }
   (void)latch.Wait();
 }

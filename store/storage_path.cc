@@ -83,9 +83,11 @@ absl::StatusOr<std::unique_ptr<StoragePath>> StoragePath::Open(
     MLPO_ASSIGN_OR_RETURN(
         slot_set, IoSlots::Open(options.root + "/.mlpo/slots", slots));
   }
-  p->admission_ = std::make_unique<PathAdmission>(
-      options.read_cap, options.write_cap, options.cap_burst,
-      std::move(slot_set));
+  // Nothing to enforce (no caps, no slots): no admission on the hot path.
+  if (options.read_cap > 0 || options.write_cap > 0 || slot_set != nullptr)
+    p->admission_ = std::make_unique<PathAdmission>(
+        options.read_cap, options.write_cap, options.cap_burst,
+        std::move(slot_set));
   IoEngineOptions eo;
   eo.kind = options.engine;
   eo.queue_depth = options.queue_depth;
