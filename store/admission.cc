@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "store/file_util.h"
 #include "store/status_macros.h"
 
 namespace mlpo {
@@ -31,13 +32,11 @@ absl::Duration TokenBucket::Take(uint64_t bytes, absl::Time now) {
 
 absl::StatusOr<std::unique_ptr<IoSlots>> IoSlots::Open(const std::string& dir,
                                                        int count) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return ErrnoStatus(ec.value(), absl::StrCat("create ", dir));
+  MLPO_RETURN_IF_ERROR(MakePrivateDirs(dir));
   std::unique_ptr<IoSlots> s(new IoSlots());
   for (int i = 0; i < count; ++i) {
     std::string f = absl::StrCat(dir, "/slot-", i);
-    int fd = ::open(f.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = ::open(f.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, kPrivateFileMode);
     if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open slot ", f));
     s->fds_.push_back(fd);
   }

@@ -181,10 +181,11 @@ absl::Status IoLatch::Wait() {
 }
 
 absl::StatusOr<int> OpenForIo(const std::string& path, bool create,
-                              bool want_direct, bool* direct) {
-  int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
+                              bool want_direct, bool* direct, bool read_only) {
+  int flags = (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC |
+              (create && !read_only ? O_CREAT : 0);
   if (want_direct) {
-    int fd = ::open(path.c_str(), flags | O_DIRECT, 0644);
+    int fd = ::open(path.c_str(), flags | O_DIRECT, 0600);
     if (fd >= 0) {
       *direct = true;
       return fd;
@@ -196,7 +197,7 @@ absl::StatusOr<int> OpenForIo(const std::string& path, bool create,
                 << "; using buffered I/O + fdatasync on this filesystem\n";
     });
   }
-  int fd = ::open(path.c_str(), flags, 0644);
+  int fd = ::open(path.c_str(), flags, 0600);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", path));
   *direct = false;
   return fd;

@@ -175,7 +175,8 @@ class IoLatch {
 // Opens `path` for I/O, with O_DIRECT when `want_direct` and the filesystem
 // allows it (else buffered, reported through *direct = false).
 absl::StatusOr<int> OpenForIo(const std::string& path, bool create,
-                              bool want_direct, bool* direct);
+                              bool want_direct, bool* direct,
+                              bool read_only = false);
 
 // An aligned heap buffer (kIoAlignment) for O_DIRECT I/O. Move-only.
 class AlignedBuffer {

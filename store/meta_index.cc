@@ -1,11 +1,22 @@
 #include "store/meta_index.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "store/checksum.h"
+#include "store/file_util.h"
 #include "store/status_macros.h"
 
 namespace mlpo {
 namespace {
+
+constexpr size_t kSealSlot = 512;
 
 enum Cf { kObjects = 1, kVersions, kHeads, kTags, kPaths, kMeta };
 const char* const kCfNames[] = {"default", "objects", "versions", "heads",
@@ -40,38 +51,76 @@ absl::Status RocksStatus(const rocksdb::Status& s, absl::string_view what) {
 
 }  // namespace
 
+absl::StatusOr<uint64_t> ReadSeal(const std::string& dir,
+                                  const std::string& uuid) {
+  std::string file = absl::StrCat(dir, "/", kSealFile);
+  auto text = ReadSmallFile(file, 2 * kSealSlot);
+  if (absl::IsNotFound(text.status())) return 0;
+  if (!text.ok()) return text.status();
+  uint64_t best = 0;
+  for (size_t off = 0; off < text->size(); off += kSealSlot) {
+    absl::string_view slot = absl::string_view(*text).substr(off, kSealSlot);
+    size_t nl = slot.find('\n');
+    if (nl == absl::string_view::npos) continue;
+    std::vector<std::string> f = absl::StrSplit(slot.substr(0, nl), ' ');
+    if (f.size() != 4 || f[0] != "MLPOSEAL1") continue;
+    std::string body = absl::StrCat(f[0], " ", f[1], " ", f[2]);
+    if (absl::StrFormat("%016x", Checksum(body.data(), body.size())) != f[3])
+      continue;  // a torn or damaged slot: the other one counts
+    uint64_t seq = 0;
+    if (!absl::SimpleAtoi(f[2], &seq)) continue;
+    if (!uuid.empty() && f[1] != uuid)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "index seal ", file, " belongs to store ", f[1],
+          ", not to this index's store ", uuid,
+          ": was another store's index copied here?"));
+    best = std::max(best, seq);
+  }
+  return best;
+}
+
 absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
-    const std::string& dir, bool create, bool read_only) {
+    const std::string& dir, Mode mode) {
   rocksdb::DBOptions opts;
-  opts.create_if_missing = create;
-  opts.create_missing_column_families = create;
+  opts.create_if_missing = mode == Mode::kCreate;
+  opts.error_if_exists = mode == Mode::kCreate;
+  opts.create_missing_column_families = mode == Mode::kCreate;
   opts.max_background_jobs = 2;
   opts.info_log_level = rocksdb::WARN_LEVEL;
   opts.keep_log_file_num = 2;
+  // Point-in-time: a damaged WAL replays up to the damage. Whether that lost
+  // acknowledged writes is for the seal to say (see the header).
+  opts.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
   for (const char* n : kCfNames)
     cfs.emplace_back(n, rocksdb::ColumnFamilyOptions());
   std::unique_ptr<MetaIndex> m(new MetaIndex());
   m->dir_ = dir;
+  m->read_only_ = mode == Mode::kReadOnly;
   rocksdb::DB* db = nullptr;
   rocksdb::Status s =
-      read_only ? rocksdb::DB::OpenForReadOnly(opts, dir, cfs, &m->cf_, &db)
-                : rocksdb::DB::Open(opts, dir, cfs, &m->cf_, &db);
+      m->read_only_ ? rocksdb::DB::OpenForReadOnly(opts, dir, cfs, &m->cf_, &db)
+                    : rocksdb::DB::Open(opts, dir, cfs, &m->cf_, &db);
   if (!s.ok()) {
-    if (!create && s.IsInvalidArgument())
-      return absl::NotFoundError(
-          absl::StrCat("no store index in ", dir, ": ", s.ToString()));
+    if (mode != Mode::kCreate &&
+        (s.IsInvalidArgument() || s.IsCorruption() || s.IsNotFound()))
+      return absl::DataLossError(absl::StrCat(
+          "store index ", dir, " is damaged and cannot be opened (",
+          s.ToString(), "); nothing was changed. `mlpo recover STORE` "
+          "says what can be recovered"));
     return RocksStatus(s, absl::StrCat("open store index ", dir));
   }
   m->db_.reset(db);
   std::string fmt;
   s = db->Get(rocksdb::ReadOptions(), m->cf_[kMeta], "format", &fmt);
-  if (s.IsNotFound() && !read_only) {
-    s = db->Put(rocksdb::WriteOptions(), m->cf_[kMeta], "format",
-                std::to_string(kStoreFormat));
+  if (s.IsNotFound() && mode == Mode::kCreate) {
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    s = db->Put(wo, m->cf_[kMeta], "format", std::to_string(kStoreFormat));
     if (!s.ok()) return RocksStatus(s, "write format");
   } else if (s.IsNotFound()) {
-    return absl::NotFoundError(absl::StrCat("store index ", dir, " has no format record"));
+    // No records at all, or lost ones: the store decides (it compares the
+    // index with its seal and its directories).
   } else if (!s.ok()) {
     return RocksStatus(s, absl::StrCat("read format of ", dir));
   } else if (fmt != std::to_string(kStoreFormat)) {
@@ -82,7 +131,44 @@ absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
   return m;
 }
 
+absl::Status MetaIndex::SetSealUuid(const std::string& uuid) {
+  if (read_only_) return absl::OkStatus();
+  absl::MutexLock l(&seal_mu_);
+  seal_uuid_ = uuid;
+  if (seal_fd_ < 0) {
+    std::string file = absl::StrCat(dir_, "/", kSealFile);
+    seal_fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC,
+                      kPrivateFileMode);
+    if (seal_fd_ < 0) return ErrnoStatus(errno, absl::StrCat("open ", file));
+  }
+  // Both slots: a stale slot from an older sequence must not outlive this.
+  MLPO_RETURN_IF_ERROR(WriteSeal());
+  MLPO_RETURN_IF_ERROR(WriteSeal());
+  if (::fdatasync(seal_fd_) != 0)
+    return ErrnoStatus(errno, absl::StrCat("fdatasync ", dir_, "/", kSealFile));
+  return SyncDir(dir_);
+}
+
+absl::Status MetaIndex::WriteSeal() {
+  if (seal_fd_ < 0 || seal_uuid_.empty()) return absl::OkStatus();
+  std::string body = absl::StrCat("MLPOSEAL1 ", seal_uuid_, " ",
+                                   db_->GetLatestSequenceNumber());
+  std::string slot = absl::StrCat(
+      body, " ", absl::StrFormat("%016x", Checksum(body.data(), body.size())),
+      "\n");
+  slot.resize(kSealSlot, '\0');
+  off_t off = static_cast<off_t>((seal_writes_++ % 2) * kSealSlot);
+  if (::pwrite(seal_fd_, slot.data(), slot.size(), off) !=
+      static_cast<ssize_t>(slot.size()))
+    return ErrnoStatus(errno, absl::StrCat("write ", dir_, "/", kSealFile));
+  return absl::OkStatus();
+}
+
 MetaIndex::~MetaIndex() {
+  {
+    absl::MutexLock l(&seal_mu_);
+    if (seal_fd_ >= 0) ::close(seal_fd_);
+  }
   if (db_) {
     for (auto* h : cf_) db_->DestroyColumnFamilyHandle(h);
     db_->Close();
@@ -91,6 +177,12 @@ MetaIndex::~MetaIndex() {
 
 absl::StatusOr<MetaSnapshot> MetaIndex::Load() {
   MetaSnapshot snap;
+  {
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cf_[kMeta],
+                                 "store_uuid", &snap.store_uuid);
+    if (!s.ok() && !s.IsNotFound())
+      return RocksStatus(s, absl::StrCat("read store uuid of ", dir_));
+  }
   auto scan = [&](int cf, auto fn) -> absl::Status {
     std::unique_ptr<rocksdb::Iterator> it(
         db_->NewIterator(rocksdb::ReadOptions(), cf_[cf]));
@@ -131,11 +223,16 @@ absl::StatusOr<MetaSnapshot> MetaIndex::Load() {
   }));
   MLPO_RETURN_IF_ERROR(scan(kPaths, [&](absl::string_view k, absl::string_view v) {
     std::vector<std::string> parts = absl::StrSplit(v, '\t');
-    if (parts.size() != 3)
+    uint64_t seg = 0;
+    if ((parts.size() != 3 && parts.size() != 4) || k.size() != 4 ||
+        (parts.size() == 4 && !absl::SimpleAtoi(parts[3], &seg)))
       return absl::DataLossError(absl::StrCat("corrupt path record in ", dir_));
     uint64_t id = FromBE64(std::string(4, '\0') + std::string(k));
+    if (id >= 4096)
+      return absl::DataLossError(
+          absl::StrCat("corrupt path record in ", dir_, ": path id ", id));
     if (snap.paths.size() <= id) snap.paths.resize(id + 1);
-    snap.paths[id] = {parts[0], parts[1], parts[2]};
+    snap.paths[id] = {parts[0], parts[1], parts[2], seg};
     return absl::OkStatus();
   }));
   return snap;
@@ -165,14 +262,23 @@ void MetaIndex::Batch::DeleteTag(const std::string& t, const std::string& n) {
 }
 void MetaIndex::Batch::PutPath(uint32_t id, const PathRecord& p) {
   batch_.Put(m_->cf_[kPaths], BE64(id).substr(4),
-             absl::StrCat(p.uuid, "\t", p.root, "\t", p.kind));
+             absl::StrCat(p.uuid, "\t", p.root, "\t", p.kind, "\t",
+                          p.segment_bytes));
 }
 
 absl::Status MetaIndex::Apply(Batch* b, bool sync) {
   rocksdb::WriteOptions wo;
   wo.sync = sync;
-  return RocksStatus(db_->Write(wo, &b->batch_),
-                     absl::StrCat("write store index ", dir_));
+  absl::MutexLock l(&seal_mu_);
+  MLPO_RETURN_IF_ERROR(RocksStatus(db_->Write(wo, &b->batch_),
+                                   absl::StrCat("write store index ", dir_)));
+  // A synced write makes the whole WAL durable, earlier unsynced records
+  // included: everything up to here is now acknowledged.
+  return sync ? WriteSeal() : absl::OkStatus();
+}
+
+void MetaIndex::Batch::PutStoreUuid(const std::string& uuid) {
+  batch_.Put(m_->cf_[kMeta], "store_uuid", uuid);
 }
 
 }  // namespace mlpo

@@ -3,12 +3,23 @@
 //   versions name \0 BE64(version)   -> VersionRecord (big-endian: in order)
 //   heads    name                    -> BE64(version)
 //   tags     tag \0 name             -> BE64(version)
-//   paths    BE32(id)                -> "uuid\troot\tkind"
+//   paths    BE32(id)                -> "uuid\troot\tkind\tsegment_bytes"
 //   meta     "format"                -> format number
+//            "store_uuid"            -> the store's identity
 // The whole index is small (a record per object version) and is loaded into
 // memory on open; every change is one WriteBatch.
 //
-// Thread-safe (RocksDB is); the store serialises writers.
+// The seal. RocksDB's default WAL recovery stops at the first damaged record
+// without an error, and a deleted WAL simply replays nothing: either way the
+// index silently rolls back. So every synced batch also records RocksDB's
+// sequence number in <dir>/MLPO-SEAL (two checksummed slots written in turn,
+// not fsynced: a seal older than the WAL after a power loss only weakens the
+// check, a torn slot is ignored). An index that opens behind its seal has
+// lost acknowledged writes, and opening it is an error (DataLoss) until
+// `mlpo recover` accepts the loss.
+//
+// Thread-safe (RocksDB is; the seal has its own lock); the store serialises
+// writers.
 #ifndef MLPO_STORE_META_INDEX_H_
 #define MLPO_STORE_META_INDEX_H_
 
@@ -17,7 +28,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "rocksdb/db.h"
 #include "rocksdb/write_batch.h"
 #include "store/layout.h"
@@ -25,12 +38,15 @@
 namespace mlpo {
 
 inline constexpr int kStoreFormat = 1;
+inline constexpr char kSealFile[] = "MLPO-SEAL";
 
 struct PathRecord {
   std::string uuid, root, kind;
+  uint64_t segment_bytes = 0;  // 0: not recorded (stores made before it was)
 };
 
 struct MetaSnapshot {
+  std::string store_uuid;  // empty: never initialised (or records lost)
   std::map<std::string, ObjectLayout> objects;
   std::map<std::string, uint64_t> heads;
   std::map<std::string, std::map<std::string, uint64_t>> tags;  // tag->obj->v
@@ -38,17 +54,29 @@ struct MetaSnapshot {
   std::vector<PathRecord> paths;
 };
 
+// The newest valid sequence number recorded in <dir>/MLPO-SEAL for `uuid`
+// (0 when there is no seal). A seal of another store is FailedPrecondition;
+// an empty `uuid` accepts any.
+absl::StatusOr<uint64_t> ReadSeal(const std::string& dir,
+                                  const std::string& uuid);
+
 class MetaIndex {
  public:
-  // Opens (creating when `create`) the index in `dir`. A format other than
-  // kStoreFormat is FailedPrecondition.
-  // `read_only`: RocksDB's read-only mode (no lock; safe beside a writer).
+  enum class Mode {
+    kCreate,    // a new index in an empty directory
+    kWrite,     // an existing index, for writing
+    kReadOnly,  // RocksDB's read-only mode: no lock, nothing written
+    kRecover,   // writing, WAL replayed to its last consistent point
+  };
+  // Opens the index in `dir`. A format other than kStoreFormat is
+  // FailedPrecondition.
   static absl::StatusOr<std::unique_ptr<MetaIndex>> Open(const std::string& dir,
-                                                         bool create,
-                                                         bool read_only = false);
+                                                         Mode mode);
   ~MetaIndex();
 
   absl::StatusOr<MetaSnapshot> Load();
+  // RocksDB's last sequence number: grows with every write.
+  uint64_t sequence() const { return db_->GetLatestSequenceNumber(); }
 
   class Batch {
    public:
@@ -60,6 +88,7 @@ class MetaIndex {
     void PutTag(const std::string& tag, const std::string& name, uint64_t v);
     void DeleteTag(const std::string& tag, const std::string& name);
     void PutPath(uint32_t id, const PathRecord& p);
+    void PutStoreUuid(const std::string& uuid);
     bool empty() const { return batch_.Count() == 0; }
 
    private:
@@ -69,15 +98,27 @@ class MetaIndex {
     rocksdb::WriteBatch batch_;
   };
   Batch NewBatch() { return Batch(this); }
-  // One atomic write; `sync` makes it durable before returning.
+  // One atomic write; `sync` makes it durable before returning and advances
+  // the seal (once the store's uuid is known: see SetSealUuid).
   absl::Status Apply(Batch* b, bool sync);
+  // The uuid the seal is written for; writes the seal at the current
+  // sequence.
+  absl::Status SetSealUuid(const std::string& uuid);
   const std::string& dir() const { return dir_; }
 
  private:
   MetaIndex() = default;
+  absl::Status WriteSeal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(seal_mu_);
+
   std::string dir_;
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> cf_;  // order of kCfNames
+  bool read_only_ = false;
+
+  absl::Mutex seal_mu_;
+  std::string seal_uuid_ ABSL_GUARDED_BY(seal_mu_);
+  int seal_fd_ ABSL_GUARDED_BY(seal_mu_) = -1;
+  uint64_t seal_writes_ ABSL_GUARDED_BY(seal_mu_) = 0;
 };
 
 }  // namespace mlpo

@@ -1,5 +1,6 @@
-// ObjectStore: open, declare, checkout and commit. Tags, gc, verify and
-// stats live in object_store_admin.cc.
+// ObjectStore: declare, checkout and commit. Opening (identity, recovery)
+// lives in object_store_open.cc; tags, gc, verify and stats in
+// object_store_admin.cc.
 //
 // A commit runs in three stages: the caller's thread allocates extents on
 // every path, checksums the blob and submits the writes; the paths' engine
@@ -31,16 +32,6 @@ void* CheckoutLease::SectionData(absl::string_view name) {
   return s ? buf_.data() + s->offset : nullptr;
 }
 
-absl::StatusOr<std::unique_ptr<ObjectStore>> ObjectStore::Open(
-    const StoreOptions& options) {
-  MLPO_RETURN_IF_ERROR(ValidateStoreOptions(options));
-  std::unique_ptr<ObjectStore> s(new ObjectStore(options));
-  if (s->options_.meta_dir.empty())
-    s->options_.meta_dir = DefaultMetaDir(s->options_);
-  MLPO_RETURN_IF_ERROR(s->OpenImpl());
-  return s;
-}
-
 ObjectStore::~ObjectStore() {
   {
     absl::MutexLock l(&mu_);
@@ -55,163 +46,6 @@ ObjectStore::~ObjectStore() {
   paths_.clear();  // closes engines: drains any reads in flight
   meta_.reset();
   if (lock_fd_ >= 0) ::close(lock_fd_);
-}
-
-int ObjectStore::WriterPid(const std::string& meta_dir) {
-  std::string file = meta_dir + "/MLPO-LOCK";
-  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  int pid = 0;
-  if (::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
-    char buf[32] = {0};
-    if (::pread(fd, buf, sizeof(buf) - 1, 0) > 0) pid = std::atoi(buf);
-    if (pid == 0) pid = -1;  // held, holder unknown
-  }
-  ::close(fd);
-  return pid;
-}
-
-absl::Status ObjectStore::LockStore() {
-  std::string file = options_.meta_dir + "/MLPO-LOCK";
-  lock_fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd_ < 0) return ErrnoStatus(errno, absl::StrCat("open ", file));
-  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-    int err = errno;
-    char buf[64] = {0};
-    ssize_t n = ::pread(lock_fd_, buf, sizeof(buf) - 1, 0);
-    ::close(lock_fd_);
-    lock_fd_ = -1;
-    if (err == EWOULDBLOCK)
-      return absl::FailedPreconditionError(absl::StrCat(
-          "store ", options_.meta_dir, " is already open by ",
-          n > 0 ? absl::StrCat("pid ", std::string(buf, strcspn(buf, "\n")))
-                : "another process",
-          " (one writer per store)"));
-    return ErrnoStatus(err, absl::StrCat("lock ", file));
-  }
-  std::string me = absl::StrCat(getpid(), "\n");
-  if (::ftruncate(lock_fd_, 0) != 0 ||
-      ::pwrite(lock_fd_, me.data(), me.size(), 0) < 0)
-    return ErrnoStatus(errno, absl::StrCat("write ", file));
-  return absl::OkStatus();
-}
-
-absl::Status ObjectStore::OpenImpl() {
-  std::error_code ec;
-  for (auto& p : options_.paths)
-    if (!fs::is_directory(p.path.root, ec))
-      return absl::NotFoundError(absl::StrCat(
-          "store ", options_.name, ": path ", p.path.root,
-          " does not exist or is not a directory"));
-  bool exists = fs::exists(options_.meta_dir + "/CURRENT", ec);
-  const bool ro = options_.read_only;
-  if (!exists && (!options_.create_if_missing || ro))
-    return absl::NotFoundError(absl::StrCat(
-        "store ", options_.name, " rank ", options_.rank,
-        " has no index in ", options_.meta_dir));
-  if (!ro) {
-    fs::create_directories(options_.meta_dir, ec);
-    if (ec)
-      return ErrnoStatus(ec.value(),
-                         absl::StrCat("create ", options_.meta_dir));
-    MLPO_RETURN_IF_ERROR(LockStore());
-  }
-  MLPO_ASSIGN_OR_RETURN(meta_,
-                        MetaIndex::Open(options_.meta_dir, !exists, ro));
-  MLPO_ASSIGN_OR_RETURN(MetaSnapshot snap, meta_->Load());
-
-  // Path identity: a missing, swapped or replaced path is an error, never a
-  // silent re-initialisation.
-  bool fresh = snap.paths.empty();
-  if (fresh && ro)
-    return absl::FailedPreconditionError(absl::StrCat(
-        "store ", options_.meta_dir, " was never initialised"));
-  if (!fresh && snap.paths.size() != options_.paths.size())
-    return absl::FailedPreconditionError(absl::StrCat(
-        "store ", options_.meta_dir, " has ", snap.paths.size(),
-        " paths; the options name ", options_.paths.size()));
-  MetaIndex::Batch pb = meta_->NewBatch();
-  for (size_t i = 0; i < options_.paths.size(); ++i) {
-    const auto& po = options_.paths[i].path;
-    auto uuid = PathUuid(po.root, fresh);
-    if (!fresh) {
-      const PathRecord& rec = snap.paths[i];
-      if (!uuid.ok())
-        return absl::FailedPreconditionError(absl::StrCat(
-            "path ", i, " (", po.root, ") is not the store's path ", rec.root,
-            ": ", uuid.status().message()));
-      if (*uuid != rec.uuid)
-        return absl::FailedPreconditionError(absl::StrCat(
-            "path ", i, " (", po.root, ") has identity ", *uuid,
-            " but the store expects ", rec.uuid, " (recorded root ", rec.root,
-            "): swapped or replaced directory?"));
-    } else {
-      if (!uuid.ok()) return uuid.status();
-      pb.PutPath(static_cast<uint32_t>(i),
-                 {*uuid, fs::absolute(po.root).lexically_normal().string(),
-                  PathKindName(po.kind)});
-    }
-    auto path = StoragePath::Open(po, StoreNamespace(options_), fresh);
-    if (!path.ok()) return path.status();
-    paths_.push_back(std::move(*path));
-    if (!ro)
-      std::ofstream(paths_.back()->dir() + "/STORE", std::ios::trunc)
-          << StoreDescriptorJson(options_) << "\n";
-  }
-  if (fresh) MLPO_RETURN_IF_ERROR(meta_->Apply(&pb, true));
-
-  double sum = 0;
-  for (auto& p : options_.paths) sum += p.fraction;
-  for (auto& p : options_.paths)
-    fractions_.push_back(sum > 0 ? p.fraction / sum
-                                 : 1.0 / options_.paths.size());
-
-  absl::MutexLock l(&mu_);
-  for (auto& [name, layout] : snap.objects) objects_[name].layout = layout;
-  for (auto& [name, v] : snap.heads) {
-    objects_[name].has_head = true;
-    objects_[name].head = v;
-  }
-  tags_ = snap.tags;
-  for (auto& [k, rec] : snap.versions) versions_[k].rec = rec;
-  std::vector<VKey> referenced;
-  for (auto& [name, st] : objects_)
-    if (st.has_head) referenced.emplace_back(name, st.head);
-  for (auto& [tag, objs] : tags_)
-    for (auto& [obj, v] : objs) referenced.emplace_back(obj, v);
-  for (const VKey& k : referenced) {
-    auto it = versions_.find(k);
-    if (it == versions_.end())
-      return absl::DataLossError(absl::StrCat(
-          "store index ", options_.meta_dir, ": object ", k.first,
-          " version ", k.second, " is referenced but has no record"));
-    ++it->second.refs;
-  }
-  // Rebuild free space from what is referenced; drop unreferenced records.
-  MetaIndex::Batch gc = meta_->NewBatch();
-  for (auto it = versions_.begin(); it != versions_.end();) {
-    if (it->second.refs == 0) {
-      gc.DeleteVersion(it->first.first, it->first.second);
-      it = versions_.erase(it);
-      continue;
-    }
-    for (const ExtentRef& e : it->second.rec.extents) {
-      if (e.path >= paths_.size())
-        return absl::DataLossError(absl::StrCat(
-            "object ", it->first.first, " version ", it->first.second,
-            " references unknown path ", e.path));
-      absl::Status st = paths_[e.path]->MarkUsed({e.offset, e.length});
-      if (!st.ok())
-        return Annotate(st, absl::StrCat("object ", it->first.first,
-                                         " version ", it->first.second));
-    }
-    ++it;
-  }
-  if (!gc.empty() && !ro) MLPO_RETURN_IF_ERROR(meta_->Apply(&gc, true));
-  pool_ = std::make_shared<BufferPool>(options_.buffer_pool_bytes);
-  hasher_ = std::make_unique<WorkQueue>();
-  finalizer_ = std::make_unique<WorkQueue>();
-  return absl::OkStatus();
 }
 
 absl::Status ObjectStore::CheckWritable(absl::string_view what) const {

@@ -39,6 +39,7 @@
 namespace mlpo {
 
 class ObjectStore;
+struct StoreSurvey;  // what of a store exists on disk (object_store_open.cc)
 
 // A checked-out object: its blob in an aligned host buffer, and the version
 // it holds (0 and is_new() for an object never committed).
@@ -63,6 +64,7 @@ class CheckoutLease {
 
  private:
   friend class ObjectStore;
+struct StoreSurvey;  // what of a store exists on disk (object_store_open.cc)
   std::string object_;
   uint64_t version_ = 0;
   bool is_new_ = true;
@@ -155,7 +157,11 @@ class ObjectStore {
   absl::StatusOr<Lease> ReadVersion(const std::string& object,
                                     uint64_t version);
 
+  // The options in force: meta_dir filled in, and each path's segment_bytes
+  // the store's own.
   const StoreOptions& options() const { return options_; }
+  // The store's identity (recorded in its index and descriptors).
+  const std::string& store_uuid() const { return store_uuid_; }
   StoragePath* path(size_t i) { return paths_[i].get(); }
   size_t num_paths() const { return paths_.size(); }
   // Bytes of a blob of `total` bytes placed on each path.
@@ -179,6 +185,19 @@ class ObjectStore {
   explicit ObjectStore(const StoreOptions& o) : options_(o) {}
   absl::Status OpenImpl();
   absl::Status LockStore();
+  // "store N rank R (index DIR)", for messages.
+  std::string Where() const;
+  // Every root exists and no two are one directory.
+  absl::Status CheckRoots() const;
+  // Path identities, store directories and descriptors for a new store.
+  absl::Status PreparePaths(const std::string& uuid);
+  absl::Status WriteDescriptors(const std::string& uuid);
+  // The first records of a new index: its identity and its paths.
+  absl::Status InitializeIndex(MetaIndex* m, const std::string& uuid);
+  absl::Status CheckIndex(const MetaSnapshot& snap, uint64_t seq,
+                          const StoreSurvey& survey, bool* empty) const;
+  // Opens the paths and builds the in-memory state from the index.
+  absl::Status LoadState(const MetaSnapshot& snap);
   // FailedPrecondition naming `what` when the store is open read-only.
   absl::Status CheckWritable(absl::string_view what) const;
   void FinalizeCommit(std::shared_ptr<CommitOp> op);
@@ -200,6 +219,7 @@ class ObjectStore {
                      const ExtentRef& e, const std::string& error) const;
 
   StoreOptions options_;
+  std::string store_uuid_;
   std::vector<double> fractions_;
   std::vector<std::unique_ptr<StoragePath>> paths_;
   std::shared_ptr<BufferPool> pool_;

@@ -1,5 +1,6 @@
 #include "store/size_units.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
@@ -29,7 +30,19 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
     return absl::InvalidArgumentError(
         absl::StrCat("bad size unit in '", text,
                      "' (use K, M, G, T for powers of 1024 or KB, MB, GB, TB)"));
-  return static_cast<uint64_t>(v * mult);
+  // Non-finite, sub-byte and absurd sizes are errors, never a silent 0 or a
+  // wrapped number: 0 means "uncapped" or "unlimited" in many options.
+  double bytes = v * mult;
+  if (!std::isfinite(bytes))
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad size '", text, "': not a finite number"));
+  if (bytes > static_cast<double>(kMaxSize))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad size '", text, "': larger than the most mlpo accepts (1 EiB)"));
+  if (v > 0 && bytes < 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad size '", text, "': less than one byte"));
+  return static_cast<uint64_t>(bytes);
 }
 
 }  // namespace mlpo

@@ -12,7 +12,10 @@
 
 namespace mlpo {
 
-// InvalidArgument naming the text when it is not a size.
+inline constexpr uint64_t kMaxSize = uint64_t{1} << 60;  // 1 EiB
+
+// InvalidArgument naming the text when it is not a size: not a number,
+// negative, not finite, a non-zero size under one byte, or over kMaxSize.
 absl::StatusOr<uint64_t> ParseSize(absl::string_view text);
 
 }  // namespace mlpo

@@ -1,14 +1,19 @@
 #include "store/storage_path.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <filesystem>
 #include <fstream>
 #include <random>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "store/file_util.h"
 #include "store/status_macros.h"
 
 namespace mlpo {
@@ -30,30 +35,58 @@ absl::StatusOr<PathKind> ParsePathKind(absl::string_view s) {
       absl::StrCat("unknown path kind '", s, "' (nvme, pfs or other)"));
 }
 
+std::string NewUuid() {
+  std::random_device rd;
+  return absl::StrFormat("%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+}
+
 absl::StatusOr<std::string> PathUuid(const std::string& root, bool create) {
   std::string dir = root + "/.mlpo";
   std::string file = dir + "/uuid";
-  std::ifstream in(file);
-  std::string id;
-  if (in >> id && id.size() == 32) return id;
+  auto text = ReadSmallFile(file, 4096);
+  if (text.ok()) {
+    std::string id(absl::StripAsciiWhitespace(*text));
+    bool hex = id.size() == 32 &&
+               std::all_of(id.begin(), id.end(), [](char c) {
+                 return absl::ascii_isxdigit(static_cast<unsigned char>(c));
+               });
+    if (hex) return id;
+    std::string shown = id.substr(0, 40);
+    for (char& c : shown)
+      if (!absl::ascii_isprint(static_cast<unsigned char>(c))) c = '?';
+    return absl::DataLossError(absl::StrCat(
+        "path ", root, ": identity file ", file,
+        " is damaged (expected 32 hex digits, found '", shown, "'",
+        id.size() > 40 ? "..." : "", ")"));
+  }
+  if (!absl::IsNotFound(text.status()))
+    return Annotate(text.status(), absl::StrCat("path ", root, " identity"));
   if (!create)
     return absl::NotFoundError(
         absl::StrCat("path ", root, " has no identity file ", file));
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return ErrnoStatus(ec.value(), absl::StrCat("create ", dir));
-  std::random_device rd;
-  id = absl::StrFormat("%08x%08x%08x%08x", rd(), rd(), rd(), rd());
-  std::string tmp = file + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << id << "\n";
-    if (!out.flush())
-      return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  fs::rename(tmp, file, ec);
-  if (ec) return ErrnoStatus(ec.value(), absl::StrCat("rename to ", file));
+  MLPO_RETURN_IF_ERROR(MakePrivateDirs(dir));
+  std::string id = NewUuid();
+  MLPO_RETURN_IF_ERROR(WriteFileAtomic(file, id + "\n"));
   return id;
+}
+
+absl::StatusOr<uint64_t> ExistingSegmentBytes(const std::string& dir) {
+  struct stat st;
+  std::string f = dir + "/seg-000000";
+  if (::stat(f.c_str(), &st) != 0) {
+    if (errno == ENOENT) return 0;
+    return ErrnoStatus(errno, absl::StrCat("stat ", f));
+  }
+  return static_cast<uint64_t>(st.st_size);
+}
+
+int CountSegmentFiles(const std::string& dir) {
+  std::error_code ec;
+  int n = 0;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec))
+    if (it->path().filename().string().rfind("seg-", 0) == 0) ++n;
+  return n;
 }
 
 absl::StatusOr<std::unique_ptr<StoragePath>> StoragePath::Open(
@@ -66,18 +99,21 @@ absl::StatusOr<std::unique_ptr<StoragePath>> StoragePath::Open(
   if (!fs::is_directory(options.root, ec))
     return absl::NotFoundError(absl::StrCat(
         "path root ", options.root, " does not exist or is not a directory"));
+  if (create && options.read_only)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "path ", options.root, ": cannot create a store read-only"));
   std::unique_ptr<StoragePath> p(new StoragePath(options));
   MLPO_ASSIGN_OR_RETURN(p->uuid_, PathUuid(options.root, create));
   p->dir_ = absl::StrCat(options.root, "/", ns);
   if (create) {
-    fs::create_directories(p->dir_, ec);
-    if (ec) return ErrnoStatus(ec.value(), absl::StrCat("create ", p->dir_));
+    MLPO_RETURN_IF_ERROR(MakePrivateDirs(p->dir_));
   } else if (!fs::is_directory(p->dir_, ec)) {
     return absl::NotFoundError(
         absl::StrCat("store directory ", p->dir_, " is missing"));
   }
   int slots = options.slots >= 0 ? options.slots
                                  : (options.kind == PathKind::kPfs ? 1 : 0);
+  if (options.read_only) slots = 0;  // slot files would need write access
   std::unique_ptr<IoSlots> slot_set;
   if (slots > 0) {
     MLPO_ASSIGN_OR_RETURN(
@@ -102,7 +138,8 @@ absl::StatusOr<std::unique_ptr<StoragePath>> StoragePath::Open(
     std::string f = absl::StrFormat("%s/seg-%06d", p->dir_, n);
     if (!fs::exists(f, ec)) break;
     bool direct;
-    MLPO_ASSIGN_OR_RETURN(int fd, OpenForIo(f, false, options.direct, &direct));
+    MLPO_ASSIGN_OR_RETURN(int fd, OpenForIo(f, false, options.direct, &direct,
+                                            options.read_only));
     p->direct_ = direct;
     MLPO_ASSIGN_OR_RETURN(int h, p->engine_->RegisterFile(fd, f, direct));
     p->segments_.push_back({fd, h, false});
@@ -140,10 +177,11 @@ absl::Status StoragePath::AddSegment() {
                                        " bytes)"));
   }
   // The new file's directory entry must be durable before extents in it are.
-  int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
+  absl::Status synced = SyncDir(dir_);
+  if (!synced.ok()) {
+    ::close(fd);
+    ::unlink(f.c_str());
+    return Annotate(synced, absl::StrCat("path ", options_.root));
   }
   auto h = engine_->RegisterFile(fd, f, direct);
   if (!h.ok()) {

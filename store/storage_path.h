@@ -50,6 +50,10 @@ struct PathOptions {
   // fewer files; capacity grows one segment at a time.
   uint64_t segment_bytes = uint64_t{256} << 20;
   bool direct = true;  // O_DIRECT when the filesystem allows it
+  // Open existing segments read-only (O_RDONLY), create nothing and take no
+  // I/O slot: for tools that inspect a store on a read-only mount or that
+  // belongs to another user who granted read access.
+  bool read_only = false;
   IoEngineKind engine = IoEngineKind::kAuto;
   int queue_depth = 32;   // 1..4096
   IoCompletionFilter completion_filter;  // test hook
@@ -132,8 +136,19 @@ class StoragePath {
   std::atomic<uint64_t> bytes_read_{0}, bytes_written_{0};
 };
 
-// Reads (creating when `create`) the identity file <root>/.mlpo/uuid.
+// Reads (creating when `create`) the identity file <root>/.mlpo/uuid. A
+// missing file is NotFound; one whose content is not 32 hex digits is
+// DataLoss naming the file and what it holds.
 absl::StatusOr<std::string> PathUuid(const std::string& root, bool create);
+
+// The size of the segment files already in `dir` (that of seg-000000), or 0
+// when there is none.
+absl::StatusOr<uint64_t> ExistingSegmentBytes(const std::string& dir);
+// How many segment files (seg-*) `dir` holds; 0 when `dir` does not exist.
+int CountSegmentFiles(const std::string& dir);
+
+// A random 128-bit identity as 32 hex digits.
+std::string NewUuid();
 
 }  // namespace mlpo
 

@@ -1,5 +1,6 @@
 #include "store/store_options.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -9,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "store/file_util.h"
 #include "store/size_units.h"
 #include "store/status_macros.h"
 
@@ -17,19 +19,46 @@ namespace fs = std::filesystem;
 
 namespace {
 
-absl::StatusOr<uint64_t> SizeValue(const toml::node& n, const std::string& key) {
-  if (auto i = n.value<int64_t>()) {
-    if (*i < 0)
+// A size: a non-negative integer, or a string ParseSize reads. Floats are
+// refused (1e30 or 0.5 as a TOML float would otherwise wrap or truncate).
+absl::StatusOr<uint64_t> SizeValue(const toml::node& n, const std::string& key,
+                                   uint64_t lo = 0, uint64_t hi = kMaxSize) {
+  absl::StatusOr<uint64_t> v = absl::InvalidArgumentError("");
+  if (n.is_integer()) {
+    int64_t i = *n.value<int64_t>();
+    if (i < 0)
       return absl::InvalidArgumentError(
-          absl::StrCat("config key '", key, "': negative size"));
-    return static_cast<uint64_t>(*i);
+          absl::StrCat("config key '", key, "': negative size ", i));
+    v = static_cast<uint64_t>(i);
+  } else if (n.is_string()) {
+    v = ParseSize(*n.value<std::string>());
+    if (!v.ok()) return Annotate(v.status(), absl::StrCat("config key '", key, "'"));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key '", key,
+        "': expected a size as an integer or a string (e.g. 4096, \"1M\")"));
   }
-  if (auto s = n.value<std::string>()) {
-    auto v = ParseSize(*s);
-    if (v.ok()) return v;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("config key '", key, "': expected a size (e.g. 4096, \"1M\")"));
+  if (*v < lo || *v > hi)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key '", key, "': ", *v, " is out of range ", lo, "..", hi));
+  return v;
+}
+
+// An integer in [lo, hi], or an error naming the key and the range.
+absl::StatusOr<int64_t> IntValue(const toml::node& n, const std::string& key,
+                                 int64_t lo, int64_t hi) {
+  if (!n.is_integer())
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key '", key, "': expected an integer"));
+  int64_t i = *n.value<int64_t>();
+  if (i < lo || i > hi)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key '", key, "': ", i, " is out of range ", lo, "..", hi));
+  return i;
+}
+
+std::string AbsoluteRoot(const std::string& root) {
+  return fs::absolute(root).lexically_normal().string();
 }
 
 std::string Resolve(const std::string& base, const std::string& p) {
@@ -56,7 +85,8 @@ std::string DefaultMetaDir(const StoreOptions& o) {
 absl::Status ValidateStoreOptions(const StoreOptions& o) {
   MLPO_RETURN_IF_ERROR(ValidateName("store", o.name));
   if (o.rank < 0)
-    return absl::InvalidArgumentError(absl::StrCat("rank ", o.rank, " < 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", o.rank, " is out of range 0..", kMaxRank));
   if (o.paths.empty())
     return absl::InvalidArgumentError("store options: no paths");
   if (o.extent_bytes < (64 << 10) || o.extent_bytes > (64 << 20) ||
@@ -64,13 +94,42 @@ absl::Status ValidateStoreOptions(const StoreOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "extent_bytes ", o.extent_bytes,
         " must be a multiple of 4096 in 64 KiB..64 MiB"));
-  for (auto& p : o.paths) {
-    if (p.fraction < 0)
+  for (size_t i = 0; i < o.paths.size(); ++i) {
+    const StorePathConfig& p = o.paths[i];
+    if (p.path.root.empty())
       return absl::InvalidArgumentError(
-          absl::StrCat("path ", p.path.root, ": negative fraction"));
-    if (p.path.segment_bytes < o.extent_bytes)
+          absl::StrCat("path[", i, "] has no root"));
+    if (!std::isfinite(p.fraction) || p.fraction < 0 ||
+        p.fraction > kMaxFraction)
       return absl::InvalidArgumentError(absl::StrCat(
-          "path ", p.path.root, ": segment_bytes smaller than extent_bytes"));
+          "path[", i, "] ", p.path.root, ": fraction ", p.fraction,
+          " must be a finite number in 0..", kMaxFraction));
+    if (p.path.segment_bytes < o.extent_bytes ||
+        p.path.segment_bytes > kMaxSegmentBytes ||
+        p.path.segment_bytes % kIoAlignment)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "path[", i, "] ", p.path.root, ": segment_bytes ",
+          p.path.segment_bytes, " must be a multiple of 4096 in extent_bytes (",
+          o.extent_bytes, ")..", kMaxSegmentBytes));
+    if (p.path.read_cap > kMaxCapBytesPerS ||
+        p.path.write_cap > kMaxCapBytesPerS)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "path[", i, "] ", p.path.root, ": caps must be at most ",
+          kMaxCapBytesPerS, " bytes/s"));
+    if (p.path.slots < -1 || p.path.slots > kMaxSlots)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "path[", i, "] ", p.path.root, ": slots ", p.path.slots,
+          " is out of range -1..", kMaxSlots));
+    if (p.path.queue_depth < 1 || p.path.queue_depth > 4096)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "path[", i, "] ", p.path.root, ": queue_depth ", p.path.queue_depth,
+          " is out of range 1..4096"));
+    // One directory named twice would put two "paths" in one segment file.
+    for (size_t j = 0; j < i; ++j)
+      if (AbsoluteRoot(o.paths[j].path.root) == AbsoluteRoot(p.path.root))
+        return absl::InvalidArgumentError(absl::StrCat(
+            "path[", j, "] and path[", i, "] are the same directory ",
+            p.path.root, ": each path must be a distinct directory"));
   }
   return absl::OkStatus();
 }
@@ -93,9 +152,8 @@ absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
         return absl::InvalidArgumentError("config key 'name': expected a string");
       o.name = *v.value<std::string>();
     } else if (key == "rank") {
-      if (!v.is_integer())
-        return absl::InvalidArgumentError("config key 'rank': expected an integer");
-      o.rank = static_cast<int>(*v.value<int64_t>());
+      MLPO_ASSIGN_OR_RETURN(int64_t r, IntValue(v, key, 0, kMaxRank));
+      o.rank = static_cast<int>(r);
     } else if (key == "durability") {
       auto s = v.value<std::string>();
       if (s && *s == "step") o.durability = Durability::kStep;
@@ -107,7 +165,8 @@ absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
         return absl::InvalidArgumentError("config key 'meta_dir': expected a string");
       o.meta_dir = Resolve(base, *v.value<std::string>());
     } else if (key == "extent_bytes") {
-      MLPO_ASSIGN_OR_RETURN(o.extent_bytes, SizeValue(v, key));
+      MLPO_ASSIGN_OR_RETURN(o.extent_bytes,
+                            SizeValue(v, key, 64 << 10, 64 << 20));
     } else if (key == "buffer_pool_bytes") {
       MLPO_ASSIGN_OR_RETURN(o.buffer_pool_bytes, SizeValue(v, key));
     } else if (key == "path") {
@@ -145,25 +204,33 @@ absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
                 "config key '", key2, "': expected auto, uring or threadpool"));
           } else if (n == "fraction") {
             auto f = pv.value<double>();
-            if (!f || *f < 0)
+            if (!f || !std::isfinite(*f) || *f < 0 || *f > kMaxFraction)
               return absl::InvalidArgumentError(absl::StrCat(
-                  "config key '", key2, "': expected a number >= 0"));
+                  "config key '", key2, "': expected a finite number in 0..",
+                  kMaxFraction));
             pc.fraction = *f;
           } else if (n == "read_cap") {
-            MLPO_ASSIGN_OR_RETURN(pc.path.read_cap, SizeValue(pv, key2));
+            MLPO_ASSIGN_OR_RETURN(pc.path.read_cap,
+                                  SizeValue(pv, key2, 0, kMaxCapBytesPerS));
           } else if (n == "write_cap") {
-            MLPO_ASSIGN_OR_RETURN(pc.path.write_cap, SizeValue(pv, key2));
+            MLPO_ASSIGN_OR_RETURN(pc.path.write_cap,
+                                  SizeValue(pv, key2, 0, kMaxCapBytesPerS));
           } else if (n == "capacity") {
             MLPO_ASSIGN_OR_RETURN(pc.path.capacity, SizeValue(pv, key2));
           } else if (n == "segment_bytes") {
-            MLPO_ASSIGN_OR_RETURN(pc.path.segment_bytes, SizeValue(pv, key2));
-          } else if (n == "slots" || n == "queue_depth") {
-            auto i = pv.value<int64_t>();
-            if (!i || *i < -1 || (n == "queue_depth" && (*i < 1 || *i > 4096)))
+            MLPO_ASSIGN_OR_RETURN(
+                pc.path.segment_bytes,
+                SizeValue(pv, key2, kIoAlignment, kMaxSegmentBytes));
+            if (pc.path.segment_bytes % kIoAlignment)
               return absl::InvalidArgumentError(absl::StrCat(
-                  "config key '", key2, "': bad integer"));
-            (n == "slots" ? pc.path.slots : pc.path.queue_depth) =
-                static_cast<int>(*i);
+                  "config key '", key2, "': ", pc.path.segment_bytes,
+                  " is not a multiple of 4096"));
+          } else if (n == "slots") {
+            MLPO_ASSIGN_OR_RETURN(int64_t i, IntValue(pv, key2, -1, kMaxSlots));
+            pc.path.slots = static_cast<int>(i);
+          } else if (n == "queue_depth") {
+            MLPO_ASSIGN_OR_RETURN(int64_t i, IntValue(pv, key2, 1, 4096));
+            pc.path.queue_depth = static_cast<int>(i);
           } else {
             return absl::InvalidArgumentError(
                 absl::StrCat("unknown config key '", key2, "'"));
@@ -185,19 +252,19 @@ absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
 }
 
 absl::StatusOr<StoreOptions> LoadStoreOptions(const std::string& file) {
-  std::ifstream in(file);
-  if (!in)
-    return absl::NotFoundError(absl::StrCat("cannot read config ", file));
-  std::stringstream ss;
-  ss << in.rdbuf();
+  auto text = ReadSmallFile(file, kMaxConfigBytes);
+  if (!text.ok())
+    return Annotate(text.status(), absl::StrCat("cannot read config ", file));
   auto o = ParseStoreOptions(
-      ss.str(), fs::absolute(file).parent_path().lexically_normal().string());
+      *text, fs::absolute(file).parent_path().lexically_normal().string());
   if (!o.ok()) return Annotate(o.status(), file);
   return o;
 }
 
-std::string StoreDescriptorJson(const StoreOptions& o) {
+std::string StoreDescriptorJson(const StoreOptions& o,
+                                const std::string& store_uuid) {
   nlohmann::json j;
+  j["store_uuid"] = store_uuid;
   j["name"] = o.name;
   j["rank"] = o.rank;
   j["durability"] = o.durability == Durability::kStep ? "step" : "tag";
@@ -208,7 +275,7 @@ std::string StoreDescriptorJson(const StoreOptions& o) {
   j["extent_bytes"] = o.extent_bytes;
   for (auto& p : o.paths) {
     j["paths"].push_back(
-        {{"root", fs::absolute(p.path.root).lexically_normal().string()},
+        {{"root", AbsoluteRoot(p.path.root)},
          {"kind", PathKindName(p.path.kind)},
          {"fraction", p.fraction},
          {"read_cap", p.path.read_cap},
@@ -232,6 +299,7 @@ absl::StatusOr<StoreOptions> StoreOptionsFromDescriptor(const std::string& text)
     o.meta_dir = j.at("meta_dir");
     o.extent_bytes = j.at("extent_bytes");
     o.create_if_missing = false;
+    if (j.contains("store_uuid")) o.store_uuid = j.at("store_uuid");
     for (auto& p : j.at("paths")) {
       StorePathConfig pc;
       pc.path.root = p.at("root");
@@ -246,6 +314,10 @@ absl::StatusOr<StoreOptions> StoreOptionsFromDescriptor(const std::string& text)
       pc.path.queue_depth = p.at("queue_depth");
       o.paths.push_back(pc);
     }
+    absl::Status valid = ValidateStoreOptions(o);
+    if (!valid.ok())
+      return absl::DataLossError(
+          absl::StrCat("corrupt store descriptor: ", valid.message()));
     return o;
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat("corrupt store descriptor: ", e.what()));
@@ -256,14 +328,13 @@ absl::StatusOr<StoreOptions> StoreOptionsForTarget(const std::string& target) {
   std::error_code ec;
   if (fs::is_directory(target, ec)) {
     std::string f = target + "/STORE";
-    std::ifstream in(f);
-    if (!in)
+    auto text = ReadSmallFile(f, kMaxConfigBytes);
+    if (absl::IsNotFound(text.status()))
       return absl::NotFoundError(absl::StrCat(
           target, " is not a store directory (no STORE file); pass the "
                   "store's TOML config or <path>/<store>/rank-<r>"));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    auto o = StoreOptionsFromDescriptor(ss.str());
+    if (!text.ok()) return text.status();
+    auto o = StoreOptionsFromDescriptor(*text);
     if (!o.ok()) return Annotate(o.status(), f);
     return o;
   }

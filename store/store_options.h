@@ -1,7 +1,7 @@
 // Options of an ObjectStore, loadable from a TOML file.
 //
 //   name = "run1"            # store name (namespace under every path)
-//   rank = 0                 # this process's rank
+//   rank = 0                 # this process's rank (0..2^31-1)
 //   durability = "step"      # "step" (default) or "tag"
 //   meta_dir = "..."         # default: <first nvme path>/<name>/rank-<r>/meta
 //   extent_bytes = "1M"      # largest single extent (one I/O request)
@@ -68,8 +68,18 @@ struct StoreOptions {
   // so reads of them can fail their checksum. Mutations return
   // FailedPrecondition.
   bool read_only = false;
+  // The store's identity (set from a STORE descriptor): when not empty, an
+  // index or directory of another store is refused at open. Not in TOML.
+  std::string store_uuid;
   ObjectInitializer initializer;  // not in TOML
 };
+
+// Ranges of the options, checked by ValidateStoreOptions and the TOML loader.
+inline constexpr int64_t kMaxRank = 0x7fffffff;
+inline constexpr int64_t kMaxSlots = 65536;
+inline constexpr uint64_t kMaxSegmentBytes = uint64_t{1} << 40;  // 1 TiB
+inline constexpr uint64_t kMaxCapBytesPerS = uint64_t{1} << 50;  // 1 PiB/s
+inline constexpr double kMaxFraction = 1e6;
 
 absl::StatusOr<StoreOptions> LoadStoreOptions(const std::string& toml_file);
 absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& toml_text,
@@ -82,9 +92,14 @@ absl::Status ValidateStoreOptions(const StoreOptions& o);
 
 // The descriptor every store directory holds (file STORE), so that tools can
 // open a store from any of its directories.
-std::string StoreDescriptorJson(const StoreOptions& o);
+// `store_uuid` is recorded as the store's identity.
+std::string StoreDescriptorJson(const StoreOptions& o,
+                                const std::string& store_uuid);
 absl::StatusOr<StoreOptions> StoreOptionsFromDescriptor(
     const std::string& json_text);
+
+// Largest config or descriptor file read (a store config is a few KiB).
+inline constexpr size_t kMaxConfigBytes = 1 << 20;
 
 // For the CLI: a TOML config file, or a store directory holding STORE.
 absl::StatusOr<StoreOptions> StoreOptionsForTarget(const std::string& target);

@@ -13,10 +13,13 @@ TEST(SizeUnitsTest, BinaryAndDecimalUnits) {
   EXPECT_EQ(*ParseSize("1.5G"), uint64_t{3} << 29);
   EXPECT_EQ(*ParseSize("600MB"), 600000000u);
   EXPECT_EQ(*ParseSize("1TB"), 1000000000000u);
+  EXPECT_EQ(*ParseSize("0"), 0u);  // "uncapped" where an option allows it
+  EXPECT_EQ(*ParseSize("1024T"), uint64_t{1} << 50);
 }
 
 TEST(SizeUnitsTest, BadTextIsInvalidArgumentNamingIt) {
-  for (const char* bad : {"", "fast", "-1M", "12XB", "M"}) {
+  for (const char* bad : {"", "fast", "-1M", "12XB", "M", "inf", "nan", "1e30",
+                          "0.0001", "2E"}) {
     auto r = ParseSize(bad);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(r.status().message().find(std::string("'") + bad + "'"),

@@ -1,0 +1,469 @@
+// ObjectStore: open and recover. The identity rules:
+//
+// A store has an identity, a random uuid made when it is created. It is
+// recorded in three places that must agree: the index (meta "store_uuid"),
+// the STORE descriptor in the store's directory on every path, and the
+// index's seal. Each path root also has its own identity (.mlpo/uuid), which
+// the index records per path. So:
+//  - An index is never created over directories that already hold a store's
+//    data (segment files): a misspelt meta_dir, or an index that was deleted,
+//    is an error naming what was found, never a fresh start (data loss
+//    probe 1 and 3).
+//  - Two paths that are one directory (listed twice, or through a link or a
+//    bind mount) are refused before anything is written (probe 2).
+//  - An index behind its seal has lost acknowledged writes (a damaged or
+//    deleted WAL): an error, until `mlpo recover` accepts the loss and says
+//    what it was (probe 4).
+//  - Nothing is created or changed until every check has passed: the index
+//    is checked through RocksDB's read-only mode first (a writable open
+//    would replay, flush and delete a damaged WAL).
+//  - Creation writes the path identities and descriptors first and the
+//    index last, so a store killed half-way through creation has descriptors
+//    but no segment file, and the next open finishes the job.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "store/file_util.h"
+#include "store/object_store.h"
+#include "store/status_macros.h"
+
+namespace mlpo {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr char kLockFile[] = "MLPO-LOCK";
+
+struct PathSurvey {
+  std::string dir;  // <root>/<name>/rank-<r>
+  bool has_descriptor = false;
+  std::string descriptor_error;  // a STORE that does not parse
+  std::string uuid, meta_dir;    // recorded in the descriptor
+  int segments = 0;
+};
+
+enum class IndexState { kAbsent, kPresent, kDamaged };
+
+}  // namespace
+
+struct StoreSurvey {
+  IndexState index = IndexState::kAbsent;
+  std::vector<std::string> index_files;  // what a damaged index left
+  std::vector<PathSurvey> paths;
+
+  int segments() const {
+    int n = 0;
+    for (auto& p : paths) n += p.segments;
+    return n;
+  }
+  std::string SegmentSummary() const {
+    std::vector<std::string> parts;
+    for (auto& p : paths)
+      if (p.segments > 0) parts.push_back(absl::StrCat(p.segments, " in ", p.dir));
+    return absl::StrJoin(parts, ", ");
+  }
+};
+
+namespace {
+using Survey = StoreSurvey;
+
+// What of the store exists on disk, read without changing anything.
+Survey SurveyStore(const StoreOptions& o) {
+  Survey sv;
+  std::error_code ec;
+  bool current = fs::exists(o.meta_dir + "/CURRENT", ec);
+  if (current) {
+    sv.index = IndexState::kPresent;
+  } else {
+    for (fs::directory_iterator it(o.meta_dir, ec), end; !ec && it != end;
+         it.increment(ec)) {
+      std::string n = it->path().filename().string();
+      if (n == kLockFile) continue;
+      sv.index_files.push_back(n);
+    }
+    if (!sv.index_files.empty()) sv.index = IndexState::kDamaged;
+  }
+  std::string ns = StoreNamespace(o);
+  for (auto& pc : o.paths) {
+    PathSurvey ps;
+    ps.dir = absl::StrCat(pc.path.root, "/", ns);
+    ps.segments = CountSegmentFiles(ps.dir);
+    auto text = ReadSmallFile(ps.dir + "/STORE", kMaxConfigBytes);
+    if (text.ok()) {
+      ps.has_descriptor = true;
+      auto d = StoreOptionsFromDescriptor(*text);
+      if (d.ok()) {
+        ps.uuid = d->store_uuid;
+        ps.meta_dir = d->meta_dir;
+      } else {
+        ps.descriptor_error = std::string(d.status().message());
+      }
+    }
+    sv.paths.push_back(ps);
+  }
+  return sv;
+}
+
+std::string Abs(const std::string& p) {
+  return fs::absolute(p).lexically_normal().string();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ObjectStore>> ObjectStore::Open(
+    const StoreOptions& options) {
+  MLPO_RETURN_IF_ERROR(ValidateStoreOptions(options));
+  std::unique_ptr<ObjectStore> s(new ObjectStore(options));
+  if (s->options_.meta_dir.empty())
+    s->options_.meta_dir = DefaultMetaDir(s->options_);
+  MLPO_RETURN_IF_ERROR(s->OpenImpl());
+  return s;
+}
+
+int ObjectStore::WriterPid(const std::string& meta_dir) {
+  std::string file = absl::StrCat(meta_dir, "/", kLockFile);
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  int pid = 0;
+  if (::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    char buf[32] = {0};
+    if (::pread(fd, buf, sizeof(buf) - 1, 0) > 0) pid = std::atoi(buf);
+    if (pid == 0) pid = -1;  // held, holder unknown
+  }
+  ::close(fd);
+  return pid;
+}
+
+absl::Status ObjectStore::LockStore() {
+  std::string file = absl::StrCat(options_.meta_dir, "/", kLockFile);
+  lock_fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, kPrivateFileMode);
+  if (lock_fd_ < 0) return ErrnoStatus(errno, absl::StrCat("open ", file));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    char buf[64] = {0};
+    ssize_t n = ::pread(lock_fd_, buf, sizeof(buf) - 1, 0);
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    if (err == EWOULDBLOCK)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "store ", options_.meta_dir, " is already open by ",
+          n > 0 ? absl::StrCat("pid ", std::string(buf, strcspn(buf, "\n")))
+                : "another process",
+          " (one writer per store)"));
+    return ErrnoStatus(err, absl::StrCat("lock ", file));
+  }
+  std::string me = absl::StrCat(getpid(), "\n");
+  if (::ftruncate(lock_fd_, 0) != 0 ||
+      ::pwrite(lock_fd_, me.data(), me.size(), 0) < 0)
+    return ErrnoStatus(errno, absl::StrCat("write ", file));
+  return absl::OkStatus();
+}
+
+std::string ObjectStore::Where() const {
+  return absl::StrCat("store ", options_.name, " rank ", options_.rank,
+                      " (index ", options_.meta_dir, ")");
+}
+
+absl::Status ObjectStore::CheckRoots() const {
+  std::vector<std::pair<dev_t, ino_t>> ids;
+  for (size_t i = 0; i < options_.paths.size(); ++i) {
+    const std::string& root = options_.paths[i].path.root;
+    struct stat st;
+    if (::stat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      return absl::NotFoundError(absl::StrCat(
+          "store ", options_.name, ": path[", i, "] ", root,
+          " does not exist or is not a directory"));
+    for (size_t j = 0; j < ids.size(); ++j)
+      if (ids[j] == std::make_pair(st.st_dev, st.st_ino))
+        return absl::InvalidArgumentError(absl::StrCat(
+            "store ", options_.name, ": path[", j, "] ",
+            options_.paths[j].path.root, " and path[", i, "] ", root,
+            " are the same directory (a link or bind mount?); each path must "
+            "be a distinct directory"));
+    ids.emplace_back(st.st_dev, st.st_ino);
+  }
+  return absl::OkStatus();
+}
+
+// Refuses to create an index when the store's directories show that one
+// existed: segment files, or descriptors naming another index.
+static absl::Status CheckNoStoreData(const StoreOptions& o, const Survey& sv,
+                                     const std::string& where) {
+  std::string other;
+  for (auto& p : sv.paths)
+    if (!p.meta_dir.empty() && Abs(p.meta_dir) != Abs(o.meta_dir))
+      other = p.meta_dir;
+  std::string hint =
+      other.empty()
+          ? std::string()
+          : absl::StrCat("; their STORE descriptors record the index at ",
+                         other, ": is meta_dir misspelt?");
+  if (sv.segments() > 0)
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, ": there is no index, but the store's directories hold its "
+        "data (segment files: ", sv.SegmentSummary(), ")", hint,
+        ". mlpo never starts a store afresh over existing data: fix "
+        "meta_dir, put the index back from a backup, or run `mlpo recover "
+        "STORE` to see what can be done"));
+  std::error_code ec;
+  if (!other.empty() && fs::exists(other + "/CURRENT", ec))
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, ": there is no index, but the store's directories belong to "
+        "the index at ", other, ": is meta_dir misspelt?"));
+  return absl::OkStatus();
+}
+
+absl::Status ObjectStore::PreparePaths(const std::string& uuid) {
+  for (auto& pc : options_.paths) {
+    MLPO_RETURN_IF_ERROR(PathUuid(pc.path.root, /*create=*/true).status());
+    MLPO_RETURN_IF_ERROR(MakePrivateDirs(
+        absl::StrCat(pc.path.root, "/", StoreNamespace(options_))));
+  }
+  return WriteDescriptors(uuid);
+}
+
+absl::Status ObjectStore::WriteDescriptors(const std::string& uuid) {
+  std::string text = StoreDescriptorJson(options_, uuid) + "\n";
+  for (auto& pc : options_.paths) {
+    std::string dir = absl::StrCat(pc.path.root, "/", StoreNamespace(options_));
+    auto old = ReadSmallFile(dir + "/STORE", kMaxConfigBytes);
+    if (old.ok() && *old == text) continue;
+    MLPO_RETURN_IF_ERROR(WriteFileAtomic(dir + "/STORE", text));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ObjectStore::InitializeIndex(MetaIndex* m,
+                                          const std::string& uuid) {
+  MetaIndex::Batch b = m->NewBatch();
+  b.PutStoreUuid(uuid);
+  for (size_t i = 0; i < options_.paths.size(); ++i) {
+    const auto& po = options_.paths[i].path;
+    MLPO_ASSIGN_OR_RETURN(std::string path_uuid, PathUuid(po.root, false));
+    b.PutPath(static_cast<uint32_t>(i),
+              {path_uuid, Abs(po.root), PathKindName(po.kind),
+               po.segment_bytes});
+  }
+  MLPO_RETURN_IF_ERROR(m->Apply(&b, true));
+  return m->SetSealUuid(uuid);
+}
+
+// Checks an existing index (opened read-only) against its seal and the
+// store's directories. Sets *empty for an index with no records at all over
+// directories without data: a creation cut short, finished by the caller.
+absl::Status ObjectStore::CheckIndex(const MetaSnapshot& snap, uint64_t seq,
+                                     const StoreSurvey& sv, bool* empty) const {
+  *empty = false;
+  const std::string& uuid = snap.store_uuid;
+  MLPO_ASSIGN_OR_RETURN(uint64_t seal, ReadSeal(options_.meta_dir, uuid));
+  if (seal > seq)
+    return absl::DataLossError(absl::StrCat(
+        Where(), " has lost acknowledged writes: it opens at index sequence ",
+        seq, " but sequence ", seal, " was acknowledged (", kSealFile,
+        "). Its write-ahead log was damaged, truncated or deleted. Nothing "
+        "was changed; `mlpo recover STORE` rolls the index back to its last "
+        "consistent point and reports what survived"));
+  if (uuid.empty()) {
+    if (!snap.paths.empty()) return absl::OkStatus();  // made before uuids
+    if (sv.segments() > 0 || !snap.objects.empty() || !snap.tags.empty())
+      return absl::DataLossError(absl::StrCat(
+          Where(), " holds no store records, but the store's directories "
+          "hold its data (segment files: ", sv.SegmentSummary(),
+          "): the index lost its records (a deleted write-ahead log?). "
+          "Nothing was changed; run `mlpo recover STORE`"));
+    *empty = true;
+    return absl::OkStatus();
+  }
+  if (!options_.store_uuid.empty() && options_.store_uuid != uuid)
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(), " is the index of store ", uuid, ", but the descriptor "
+        "used to open it names store ", options_.store_uuid));
+  for (auto& p : sv.paths)
+    if (!p.uuid.empty() && p.uuid != uuid)
+      return absl::FailedPreconditionError(absl::StrCat(
+          Where(), " is the index of store ", uuid, ", but ", p.dir,
+          " belongs to store ", p.uuid, " (index ", p.meta_dir,
+          "): a misspelt meta_dir, or another store's index?"));
+  return absl::OkStatus();
+}
+
+absl::Status ObjectStore::OpenImpl() {
+  const bool ro = options_.read_only;
+  MLPO_RETURN_IF_ERROR(CheckRoots());
+  for (auto& pc : options_.paths) pc.path.read_only = ro;
+  std::error_code ec;
+  if (!ro && fs::is_directory(options_.meta_dir, ec))
+    MLPO_RETURN_IF_ERROR(LockStore());
+  Survey sv = SurveyStore(options_);
+  if (sv.index == IndexState::kAbsent) {
+    MLPO_RETURN_IF_ERROR(CheckNoStoreData(options_, sv, Where()));
+    if (ro || !options_.create_if_missing)
+      return absl::NotFoundError(absl::StrCat(
+          "store ", options_.name, " rank ", options_.rank,
+          " has no index in ", options_.meta_dir));
+    if (lock_fd_ < 0) {
+      MLPO_RETURN_IF_ERROR(MakePrivateDirs(options_.meta_dir));
+      MLPO_RETURN_IF_ERROR(LockStore());
+      sv = SurveyStore(options_);  // someone may have created it meanwhile
+    }
+    if (sv.index == IndexState::kAbsent) {
+      MLPO_RETURN_IF_ERROR(CheckNoStoreData(options_, sv, Where()));
+      // Adopt the identity of a creation cut short (descriptors, no data).
+      std::string uuid;
+      for (auto& p : sv.paths)
+        if (!p.uuid.empty()) uuid = p.uuid;
+      if (uuid.empty()) uuid = NewUuid();
+      MLPO_RETURN_IF_ERROR(PreparePaths(uuid));
+      MLPO_ASSIGN_OR_RETURN(
+          auto m, MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kCreate));
+      MLPO_RETURN_IF_ERROR(InitializeIndex(m.get(), uuid));
+      sv = SurveyStore(options_);
+    }
+  }
+  if (sv.index == IndexState::kDamaged)
+    return absl::DataLossError(absl::StrCat(
+        Where(), " is damaged: its CURRENT file is missing, but it holds ",
+        absl::StrJoin(sv.index_files, ", "),
+        ". Nothing was changed; run `mlpo recover STORE`"));
+
+  // Every check runs on a read-only view first: nothing changes unless all
+  // pass.
+  MLPO_ASSIGN_OR_RETURN(
+      std::unique_ptr<MetaIndex> view,
+      MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kReadOnly));
+  MLPO_ASSIGN_OR_RETURN(MetaSnapshot snap, view->Load());
+  bool empty = false;
+  MLPO_RETURN_IF_ERROR(CheckIndex(snap, view->sequence(), sv, &empty));
+  if (ro) {
+    if (empty)
+      return absl::NotFoundError(absl::StrCat(
+          Where(), " was never initialised (its creation was cut short)"));
+    meta_ = std::move(view);
+  } else {
+    view.reset();
+    MLPO_ASSIGN_OR_RETURN(
+        meta_, MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kWrite));
+    if (empty) {
+      std::string uuid;
+      for (auto& p : sv.paths)
+        if (!p.uuid.empty()) uuid = p.uuid;
+      if (uuid.empty()) uuid = NewUuid();
+      MLPO_RETURN_IF_ERROR(PreparePaths(uuid));
+      MLPO_RETURN_IF_ERROR(InitializeIndex(meta_.get(), uuid));
+    }
+    MLPO_ASSIGN_OR_RETURN(snap, meta_->Load());
+  }
+  return LoadState(snap);
+}
+
+absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
+  const bool ro = options_.read_only;
+  if (snap.paths.size() != options_.paths.size())
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(), " has ", snap.paths.size(), " paths; the options name ",
+        options_.paths.size()));
+  store_uuid_ = snap.store_uuid;
+  MetaIndex::Batch upgrade = meta_->NewBatch();
+  if (store_uuid_.empty()) {  // a store made before identities: give it one
+    store_uuid_ = NewUuid();
+    upgrade.PutStoreUuid(store_uuid_);
+  }
+  for (size_t i = 0; i < options_.paths.size(); ++i) {
+    auto& po = options_.paths[i].path;
+    const PathRecord& rec = snap.paths[i];
+    auto uuid = PathUuid(po.root, false);
+    if (!uuid.ok())
+      return absl::FailedPreconditionError(absl::StrCat(
+          "path ", i, " (", po.root, ") is not the store's path ", rec.root,
+          ": ", uuid.status().message()));
+    if (*uuid != rec.uuid)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "path ", i, " (", po.root, ") has identity ", *uuid,
+          " but the store expects ", rec.uuid, " (recorded root ", rec.root,
+          "): swapped or replaced directory?"));
+    // The store knows its own segment size; the config's is only for new
+    // stores.
+    std::string dir = absl::StrCat(po.root, "/", StoreNamespace(options_));
+    MLPO_ASSIGN_OR_RETURN(uint64_t on_disk, ExistingSegmentBytes(dir));
+    if (rec.segment_bytes != 0 && on_disk != 0 && on_disk != rec.segment_bytes)
+      return absl::DataLossError(absl::StrCat(
+          "path ", po.root, ": segment file ", dir, "/seg-000000 is ", on_disk,
+          " bytes, but the store's segments are ", rec.segment_bytes,
+          " bytes (truncated or replaced?)"));
+    uint64_t seg = rec.segment_bytes != 0 ? rec.segment_bytes : on_disk;
+    if (seg != 0) po.segment_bytes = seg;
+    if (rec.segment_bytes == 0) {
+      PathRecord r = rec;
+      r.segment_bytes = po.segment_bytes;
+      upgrade.PutPath(static_cast<uint32_t>(i), r);
+    }
+  }
+  if (!ro) {
+    if (!upgrade.empty()) {
+      MLPO_RETURN_IF_ERROR(meta_->Apply(&upgrade, true));
+    }
+    MLPO_RETURN_IF_ERROR(meta_->SetSealUuid(store_uuid_));
+    MLPO_RETURN_IF_ERROR(WriteDescriptors(store_uuid_));
+  }
+  for (size_t i = 0; i < options_.paths.size(); ++i) {
+    auto path = StoragePath::Open(options_.paths[i].path,
+                                  StoreNamespace(options_), /*create=*/false);
+    if (!path.ok()) return path.status();
+    paths_.push_back(std::move(*path));
+  }
+
+  double sum = 0;
+  for (auto& p : options_.paths) sum += p.fraction;
+  for (auto& p : options_.paths)
+    fractions_.push_back(sum > 0 ? p.fraction / sum
+                                 : 1.0 / options_.paths.size());
+
+  absl::MutexLock l(&mu_);
+  for (auto& [name, layout] : snap.objects) objects_[name].layout = layout;
+  for (auto& [name, v] : snap.heads) {
+    objects_[name].has_head = true;
+    objects_[name].head = v;
+  }
+  tags_ = snap.tags;
+  for (auto& [k, rec] : snap.versions) versions_[k].rec = rec;
+  std::vector<VKey> referenced;
+  for (auto& [name, st] : objects_)
+    if (st.has_head) referenced.emplace_back(name, st.head);
+  for (auto& [tag, objs] : tags_)
+    for (auto& [obj, v] : objs) referenced.emplace_back(obj, v);
+  for (const VKey& k : referenced) {
+    auto it = versions_.find(k);
+    if (it == versions_.end())
+      return absl::DataLossError(absl::StrCat(
+          Where(), ": object ", k.first, " version ", k.second,
+          " is referenced but has no record"));
+    ++it->second.refs;
+  }
+  // Rebuild free space from every record. Records no head or tag references
+  // (left by DropTag) keep their space until Gc() deletes them, so that
+  // `mlpo drop-tag` then `mlpo gc` frees what the README says.
+  for (auto& [k, vs] : versions_) {
+    for (const ExtentRef& e : vs.rec.extents) {
+      if (e.path >= paths_.size())
+        return absl::DataLossError(absl::StrCat(
+            "object ", k.first, " version ", k.second,
+            " references unknown path ", e.path));
+      absl::Status st = paths_[e.path]->MarkUsed({e.offset, e.length});
+      if (!st.ok())
+        return Annotate(st, absl::StrCat("object ", k.first, " version ",
+                                         k.second));
+    }
+  }
+  pool_ = std::make_shared<BufferPool>(options_.buffer_pool_bytes);
+  hasher_ = std::make_unique<WorkQueue>();
+  finalizer_ = std::make_unique<WorkQueue>();
+  return absl::OkStatus();
+}
+
+}  // namespace mlpo
