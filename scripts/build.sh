@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=$1; shift
-cmake -S . -B "$dir" -G Ninja "$@" >"$dir.configure.log" 2>&1 || {
-  cat "$dir.configure.log" >&2; exit 1; }
+mkdir -p "$dir"
+cmake -S . -B "$dir" -G Ninja "$@" >"$dir/configure.log" 2>&1 || {
+  cat "$dir/configure.log" >&2; exit 1; }
 ninja -C "$dir" -j "$(nproc)"

@@ -89,6 +89,30 @@ absl::Status BadExtentStatus(const BadExtent& b);
 struct VerifyReport {
   uint64_t objects = 0, extents = 0, bytes = 0;
   std::vector<BadExtent> bad;
+  // Read-only opens only: extents that failed while a writer replaced their
+  // version (the index, re-read after the failure, no longer has it as the
+  // head or in the tag). Not corruption.
+  std::vector<BadExtent> superseded;
+};
+
+// What `ObjectStore::Recover` found and did.
+struct RecoverReport {
+  std::string meta_dir;
+  // The index had lost acknowledged writes and was rolled back to its last
+  // consistent point: index writes (acknowledged - recovered) are gone.
+  bool rolled_back = false;
+  uint64_t acknowledged_sequence = 0, recovered_sequence = 0;
+  // The store's data was discarded (only with `discard`).
+  bool discarded = false;
+  uint64_t discarded_files = 0, discarded_bytes = 0;
+  // After recovery: the heads and every tag, read back and checked.
+  uint64_t objects = 0;
+  std::vector<BadExtent> bad_heads;
+  struct TagState {
+    std::string name;
+    uint64_t objects = 0, bad_extents = 0;
+  };
+  std::vector<TagState> tags;
 };
 
 struct StorePathStats {
@@ -116,6 +140,15 @@ class ObjectStore {
  public:
   static absl::StatusOr<std::unique_ptr<ObjectStore>> Open(
       const StoreOptions& options);
+  // Makes a damaged store openable again, explicitly, and says what was
+  // lost: an index behind its seal is rolled back to its last consistent
+  // point, then every head and tag is read back and checked. A store whose
+  // index is gone (or cannot be opened at all) cannot be re-indexed from its
+  // segments: that is FailedPrecondition, unless `discard`, which deletes the
+  // store's segments, descriptors and index so that the next open starts
+  // afresh. Takes the writer lock.
+  static absl::StatusOr<RecoverReport> Recover(const StoreOptions& options,
+                                               bool discard);
   // The pid holding the writer lock of the store in `meta_dir`, or 0.
   static int WriterPid(const std::string& meta_dir);
   ~ObjectStore();  // waits for commits in flight

@@ -158,6 +158,31 @@ absl::StatusOr<VerifyReport> ObjectStore::Verify(
     rep.bytes += rec.blob_bytes;
     if (progress) progress(rep.bytes, total);
   }
+  if (options_.read_only && !rep.bad.empty()) {
+    // A writer may have replaced a version (and reused its space) after this
+    // view was opened: read the index again, and a version that is no longer
+    // the head (or no longer in the tag) was superseded, not corrupted.
+    auto now = MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kReadOnly);
+    absl::StatusOr<MetaSnapshot> snap =
+        now.ok() ? (*now)->Load() : absl::StatusOr<MetaSnapshot>(now.status());
+    if (snap.ok()) {
+      std::vector<BadExtent> still_bad;
+      for (BadExtent& b : rep.bad) {
+        const std::map<std::string, uint64_t>* set = &snap->heads;
+        if (!tag.empty()) {
+          auto t = snap->tags.find(tag);
+          set = t == snap->tags.end() ? nullptr : &t->second;
+        }
+        bool moved = true;
+        if (set != nullptr) {
+          auto cur = set->find(b.object);
+          moved = cur == set->end() || cur->second != b.version;
+        }
+        (moved ? rep.superseded : still_bad).push_back(std::move(b));
+      }
+      rep.bad = std::move(still_bad);
+    }
+  }
   std::sort(rep.bad.begin(), rep.bad.end(), [](auto& a, auto& b) {
     return std::tie(a.object, a.path, a.file, a.file_offset) <
            std::tie(b.object, b.path, b.file, b.file_offset);

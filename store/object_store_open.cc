@@ -467,3 +467,105 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
 }
 
 }  // namespace mlpo
+
+namespace mlpo {
+
+absl::StatusOr<RecoverReport> ObjectStore::Recover(const StoreOptions& options,
+                                                   bool discard) {
+  MLPO_RETURN_IF_ERROR(ValidateStoreOptions(options));
+  RecoverReport rep;
+  {
+    std::unique_ptr<ObjectStore> s(new ObjectStore(options));
+    StoreOptions& o = s->options_;
+    if (o.meta_dir.empty()) o.meta_dir = DefaultMetaDir(o);
+    rep.meta_dir = o.meta_dir;
+    MLPO_RETURN_IF_ERROR(s->CheckRoots());
+    std::error_code ec;
+    if (fs::is_directory(o.meta_dir, ec)) MLPO_RETURN_IF_ERROR(s->LockStore());
+    Survey sv = SurveyStore(o);
+    absl::Status unrecoverable;
+    if (sv.index == IndexState::kPresent) {
+      std::string uuid;
+      {
+        auto view = MetaIndex::Open(o.meta_dir, MetaIndex::Mode::kReadOnly);
+        if (view.ok()) {
+          auto snap = (*view)->Load();
+          if (snap.ok()) uuid = snap->store_uuid;
+        }
+      }
+      auto seal = ReadSeal(o.meta_dir, uuid);
+      if (!seal.ok()) return seal.status();
+      auto m = MetaIndex::Open(o.meta_dir, MetaIndex::Mode::kRecover);
+      if (m.ok()) {
+        auto snap = (*m)->Load();
+        if (!snap.ok()) return snap.status();
+        rep.acknowledged_sequence = *seal;
+        rep.recovered_sequence = (*m)->sequence();
+        rep.rolled_back = *seal > rep.recovered_sequence;
+        bool no_records = snap->store_uuid.empty() && snap->paths.empty();
+        if (no_records && sv.segments() > 0) {
+          unrecoverable = absl::FailedPreconditionError(absl::StrCat(
+              "the index in ", o.meta_dir,
+              " has lost every record, so the store's data (segment files: ",
+              sv.SegmentSummary(), ") cannot be found again"));
+        } else if (!no_records) {
+          // Accept the loss: the seal now matches what the index holds.
+          MLPO_RETURN_IF_ERROR((*m)->SetSealUuid(
+              snap->store_uuid.empty() ? NewUuid() : snap->store_uuid));
+        }
+      } else {
+        unrecoverable = m.status();
+      }
+    } else if (sv.index == IndexState::kDamaged) {
+      unrecoverable = absl::DataLossError(absl::StrCat(
+          "the index in ", o.meta_dir, " has no CURRENT file (it holds ",
+          absl::StrJoin(sv.index_files, ", "), ")"));
+    } else if (sv.segments() > 0) {
+      unrecoverable = absl::NotFoundError(absl::StrCat(
+          "the index in ", o.meta_dir, " is gone, and the store's data ",
+          "(segment files: ", sv.SegmentSummary(),
+          ") cannot be re-indexed from the segments alone"));
+    }
+    if (!unrecoverable.ok() && !discard)
+      return absl::FailedPreconditionError(absl::StrCat(
+          s->Where(), " cannot be recovered: ", unrecoverable.message(),
+          ". Put the index directory back from a backup if there is one; "
+          "otherwise `mlpo recover STORE --discard` deletes this store's "
+          "segments, descriptors and index so that it can start afresh"));
+    if (!unrecoverable.ok()) {
+      // Discard, as asked: the store's own files only.
+      auto remove = [&](const fs::path& f) {
+        std::error_code e;
+        uint64_t size = fs::is_regular_file(f, e) ? fs::file_size(f, e) : 0;
+        if (fs::remove(f, e)) {
+          ++rep.discarded_files;
+          rep.discarded_bytes += size;
+        }
+      };
+      for (auto& p : sv.paths)
+        for (fs::directory_iterator it(p.dir, ec), end; !ec && it != end;
+             it.increment(ec)) {
+          std::string n = it->path().filename().string();
+          if (n.rfind("seg-", 0) == 0 || n == "STORE") remove(it->path());
+        }
+      for (fs::directory_iterator it(o.meta_dir, ec), end; !ec && it != end;
+           it.increment(ec))
+        if (it->path().filename() != kLockFile) remove(it->path());
+      rep.discarded = true;
+      return rep;
+    }
+  }  // releases the lock
+  StoreOptions o = options;
+  o.create_if_missing = false;
+  MLPO_ASSIGN_OR_RETURN(auto store, ObjectStore::Open(o));
+  MLPO_ASSIGN_OR_RETURN(VerifyReport heads, store->Verify());
+  rep.objects = heads.objects;
+  rep.bad_heads = heads.bad;
+  for (auto& [name, objs] : store->Tags()) {
+    MLPO_ASSIGN_OR_RETURN(VerifyReport t, store->Verify(name));
+    rep.tags.push_back({name, t.objects, t.bad.size()});
+  }
+  return rep;
+}
+
+}  // namespace mlpo

@@ -13,6 +13,18 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
   mlpo::AddProfileCommand(app);
   mlpo::AddStoreCommands(app);
+  // CLI11 reports a mistyped subcommand as "A subcommand is required":
+  // name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({}))
+      if (sub->get_name() == argv[1]) known = true;
+    if (!known) {
+      std::cerr << "mlpo: unknown subcommand '" << argv[1]
+                << "'; `mlpo --help` lists them\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

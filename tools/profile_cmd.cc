@@ -54,17 +54,20 @@ void AddProfileCommand(CLI::App& app) {
                 << "\n";
       throw CLI::RuntimeError(2);
     }
-    nlohmann::json out = nlohmann::json::object();
-    out["paths"] = nlohmann::json::array();
-    int rc = 0;
+    // Every path is checked before anything is measured or printed.
     for (const auto& path : a->paths) {
       std::error_code ec;
       if (!std::filesystem::is_directory(path, ec)) {
         std::cerr << "mlpo profile: " << path
                   << " does not exist or is not a directory\n";
-        rc = 1;
-        continue;
+        throw CLI::RuntimeError(1);
       }
+    }
+    nlohmann::json out = nlohmann::json::object();
+    out["paths"] = nlohmann::json::array();
+    int rc = 0;
+    for (const auto& path : a->paths) {
+      std::error_code ec;
       std::string file =
           absl::StrFormat("%s/.mlpo-profile-%d.tmp", path, getpid());
       nlohmann::json row = {{"path", path}};
@@ -101,7 +104,7 @@ void AddProfileCommand(CLI::App& app) {
     }
     if (a->json) {
       std::cout << out.dump(2) << "\n";
-    } else {
+    } else if (!out["paths"].empty()) {
       std::printf("%-32s %14s %14s %14s\n", "path", "read", "write",
                   "mixed(r+w)");
       for (auto& r : out["paths"])

@@ -176,15 +176,17 @@ void AddStoreCommands(CLI::App& app) {
   {
     auto a = std::make_shared<CommonArgs>();
     auto obj = std::make_shared<std::string>();
-    auto ver = std::make_shared<uint64_t>(0);
+    auto ver = std::make_shared<int64_t>(0);
     auto* c = AddStoreSub(app, "show", "One object: layout, extents per path "
                                        "with checksums, per-section statistics "
                                        "(min, max, mean, L2, NaN, Inf)", a.get());
     c->add_option("object", *obj, "Object name")->required();
-    c->add_option("--version", *ver, "Version to show (default: the head)");
+    c->add_option("--version", *ver,
+                  "Version to show, a step number >= 1 (default: the head)")
+        ->check(CLI::PositiveNumber);
     c->callback([a, obj, ver] {
       auto s = OpenTarget("show", a->store, /*read_only=*/true);
-      auto rec = s->GetVersion(*obj, *ver);
+      auto rec = s->GetVersion(*obj, static_cast<uint64_t>(*ver));
       if (!rec.ok()) Fail("show", rec.status());
       auto lease = s->ReadVersion(*obj, rec->version);
       if (!lease.ok()) Fail("show", lease.status());
@@ -252,13 +254,20 @@ void AddStoreCommands(CLI::App& app) {
                        {"path", b.path}, {"file", b.file},
                        {"offset", b.file_offset}, {"length", b.length},
                        {"error", b.error}});
+      json superseded = json::array();
+      for (auto& b : rep->superseded)
+        superseded.push_back({{"object", b.object}, {"version", b.version}});
       if (a->json) {
         std::cout << json{{"ok", rep->bad.empty()}, {"objects", rep->objects},
                           {"extents", rep->extents}, {"bytes", rep->bytes},
-                          {"bad", bad}}
+                          {"bad", bad}, {"superseded", superseded}}
                          .dump(2)
                   << "\n";
       } else {
+        for (auto& b : rep->superseded)
+          std::printf("superseded while reading: object %s version %lu (the "
+                      "running job replaced it; not corruption)\n",
+                      b.object.c_str(), (unsigned long)b.version);
         for (auto& b : rep->bad)
           std::printf("BAD object %s version %lu path %s file %s offset %lu "
                       "length %lu: %s\n",
@@ -330,6 +339,89 @@ void AddStoreCommands(CLI::App& app) {
         std::cout << json{{"freed_bytes", *freed}}.dump(2) << "\n";
       else
         std::printf("gc: freed %s\n", FormatBytes(*freed).c_str());
+    });
+  }
+  {
+    auto a = std::make_shared<CommonArgs>();
+    auto discard = std::make_shared<bool>(false);
+    auto* c = AddStoreSub(
+        app, "recover",
+        "Make a store whose index is damaged openable again and report what "
+        "was lost: an index that lost acknowledged writes (damaged or deleted "
+        "WAL) is rolled back to its last consistent point, then every head "
+        "and tag is read back and checked. An index that is gone cannot be "
+        "rebuilt from segments; --discard then deletes the store's data so it "
+        "can start afresh",
+        a.get());
+    c->add_flag("--discard", *discard,
+                "When the index cannot be recovered, delete this store's "
+                "segments, descriptors and index (never done otherwise)");
+    c->callback([a, discard] {
+      auto o = StoreOptionsForTarget(a->store);
+      if (!o.ok()) Fail("recover", o.status());
+      auto rep = ObjectStore::Recover(*o, *discard);
+      if (!rep.ok()) Fail("recover", rep.status());
+      json tags = json::array();
+      bool ok = rep->bad_heads.empty();
+      for (auto& t : rep->tags)
+        tags.push_back({{"name", t.name}, {"objects", t.objects},
+                        {"bad_extents", t.bad_extents}});
+      json bad = json::array();
+      for (auto& b : rep->bad_heads)
+        bad.push_back({{"object", b.object}, {"version", b.version},
+                       {"path", b.path}, {"file", b.file},
+                       {"offset", b.file_offset}, {"error", b.error}});
+      if (a->json) {
+        std::cout << json{{"meta_dir", rep->meta_dir},
+                          {"rolled_back", rep->rolled_back},
+                          {"acknowledged_sequence", rep->acknowledged_sequence},
+                          {"recovered_sequence", rep->recovered_sequence},
+                          {"lost_index_writes",
+                           rep->rolled_back ? rep->acknowledged_sequence -
+                                                  rep->recovered_sequence
+                                            : 0},
+                          {"discarded", rep->discarded},
+                          {"discarded_files", rep->discarded_files},
+                          {"discarded_bytes", rep->discarded_bytes},
+                          {"objects", rep->objects},
+                          {"bad_heads", bad},
+                          {"tags", tags}}
+                         .dump(2)
+                  << "\n";
+      } else if (rep->discarded) {
+        std::printf("recover: discarded %lu files (%s); the next open starts "
+                    "the store afresh\n",
+                    (unsigned long)rep->discarded_files,
+                    FormatBytes(rep->discarded_bytes).c_str());
+      } else {
+        if (rep->rolled_back)
+          std::printf("recover: the index had lost acknowledged writes; "
+                      "rolled back from sequence %lu to %lu (%lu index "
+                      "writes lost: commits, tags or drops after that point)\n",
+                      (unsigned long)rep->acknowledged_sequence,
+                      (unsigned long)rep->recovered_sequence,
+                      (unsigned long)(rep->acknowledged_sequence -
+                                      rep->recovered_sequence));
+        else
+          std::printf("recover: the index is consistent; nothing lost\n");
+        std::printf("heads: %lu objects, %zu bad extents\n",
+                    (unsigned long)rep->objects, rep->bad_heads.size());
+        for (auto& b : rep->bad_heads)
+          std::printf("  BAD object %s version %lu: %s\n", b.object.c_str(),
+                      (unsigned long)b.version, b.error.c_str());
+        for (auto& t : rep->tags)
+          std::printf("tag %s: %lu objects, %s\n", t.name.c_str(),
+                      (unsigned long)t.objects,
+                      t.bad_extents == 0
+                          ? "intact"
+                          : absl::StrFormat("%lu bad extents",
+                                            (unsigned long)t.bad_extents)
+                                .c_str());
+        if (!ok)
+          std::printf("some heads are damaged: `mlpo restore STORE TAG` "
+                      "with an intact tag\n");
+      }
+      if (!ok) throw CLI::RuntimeError(1);
     });
   }
 }

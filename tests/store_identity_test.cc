@@ -1,0 +1,509 @@
+// Issue 7's probes, each as a test that failed before the store had an
+// identity and a seal: a second index over the same paths, one directory
+// listed twice, a missing index re-created, a damaged WAL silently dropping
+// records; and the smaller faults found beside them.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "gtest/gtest.h"
+#include "store/file_util.h"
+#include "tests/store_test_util.h"
+
+namespace mlpo {
+namespace {
+namespace fs = std::filesystem;
+
+absl::Status CommitVersion(ObjectStore* s, const std::string& obj, uint64_t v) {
+  auto lease = s->Checkout(obj).get();
+  if (!lease.ok()) return lease.status();
+  FillFor(lease->get(), v);
+  return s->Commit(*lease, v).get();
+}
+
+// A store with two objects: versions 1 and 2, tag "t2" at 2, head at 3.
+void MakeStore(const StoreOptions& o) {
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (const char* n : {"a", "b"}) {
+    ASSERT_TRUE((*s)->Declare(n, TestLayout(30000)).ok());
+    for (uint64_t v = 1; v <= 2; ++v)
+      ASSERT_TRUE(CommitVersion(s->get(), n, v).ok());
+  }
+  ASSERT_TRUE((*s)->Tag("t2").ok());
+  for (const char* n : {"a", "b"})
+    ASSERT_TRUE(CommitVersion(s->get(), n, 3).ok());
+}
+
+// The store reads back exactly as MakeStore left it.
+void ExpectIntact(const StoreOptions& o) {
+  StoreOptions ro = o;
+  ro.read_only = true;
+  auto s = ObjectStore::Open(ro);
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (const char* n : {"a", "b"}) {
+    auto l = (*s)->Checkout(n).get();
+    ASSERT_TRUE(l.ok()) << l.status();
+    EXPECT_EQ((*l)->version(), 3u);
+    EXPECT_TRUE(Matches(**l, 3));
+  }
+  auto tags = (*s)->Tags();
+  ASSERT_EQ(tags.count("t2"), 1u);
+  EXPECT_EQ(tags["t2"]["a"], 2u);
+  for (const std::string& t : {std::string(), std::string("t2")}) {
+    auto rep = (*s)->Verify(t);
+    ASSERT_TRUE(rep.ok());
+    EXPECT_TRUE(rep->bad.empty()) << rep->bad[0].error;
+    EXPECT_EQ(rep->objects, 2u);
+  }
+}
+
+std::string MetaDir(const StoreOptions& o) { return DefaultMetaDir(o); }
+
+std::vector<std::string> WalFiles(const std::string& meta) {
+  std::vector<std::string> out;
+  for (auto& e : fs::directory_iterator(meta))
+    if (e.path().extension() == ".log") out.push_back(e.path().string());
+  return out;
+}
+
+// Probe 1: a config with a misspelt meta_dir, opened for writing with the
+// default create_if_missing, must not make a second index over the paths.
+TEST(StoreIdentityTest, MisspeltMetaDirIsRefusedAndTheStoreStaysIntact) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  MakeStore(o);
+  StoreOptions typo = o;
+  typo.meta_dir = MetaDir(o) + "a";
+  auto s = ObjectStore::Open(typo);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("segment files"), std::string::npos)
+      << s.status();
+  EXPECT_NE(s.status().message().find("misspelt"), std::string::npos);
+  EXPECT_FALSE(fs::exists(typo.meta_dir + "/CURRENT"));
+  ExpectIntact(o);
+  // Also through the TOML loader's absolute meta_dir: the same refusal.
+  typo.meta_dir = dir.path() + "/elsewhere/meta";
+  EXPECT_EQ(ObjectStore::Open(typo).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ExpectIntact(o);
+}
+
+// Probe 2: one root listed twice, directly or through a symlink.
+TEST(StoreIdentityTest, TheSameDirectoryTwiceIsRefusedBeforeAnythingIsWritten) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  o.paths[1].path.root = o.paths[0].path.root;
+  auto s = ObjectStore::Open(o);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("same directory"), std::string::npos)
+      << s.status();
+  // Through a link: only the directory identity can tell.
+  fs::create_directory_symlink(o.paths[0].path.root, dir.path() + "/link");
+  o.paths[1].path.root = dir.path() + "/link";
+  s = ObjectStore::Open(o);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("same directory"), std::string::npos)
+      << s.status();
+  EXPECT_FALSE(fs::exists(o.paths[0].path.root + "/.mlpo"));
+  EXPECT_FALSE(fs::exists(o.paths[0].path.root + "/t"));
+}
+
+// Probe 3: `rm -rf meta` must not re-initialise the store on the next
+// writer open; the segments stay untouched.
+TEST(StoreIdentityTest, AMissingIndexIsAnErrorNotAFreshStart) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  MakeStore(o);
+  std::string seg = o.paths[0].path.root + "/t/rank-0/seg-000000";
+  std::string before(fs::file_size(seg), '\0');
+  std::ifstream(seg).read(before.data(), before.size());
+  fs::remove_all(MetaDir(o));
+  auto s = ObjectStore::Open(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("no index"), std::string::npos)
+      << s.status();
+  EXPECT_FALSE(fs::exists(MetaDir(o) + "/CURRENT"));
+  std::string after(fs::file_size(seg), '\0');
+  std::ifstream(seg).read(after.data(), after.size());
+  EXPECT_TRUE(before == after);
+  // Recover cannot rebuild it, says so, and changes nothing without --discard.
+  auto r = ObjectStore::Recover(o, /*discard=*/false);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("--discard"), std::string::npos);
+  EXPECT_TRUE(fs::exists(seg));
+  // With --discard: the data goes, and the next open starts afresh.
+  r = ObjectStore::Recover(o, /*discard=*/true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->discarded);
+  EXPECT_GT(r->discarded_files, 0u);
+  EXPECT_FALSE(fs::exists(seg));
+  auto fresh = ObjectStore::Open(o);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ((*fresh)->List().size(), 0u);
+}
+
+// Probe 3b: the WAL removed while every record was still in it.
+TEST(StoreIdentityTest, AnIndexWhoseWalWasDeletedIsRefused) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  MakeStore(o);
+  auto wals = WalFiles(MetaDir(o));
+  ASSERT_FALSE(wals.empty());
+  for (auto& w : wals) fs::remove(w);
+  auto s = ObjectStore::Open(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss) << s.status();
+  // Read-only opens refuse too (the CLI's inspect, verify, tags).
+  StoreOptions ro = o;
+  ro.read_only = true;
+  EXPECT_FALSE(ObjectStore::Open(ro).ok());
+  // Nothing about the refusal changed the index: still refused.
+  EXPECT_EQ(ObjectStore::Open(o).status().code(), absl::StatusCode::kDataLoss);
+}
+
+// Probe 4: a truncated or flipped WAL makes a tag vanish silently under
+// RocksDB's default recovery; here every damage is a loud DataLoss, and
+// `Recover` rolls back explicitly and reports what survived.
+class DamagedWalTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DamagedWalTest, IsDataLossUntilRecoverAcceptsAndReportsTheLoss) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  MakeStore(o);
+  {
+    // A later tag, so that a damaged tail has something acknowledged to lose.
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_TRUE((*s)->Tag("t3").ok());
+  }
+  auto wals = WalFiles(MetaDir(o));
+  ASSERT_EQ(wals.size(), 1u);
+  const std::string& wal = wals[0];
+  uint64_t size = fs::file_size(wal);
+  ASSERT_GT(size, 20u);
+  if (GetParam() == "truncate") {
+    fs::resize_file(wal, size / 2);
+  } else if (GetParam() == "flip") {
+    std::fstream f(wal, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(size / 2);
+    char c;
+    f.get(c);
+    f.seekp(size / 2);
+    f.put(static_cast<char>(c ^ 0x10));
+  } else {
+    fs::remove(wal);
+  }
+  auto s = ObjectStore::Open(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss) << s.status();
+  EXPECT_NE(s.status().message().find("mlpo recover"), std::string::npos);
+  auto r = ObjectStore::Recover(o, /*discard=*/false);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->rolled_back);
+  EXPECT_GT(r->acknowledged_sequence, r->recovered_sequence);
+  // After the explicit recovery the store opens, and what it holds reads
+  // back clean or is reported.
+  auto again = ObjectStore::Open(o);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->Tags().count("t3"), 0u);  // lost, and said so
+}
+
+INSTANTIATE_TEST_SUITE_P(Damage, DamagedWalTest,
+                         ::testing::Values("truncate", "flip", "delete"));
+
+// Item 5: after CURRENT is removed a failed open must change nothing; put
+// back, the store opens with everything.
+TEST(StoreIdentityTest, AFailedOpenWithoutCurrentChangesNothing) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  MakeStore(o);
+  std::string meta = MetaDir(o);
+  fs::rename(meta + "/CURRENT", dir.path() + "/CURRENT.saved");
+  std::vector<std::string> before;
+  for (auto& e : fs::directory_iterator(meta))
+    before.push_back(e.path().filename().string());
+  std::sort(before.begin(), before.end());
+  for (int i = 0; i < 2; ++i) {
+    auto s = ObjectStore::Open(o);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss) << s.status();
+    EXPECT_NE(s.status().message().find("CURRENT"), std::string::npos);
+  }
+  std::vector<std::string> after;
+  for (auto& e : fs::directory_iterator(meta))
+    after.push_back(e.path().filename().string());
+  std::sort(after.begin(), after.end());
+  EXPECT_EQ(before, after);
+  fs::rename(dir.path() + "/CURRENT.saved", meta + "/CURRENT");
+  ExpectIntact(o);
+}
+
+// Item 6: reading commands open segments read-only, so they work for a user
+// who may only read the store (and on a read-only mount).
+TEST(StoreIdentityTest, ReadOnlyOpenWorksForAUserWhoCanOnlyRead) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to switch to another user";
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  MakeStore(o);
+  // Grant read (and directory search) to everyone; writes stay the owner's.
+  std::string cmd = "chmod -R go+rX " + dir.path();
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  for (fs::path p = dir.path(); p != p.root_path(); p = p.parent_path())
+    ::chmod(p.c_str(), fs::status(p).permissions() == fs::perms::none
+                           ? 0755
+                           : static_cast<mode_t>(fs::status(p).permissions()) |
+                                 0005);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
+    StoreOptions ro = o;
+    ro.read_only = true;
+    auto s = ObjectStore::Open(ro);
+    if (!s.ok()) {
+      fprintf(stderr, "read-only open: %s\n", s.status().ToString().c_str());
+      _exit(11);
+    }
+    auto rep = (*s)->Verify();
+    if (!rep.ok() || !rep->bad.empty() || rep->objects != 2) _exit(12);
+    s->reset();
+    // A writer open must fail cleanly (no write access), not corrupt.
+    auto w = ObjectStore::Open(o);
+    _exit(w.ok() ? 13 : 0);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0);
+  ExpectIntact(o);
+}
+
+// Item 7: whatever the umask, the store's files and directories are the
+// owner's alone.
+TEST(StoreIdentityTest, FilesAndDirectoriesAreOwnerOnlyUnderAnyUmask) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  o.paths[1].path.slots = 1;
+  mode_t old = ::umask(0);
+  MakeStore(o);
+  ::umask(old);
+  std::string ns0 = o.paths[0].path.root + "/t/rank-0";
+  for (const std::string& d :
+       {o.paths[0].path.root + "/.mlpo", o.paths[0].path.root + "/t", ns0,
+        MetaDir(o), o.paths[1].path.root + "/.mlpo/slots"}) {
+    struct stat st;
+    ASSERT_EQ(::stat(d.c_str(), &st), 0) << d;
+    EXPECT_EQ(st.st_mode & 0777, 0700u) << d;
+  }
+  for (const std::string& f :
+       {o.paths[0].path.root + "/.mlpo/uuid", ns0 + "/STORE",
+        ns0 + "/seg-000000", MetaDir(o) + "/MLPO-LOCK",
+        MetaDir(o) + "/MLPO-SEAL",
+        o.paths[1].path.root + "/.mlpo/slots/slot-0"}) {
+    struct stat st;
+    ASSERT_EQ(::stat(f.c_str(), &st), 0) << f;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << f;
+  }
+}
+
+// Item 8 and 10: non-finite and out-of-range values are errors naming the
+// key and the range, never a null in the descriptor or a wrapped number.
+TEST(StoreIdentityTest, OutOfRangeConfigValuesAreErrorsNamingTheKey) {
+  struct Case {
+    std::string toml, key;
+  };
+  const std::string path = "[[path]]\nroot = \"p\"\n";
+  for (const Case& c : std::vector<Case>{
+           {"rank = 4294967296\n" + path, "rank"},
+           {"rank = -1\n" + path, "rank"},
+           {path + "fraction = nan\n", "path[0].fraction"},
+           {path + "fraction = inf\n", "path[0].fraction"},
+           {path + "slots = 2147483648\n", "path[0].slots"},
+           {path + "read_cap = \"1e30\"\n", "path[0].read_cap"},
+           {path + "write_cap = \"inf\"\n", "path[0].write_cap"},
+           {path + "capacity = \"0.0001\"\n", "path[0].capacity"},
+           {path + "capacity = 1e30\n", "path[0].capacity"},
+           {path + "segment_bytes = \"1E\"\n", "path[0].segment_bytes"},
+           {path + "segment_bytes = \"100T\"\n", "path[0].segment_bytes"},
+           {path + "segment_bytes = 5000\n", "path[0].segment_bytes"},
+           {"extent_bytes = \"1G\"\n" + path, "extent_bytes"},
+       }) {
+    auto o = ParseStoreOptions(c.toml, "/tmp");
+    ASSERT_FALSE(o.ok()) << c.toml;
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(o.status().message().find("'" + c.key + "'"), std::string::npos)
+        << c.toml << " -> " << o.status();
+  }
+  // The API validates the same ranges.
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  o.paths[0].fraction = std::nan("");
+  EXPECT_EQ(ObjectStore::Open(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(fs::exists(o.paths[0].path.root + "/t"));
+}
+
+// Item 11: a uuid file with the wrong content is named as damaged, not
+// missing.
+TEST(StoreIdentityTest, ADamagedPathIdentityIsReportedAsDamaged) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  MakeStore(o);
+  std::ofstream(o.paths[1].path.root + "/.mlpo/uuid") << "not-a-uuid\n";
+  auto s = ObjectStore::Open(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("damaged"), std::string::npos)
+      << s.status();
+  EXPECT_NE(s.status().message().find("not-a-uuid"), std::string::npos);
+  EXPECT_EQ(s.status().message().find("has no identity"), std::string::npos);
+}
+
+// Item 12: drop-tag then gc, in separate opens (as the CLI does), frees the
+// tag's space in gc, as the README says.
+TEST(StoreIdentityTest, DropTagThenGcInLaterOpensFreesTheTagsSpace) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  MakeStore(o);
+  uint64_t used_before = 0;
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok());
+    for (auto& p : (*s)->Stats().paths) used_before += p.usage.used;
+    ASSERT_TRUE((*s)->DropTag("t2").ok());
+  }
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok());
+    // Reopened: the dropped tag's versions still hold their space...
+    uint64_t used = 0;
+    for (auto& p : (*s)->Stats().paths) used += p.usage.used;
+    EXPECT_EQ(used, used_before);
+  }
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok());
+  auto freed = (*s)->Gc();
+  ASSERT_TRUE(freed.ok());
+  // ...until gc frees exactly the two tagged versions.
+  EXPECT_EQ(*freed, 2 * TestLayout(30000).total_bytes());
+  ExpectNoLeak(s->get());
+}
+
+// Item 14: descriptors are written before the index, so a store cut short
+// after creating its index is reachable from its directories; a creation cut
+// before the index (descriptors, no data) is finished by the next open.
+TEST(StoreIdentityTest, CreationCutShortIsFinishedAndDescriptorsComeFirst) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  std::string uuid;
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok());
+    uuid = (*s)->store_uuid();
+    ASSERT_EQ(uuid.size(), 32u);
+  }
+  for (auto& p : o.paths) {
+    auto d = StoreOptionsForTarget(p.path.root + "/t/rank-0");
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(d->store_uuid, uuid);
+  }
+  // Cut before the index: descriptors exist, no index, no segment.
+  fs::remove_all(MetaDir(o));
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->store_uuid(), uuid);  // adopted, not a second identity
+}
+
+// Item 15: verify through a read-only view beside a writer that replaces
+// (and reuses the space of) the versions it is reading reports them as
+// superseded, not bad.
+TEST(StoreIdentityTest, VerifyBesideAWriterReportsSupersededNotBad) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {1.0});
+  auto w = ObjectStore::Open(o);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->Declare("a", TestLayout(30000)).ok());
+  ASSERT_TRUE(CommitVersion(w->get(), "a", 1).ok());
+  StoreOptions ro = o;
+  ro.read_only = true;
+  auto view = ObjectStore::Open(ro);
+  ASSERT_TRUE(view.ok()) << view.status();
+  // v2 frees v1's extents; v3 reuses them.
+  ASSERT_TRUE(CommitVersion(w->get(), "a", 2).ok());
+  ASSERT_TRUE(CommitVersion(w->get(), "a", 3).ok());
+  auto rep = (*view)->Verify();
+  ASSERT_TRUE(rep.ok());
+  EXPECT_TRUE(rep->bad.empty());
+  ASSERT_FALSE(rep->superseded.empty());
+  EXPECT_EQ(rep->superseded[0].version, 1u);
+  // Real corruption of the current head is still bad.
+  auto rec = (*w)->GetVersion("a", 0);
+  ASSERT_TRUE(rec.ok());
+  const ExtentRef& e = rec->extents[0];
+  StoragePath* p = (*w)->path(e.path);
+  int fd = ::open(p->SegmentFile(e.offset).c_str(), O_RDWR);
+  char c = 0x5a;
+  ASSERT_EQ(::pwrite(fd, &c, 1, p->SegmentOffset(e.offset) + 10), 1);
+  ::close(fd);
+  auto view2 = ObjectStore::Open(ro);
+  ASSERT_TRUE(view2.ok());
+  rep = (*view2)->Verify();
+  ASSERT_TRUE(rep.ok());
+  EXPECT_EQ(rep->bad.size(), 1u);
+  EXPECT_TRUE(rep->superseded.empty());
+}
+
+// Item 16: the store knows its segment size; a config that says otherwise
+// opens it correctly instead of reporting missing segment files.
+TEST(StoreIdentityTest, AConfigWithAnotherSegmentSizeOpensTheStoreAsItIs) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  MakeStore(o);
+  StoreOptions other = o;
+  for (auto& p : other.paths) p.path.segment_bytes = 16 << 20;
+  auto s = ObjectStore::Open(other);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->options().paths[0].path.segment_bytes, 4u << 20);
+  auto l = (*s)->Checkout("a").get();
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_TRUE(Matches(**l, 3));
+  ASSERT_TRUE(CommitVersion(s->get(), "a", 4).ok());
+  s->reset();
+  // A segment file truncated behind the store's back is named.
+  std::string seg = o.paths[0].path.root + "/t/rank-0/seg-000000";
+  fs::resize_file(seg, 1 << 20);
+  auto bad = ObjectStore::Open(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("seg-000000"), std::string::npos)
+      << bad.status();
+}
+
+// A descriptor of another store (same name and rank on the same paths, other
+// index) is refused: the index and the directories must be one store.
+TEST(StoreIdentityTest, AnIndexOfAnotherStoreOverTheseDirectoriesIsRefused) {
+  TempDir dir;
+  StoreOptions a = TestStoreOptions(dir, {0.5, 0.5});
+  MakeStore(a);
+  // Another store, its own paths, same name: then point its index at a's
+  // directories.
+  TempDir dir2;
+  StoreOptions b = TestStoreOptions(dir2, {0.5, 0.5});
+  b.meta_dir = dir.path() + "/other-meta";
+  ASSERT_TRUE(ObjectStore::Open(b).ok());
+  StoreOptions mixed = a;
+  mixed.meta_dir = b.meta_dir;
+  auto s = ObjectStore::Open(mixed);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition)
+      << s.status();
+  ExpectIntact(a);
+}
+
+}  // namespace
+}  // namespace mlpo
