@@ -5,6 +5,8 @@
 //                       params / R_adam)
 // where U_k is each path's mixed read+write bandwidth (probed here, with the
 // path's cap) and R_adam the fused kernel's params/s (measured here).
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -30,6 +32,7 @@ using json = nlohmann::json;
 }
 
 struct PathSpec {
+  std::pair<dev_t, ino_t> dev_ino{};
   std::string root;
   uint64_t cap = 0;
   double mixed_bps = 0;  // U_k, measured
@@ -215,12 +218,27 @@ void AddStepBench(CLI::App& app) {
       p.root = rc[0];
       if (rc.size() > 1) p.cap = SizeArg("--paths", rc[1]);
       EnsureDir(p.root);
+      // One directory twice (or through a link) would be two "paths" in one
+      // segment file: refuse it before measuring anything.
+      struct stat st;
+      if (::stat(p.root.c_str(), &st) == 0)
+        p.dev_ino = {st.st_dev, st.st_ino};
+      for (auto& q : paths)
+        if (q.dev_ino == p.dev_ino) {
+          std::cerr << "mlpo-bench: --paths: " << q.root << " and " << p.root
+                    << " are the same directory; each path must be a "
+                       "distinct directory\n";
+          throw CLI::RuntimeError(2);
+        }
       paths.push_back(p);
     }
     std::vector<std::string> modes = absl::StrSplit(a->modes, ',');
     for (auto& m : modes)
-      if (m != "baseline" && m != "mlpo")
-        Die("--modes", absl::InvalidArgumentError("unknown mode '" + m + "'"));
+      if (m != "baseline" && m != "mlpo") {
+        std::cerr << "mlpo-bench: --modes: unknown mode '" << m
+                  << "' (baseline, mlpo)\n";
+        throw CLI::RuntimeError(2);
+      }
     json out;
     // U_k: each path's mixed bandwidth, with its cap, measured now; then all
     // paths driven together. Paths that share a device (two directories on

@@ -203,7 +203,7 @@ static absl::Status CheckNoStoreData(const StoreOptions& o, const Survey& sv,
       other.empty()
           ? std::string()
           : absl::StrCat("; their STORE descriptors record the index at ",
-                         other, ": is meta_dir misspelt?");
+                         other, " (is meta_dir misspelt?)");
   if (sv.segments() > 0)
     return absl::FailedPreconditionError(absl::StrCat(
         where, ": there is no index, but the store's directories hold its "

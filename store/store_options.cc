@@ -58,7 +58,9 @@ absl::StatusOr<int64_t> IntValue(const toml::node& n, const std::string& key,
 }
 
 std::string AbsoluteRoot(const std::string& root) {
-  return fs::absolute(root).lexically_normal().string();
+  std::string p = fs::absolute(root).lexically_normal().string();
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
 }
 
 std::string Resolve(const std::string& base, const std::string& p) {

@@ -79,7 +79,7 @@ inline constexpr int64_t kMaxRank = 0x7fffffff;
 inline constexpr int64_t kMaxSlots = 65536;
 inline constexpr uint64_t kMaxSegmentBytes = uint64_t{1} << 40;  // 1 TiB
 inline constexpr uint64_t kMaxCapBytesPerS = uint64_t{1} << 50;  // 1 PiB/s
-inline constexpr double kMaxFraction = 1e6;
+inline constexpr double kMaxFraction = 1e18;  // weights, e.g. bytes/s
 
 absl::StatusOr<StoreOptions> LoadStoreOptions(const std::string& toml_file);
 absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& toml_text,

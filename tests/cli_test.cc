@@ -19,8 +19,10 @@ struct CliRun {
   std::string out;
 };
 
-CliRun Mlpo(const std::string& args) {
-  std::string cmd = std::string(MLPO_CLI) + " " + args + " 2>/dev/null";
+// Runs `mlpo ARGS`; stdout in out (with stderr too when `with_stderr`).
+CliRun Mlpo(const std::string& args, bool with_stderr = false) {
+  std::string cmd = "timeout 60 " + std::string(MLPO_CLI) + " " + args +
+                    (with_stderr ? " 2>&1" : " 2>/dev/null");
   CliRun r;
   FILE* f = popen(cmd.c_str(), "r");
   char buf[4096];
@@ -146,6 +148,56 @@ TEST_F(CliTest, BadTargetsAndNamesFailWithStatusOne) {
   CliRun r = Mlpo("gc " + store_dir_ + " --json");
   ASSERT_EQ(r.code, 0);
   EXPECT_EQ(nlohmann::json::parse(r.out)["freed_bytes"], 0);  // still tagged
+}
+
+// Issue 7, items 9 and 13: bounded reads, named subcommands, checked
+// version numbers, no table before an error.
+TEST_F(CliTest, BadArgumentsAreNamedWithoutOutputOrHanging) {
+  CliRun r = Mlpo("inspect /dev/zero", true);
+  EXPECT_EQ(r.code, 1);  // not 124: timeout would mean it read forever
+  EXPECT_NE(r.out.find("not a regular file"), std::string::npos) << r.out;
+  r = Mlpo("frobnicate " + store_dir_, true);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("unknown subcommand 'frobnicate'"), std::string::npos)
+      << r.out;
+  r = Mlpo("show " + store_dir_ + " w0 --version -1", true);
+  EXPECT_NE(r.code, 0);
+  EXPECT_EQ(r.out.find("18446744073709551615"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--version"), std::string::npos) << r.out;
+  r = Mlpo("profile " + dir_.path() + "/nosuch");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "");  // no table header before the error
+}
+
+// `mlpo recover`: a healthy store reports nothing lost; a store whose index
+// WAL was deleted is refused by every command until recover rolls it back.
+TEST_F(CliTest, RecoverReportsAndRepairsARolledBackIndex) {
+  CliRun r = Mlpo("recover " + store_dir_ + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j["rolled_back"].get<bool>());
+  EXPECT_EQ(j["objects"], 1);
+  ASSERT_EQ(j["tags"].size(), 1u);
+  EXPECT_EQ(j["tags"][0]["bad_extents"], 0);
+  // A second tag lives only in the WAL; delete the WAL.
+  EXPECT_EQ(Mlpo("tag " + store_dir_ + " second").code, 0);
+  std::string meta = DefaultMetaDir(o_);
+  for (auto& e : std::filesystem::directory_iterator(meta))
+    if (e.path().extension() == ".log") std::filesystem::remove(e.path());
+  r = Mlpo("tags " + store_dir_, true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("mlpo recover"), std::string::npos) << r.out;
+  EXPECT_EQ(Mlpo("tag " + store_dir_ + " third").code, 1);
+  r = Mlpo("recover " + store_dir_ + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["rolled_back"].get<bool>());
+  EXPECT_GT(j["lost_index_writes"].get<int>(), 0);
+  r = Mlpo("tags " + store_dir_ + " --json");
+  ASSERT_EQ(r.code, 0);
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tags"].size(), 1u);  // "second" was lost, and recover said so
+  EXPECT_EQ(Mlpo("verify " + store_dir_).code, 0);
 }
 
 }  // namespace
