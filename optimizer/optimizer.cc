@@ -17,6 +17,30 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Open(
   return o;
 }
 
+namespace {
+absl::Status CheckHyper(int group, const AdamHyper& h) {
+  auto finite = [](double x) { return std::isfinite(x); };
+  if (!finite(h.lr) || !finite(h.eps) || !finite(h.weight_decay) ||
+      !finite(h.beta1) || !finite(h.beta2) || h.lr < 0 || h.eps < 0 ||
+      h.weight_decay < 0 || h.beta1 < 0 || h.beta1 >= 1 || h.beta2 < 0 ||
+      h.beta2 >= 1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter group ", group, ": need finite lr, eps, weight_decay >= 0 "
+        "and betas in [0, 1) (lr ", h.lr, ", betas (", h.beta1, ", ", h.beta2,
+        "), eps ", h.eps, ", weight_decay ", h.weight_decay, ")"));
+  return absl::OkStatus();
+}
+}  // namespace
+
+absl::Status Optimizer::SetHyper(int group, const AdamHyper& hyper) {
+  if (group < 0 || group >= static_cast<int>(options_.groups.size()))
+    return absl::InvalidArgumentError(
+        absl::StrCat("no parameter group ", group));
+  MLPO_RETURN_IF_ERROR(CheckHyper(group, hyper));
+  options_.groups[group].hyper = hyper;
+  return absl::OkStatus();
+}
+
 absl::Status Optimizer::Init() {
   const PipelineOptions& po = options_.pipeline;
   if (po.prefetch_depth < 1 || po.prefetch_depth > 64 ||
@@ -25,12 +49,7 @@ absl::Status Optimizer::Init() {
         "prefetch_depth and max_commits_in_flight must be in 1..64");
   std::vector<uint64_t> numel;
   for (auto& g : options_.groups) {
-    if (g.hyper.lr < 0 || g.hyper.eps < 0 || g.hyper.weight_decay < 0 ||
-        g.hyper.beta1 < 0 || g.hyper.beta1 >= 1 || g.hyper.beta2 < 0 ||
-        g.hyper.beta2 >= 1)
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parameter group ", numel.size(),
-          ": need lr, eps, weight_decay >= 0 and betas in [0, 1)"));
+    MLPO_RETURN_IF_ERROR(CheckHyper(static_cast<int>(numel.size()), g.hyper));
     numel.push_back(g.numel);
   }
   MLPO_ASSIGN_OR_RETURN(subgroups_,
@@ -106,14 +125,46 @@ absl::Status Optimizer::OffloadGrads() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepReport> Optimizer::Step(double loss_scale) {
+GradStats Optimizer::LocalGradStats() const { return grads_->Totals(); }
+
+absl::Status Optimizer::ImportState(uint64_t t, const StateFill& fill) {
+  if (t < 1 || t <= step_)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "import at step ", t, ": the store ", store_->options().meta_dir,
+        " is at step ", step_,
+        "; state can only be imported at a later step (use a fresh store)"));
+  for (const Subgroup& s : subgroups_) {
+    MLPO_ASSIGN_OR_RETURN(Lease l, store_->Blank(s.object));
+    MLPO_RETURN_IF_ERROR(fill(s, l->Section<float>("p"), l->Section<float>("m"),
+                              l->Section<float>("v")));
+    MLPO_RETURN_IF_ERROR(store_->Commit(l, t).get());
+  }
+  grads_->Reset();
+  step_ = t;
+  return absl::OkStatus();
+}
+
+absl::Status Optimizer::CopyParams(int group, uint64_t offset, void* dst,
+                                   uint64_t count) const {
+  if (group < 0 || group >= static_cast<int>(options_.groups.size()) ||
+      offset + count > options_.groups[group].numel || offset + count < offset)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameters [", offset, ", +", count, ") are outside group ", group));
+  size_t es = DTypeSize(options_.param_dtype);
+  std::memcpy(dst, static_cast<const char*>(sink_->Group(group)) + offset * es,
+              count * es);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepReport> Optimizer::Step(double loss_scale,
+                                           const GradStats* global) {
   if (!(loss_scale > 0) || !std::isfinite(loss_scale))
     return absl::InvalidArgumentError(
         absl::StrCat("loss_scale ", loss_scale, " must be positive and finite"));
   MLPO_RETURN_IF_ERROR(grads_->CheckComplete());
   if (options_.pipeline.grad_offload && !grads_offloaded_)
     MLPO_RETURN_IF_ERROR(OffloadGrads());
-  GradStats tot = grads_->Totals();
+  GradStats tot = global ? *global : grads_->Totals();
   StepReport rep;
   rep.step = step_;
   if (tot.nonfinite > 0) {

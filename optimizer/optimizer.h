@@ -65,9 +65,30 @@ class Optimizer {
   absl::Status OffloadGrads();
   // One step. Gradients are divided by loss_scale; a non-finite gradient
   // skips the step (report.skipped) and leaves the state as it was.
-  absl::StatusOr<StepReport> Step(double loss_scale = 1.0);
+  // `global`: the gradient statistics over every rank (data parallel: each
+  // rank stages only its shard, and clipping and the overflow check need
+  // the global norm); default: this rank's own, LocalGradStats().
+  absl::StatusOr<StepReport> Step(double loss_scale = 1.0,
+                                  const GradStats* global = nullptr);
+  // Sum of squares and non-finite count of what is staged for this step.
+  GradStats LocalGradStats() const;
 
   void SetLr(int group, double lr) { options_.groups.at(group).hyper.lr = lr; }
+  // All hyperparameters of a group, read every step (InvalidArgument for a
+  // value out of range; the group keeps its old ones).
+  absl::Status SetHyper(int group, const AdamHyper& hyper);
+
+  // Writes a whole state as step `t` (> step(), >= 1): for every subgroup
+  // `fill` writes its fp32 p, m and v. For moving state in from elsewhere
+  // (torch.optim state, another checkpoint). Not atomic across subgroups:
+  // import into a fresh store and Tag() after it.
+  using StateFill = std::function<absl::Status(const Subgroup& s, float* p,
+                                               float* m, float* v)>;
+  absl::Status ImportState(uint64_t t, const StateFill& fill);
+  // Copies `count` new parameters of `group` from `offset` (param_dtype) to
+  // `dst`.
+  absl::Status CopyParams(int group, uint64_t offset, void* dst,
+                          uint64_t count) const;
   double lr(int group) const { return options_.groups.at(group).hyper.lr; }
   uint64_t step() const { return step_; }
   uint64_t skipped_steps() const { return skipped_; }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -192,6 +193,11 @@ absl::StatusOr<MetaSnapshot> MetaIndex::Load() {
     }
     return RocksStatus(it->status(), absl::StrCat("scan index ", dir_));
   };
+  MLPO_RETURN_IF_ERROR(scan(kMeta, [&](absl::string_view k, absl::string_view v) {
+    if (absl::StartsWith(k, "attr/"))
+      snap.attributes[std::string(k.substr(5))] = std::string(v);
+    return absl::OkStatus();
+  }));
   MLPO_RETURN_IF_ERROR(scan(kObjects, [&](absl::string_view k, absl::string_view v) {
     auto l = ObjectLayout::Decode(v);
     if (!l.ok()) return Annotate(l.status(), absl::StrCat("object ", k));
@@ -275,6 +281,11 @@ absl::Status MetaIndex::Apply(Batch* b, bool sync) {
   // A synced write makes the whole WAL durable, earlier unsynced records
   // included: everything up to here is now acknowledged.
   return sync ? WriteSeal() : absl::OkStatus();
+}
+
+void MetaIndex::Batch::PutAttribute(const std::string& key,
+                                    const std::string& value) {
+  batch_.Put(m_->cf_[kMeta], "attr/" + key, value);
 }
 
 void MetaIndex::Batch::PutStoreUuid(const std::string& uuid) {

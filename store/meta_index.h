@@ -6,6 +6,8 @@
 //   paths    BE32(id)                -> "uuid\troot\tkind\tsegment_bytes"
 //   meta     "format"                -> format number
 //            "store_uuid"            -> the store's identity
+//            "attr/<key>"            -> a user attribute (e.g. the adapter's
+//                                       parameter manifest)
 // The whole index is small (a record per object version) and is loaded into
 // memory on open; every change is one WriteBatch.
 //
@@ -52,6 +54,7 @@ struct MetaSnapshot {
   std::map<std::string, std::map<std::string, uint64_t>> tags;  // tag->obj->v
   std::map<std::pair<std::string, uint64_t>, VersionRecord> versions;
   std::vector<PathRecord> paths;
+  std::map<std::string, std::string> attributes;
 };
 
 // The newest valid sequence number recorded in <dir>/MLPO-SEAL for `uuid`
@@ -89,6 +92,7 @@ class MetaIndex {
     void DeleteTag(const std::string& tag, const std::string& name);
     void PutPath(uint32_t id, const PathRecord& p);
     void PutStoreUuid(const std::string& uuid);
+    void PutAttribute(const std::string& key, const std::string& value);
     bool empty() const { return batch_.Count() == 0; }
 
    private:

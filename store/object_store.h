@@ -181,6 +181,12 @@ class ObjectStore {
       const std::string& tag = "",
       std::function<void(uint64_t, uint64_t)> progress = nullptr);
 
+  // Small named values kept in the index with the store (e.g. the PyTorch
+  // adapter's parameter manifest). Set is durable when it returns; Get of an
+  // unknown key is NotFound.
+  absl::Status SetAttribute(const std::string& key, const std::string& value);
+  absl::StatusOr<std::string> GetAttribute(const std::string& key) const;
+
   StoreStats Stats() const;
   std::vector<ObjectInfo> List() const;
   // The record of one version (head when version == 0).
@@ -264,6 +270,7 @@ class ObjectStore {
   std::map<VKey, VersionState> versions_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::map<std::string, uint64_t>> tags_
       ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> attributes_ ABSL_GUARDED_BY(mu_);
   uint64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t checkouts_ ABSL_GUARDED_BY(mu_) = 0;
   int commits_in_flight_ ABSL_GUARDED_BY(mu_) = 0;

@@ -190,6 +190,29 @@ absl::StatusOr<VerifyReport> ObjectStore::Verify(
   return rep;
 }
 
+absl::Status ObjectStore::SetAttribute(const std::string& key,
+                                       const std::string& value) {
+  MLPO_RETURN_IF_ERROR(CheckWritable("set attribute"));
+  MLPO_RETURN_IF_ERROR(ValidateName("attribute", key));
+  absl::MutexLock l(&mu_);
+  auto it = attributes_.find(key);
+  if (it != attributes_.end() && it->second == value) return absl::OkStatus();
+  MetaIndex::Batch b = meta_->NewBatch();
+  b.PutAttribute(key, value);
+  MLPO_RETURN_IF_ERROR(meta_->Apply(&b, true));
+  attributes_[key] = value;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ObjectStore::GetAttribute(
+    const std::string& key) const {
+  absl::MutexLock l(&mu_);
+  auto it = attributes_.find(key);
+  if (it == attributes_.end())
+    return absl::NotFoundError(absl::StrCat(Where(), " has no attribute ", key));
+  return it->second;
+}
+
 StoreStats ObjectStore::Stats() const {
   StoreStats s;
   absl::MutexLock l(&mu_);

@@ -431,6 +431,7 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
     objects_[name].head = v;
   }
   tags_ = snap.tags;
+  attributes_ = snap.attributes;
   for (auto& [k, rec] : snap.versions) versions_[k].rec = rec;
   std::vector<VKey> referenced;
   for (auto& [name, st] : objects_)

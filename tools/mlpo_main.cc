@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
   mlpo::AddProfileCommand(app);
   mlpo::AddStoreCommands(app);
+  mlpo::AddExportCommand(app);
   // CLI11 reports a mistyped subcommand as "A subcommand is required":
   // name it instead.
   if (argc > 1 && argv[1][0] != '-') {

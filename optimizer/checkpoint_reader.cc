@@ -1,0 +1,134 @@
+#include "optimizer/checkpoint_reader.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "store/status_macros.h"
+
+namespace mlpo {
+
+absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
+    const StoreOptions& any_rank, const std::string& tag) {
+  std::unique_ptr<CheckpointReader> r(new CheckpointReader());
+  int world = 1;
+  for (int k = 0; k < world; ++k) {
+    StoreOptions o = any_rank;
+    o.rank = k;
+    o.read_only = true;
+    o.create_if_missing = false;
+    o.store_uuid.clear();  // each rank's store has its own identity
+    if (k != any_rank.rank) o.meta_dir.clear();  // each rank's default index
+    Rank rank;
+    auto store = ObjectStore::Open(o);
+    if (!store.ok())
+      return Annotate(store.status(), absl::StrCat("checkpoint rank ", k));
+    rank.store = std::move(*store);
+    auto text = rank.store->GetAttribute(kManifestAttribute);
+    if (!text.ok())
+      return absl::FailedPreconditionError(absl::StrCat(
+          "store ", rank.store->options().meta_dir,
+          " has no parameter manifest: it was not written by the PyTorch "
+          "adapter"));
+    try {
+      rank.manifest = nlohmann::json::parse(*text);
+      int w = rank.manifest.at("world").get<int>();
+      if (k == 0) {
+        world = w;
+        if (world < 1 || world > 65536)
+          return absl::DataLossError(absl::StrCat("manifest: world ", world));
+        r->manifest_ = rank.manifest;
+      } else if (w != world) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "checkpoint ranks disagree: rank 0 was one of ", world,
+            ", rank ", k, " one of ", w));
+      }
+      std::vector<uint64_t> numel;
+      for (auto& g : rank.manifest.at("groups"))
+        numel.push_back(g.at("shard_numel").get<uint64_t>());
+      MLPO_ASSIGN_OR_RETURN(
+          rank.subgroups,
+          PartitionParams(numel,
+                          rank.manifest.at("subgroup_numel").get<uint64_t>()));
+    } catch (const std::exception& e) {
+      return absl::DataLossError(absl::StrCat(
+          "store ", rank.store->options().meta_dir, ": bad manifest: ",
+          e.what()));
+    }
+    std::map<std::string, uint64_t> heads;
+    if (tag.empty()) {
+      for (const ObjectInfo& i : rank.store->List())
+        if (i.has_head) heads[i.name] = i.head;
+    } else {
+      auto tags = rank.store->Tags();
+      auto t = tags.find(tag);
+      if (t == tags.end())
+        return absl::NotFoundError(absl::StrCat(
+            "store ", rank.store->options().meta_dir, " has no tag named ",
+            tag));
+      heads = t->second;
+    }
+    for (const Subgroup& s : rank.subgroups) {
+      auto it = heads.find(s.object);
+      if (it == heads.end())
+        return absl::FailedPreconditionError(absl::StrCat(
+            "store ", rank.store->options().meta_dir, ": object ", s.object,
+            " has no version ", tag.empty() ? "" : "in tag " + tag));
+      if (r->step_ == 0) r->step_ = it->second;
+      if (it->second != r->step_)
+        return absl::FailedPreconditionError(absl::StrCat(
+            "checkpoint holds state from different steps (", r->step_, " and ",
+            it->second, " in ", rank.store->options().meta_dir, ")"));
+      rank.versions[s.object] = it->second;
+    }
+    r->ranks_.push_back(std::move(rank));
+  }
+  return r;
+}
+
+uint64_t CheckpointReader::group_numel(int g) const {
+  return manifest_["groups"][g]["flat_numel"].get<uint64_t>();
+}
+
+std::vector<std::string> CheckpointReader::store_uuids() const {
+  std::vector<std::string> out;
+  for (auto& r : ranks_) out.push_back(r.store->store_uuid());
+  return out;
+}
+
+absl::Status CheckpointReader::Read(int g, uint64_t start, uint64_t n,
+                                    float* p, float* m, float* v) {
+  if (g < 0 || g >= num_groups() || start + n > group_numel(g) ||
+      start + n < start)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "elements [", start, ", +", n, ") are outside group ", g));
+  uint64_t covered = 0;
+  for (Rank& rank : ranks_) {
+    const auto& gm = rank.manifest["groups"][g];
+    uint64_t shard = gm["shard_start"].get<uint64_t>();
+    for (const Subgroup& s : rank.subgroups) {
+      if (s.group != g) continue;
+      uint64_t lo = shard + s.group_offset, hi = lo + s.numel;
+      uint64_t a = std::max(lo, start), b = std::min(hi, start + n);
+      if (a >= b) continue;
+      MLPO_ASSIGN_OR_RETURN(
+          Lease l, rank.store->ReadVersion(s.object, rank.versions[s.object]));
+      auto copy = [&](float* dst, const char* sec) {
+        if (dst)
+          std::memcpy(dst + (a - start), l->Section<float>(sec) + (a - lo),
+                      (b - a) * sizeof(float));
+      };
+      copy(p, "p");
+      copy(m, "m");
+      copy(v, "v");
+      covered += b - a;
+    }
+  }
+  if (covered != n)
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint: group ", g, " elements [", start, ", +", n,
+        ") are not all held by its ranks (", covered, " found)"));
+  return absl::OkStatus();
+}
+
+}  // namespace mlpo

@@ -1,0 +1,74 @@
+// Reads a training checkpoint written through the PyTorch adapter (or any
+// writer that records the same manifest), across every rank's store, as flat
+// fp32 state per parameter group. Used by `mlpo export`, by
+// `mlpo.torch.export_state_dict` and by resharding restores (a checkpoint of
+// W ranks read into W' ranks).
+//
+// The manifest: store attribute "manifest" of every rank's store, JSON
+//   {"format": 1, "world": W, "rank": r, "subgroup_numel": S,
+//    "groups": [{"flat_numel": N, "shard_start": a, "shard_numel": n,
+//                "lr": .., "betas": [b1, b2], "eps": .., "weight_decay": ..,
+//                "mode": "adamw"|"adam"}, ...],
+//    "params": [{"name": .., "shape": [..], "dtype": "f32"|"bf16"|"f16",
+//                "group": g, "offset": o, "numel": k}, ...]}
+// Group g's flat parameters are its params concatenated in order; rank r
+// holds [shard_start, shard_start + shard_numel) of them as its optimizer
+// group g (one store per rank, "<name>/rank-<r>"), cut into subgroups of
+// S elements (optimizer/partition.h).
+//
+// Thread-compatible.
+#ifndef MLPO_OPTIMIZER_CHECKPOINT_READER_H_
+#define MLPO_OPTIMIZER_CHECKPOINT_READER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "optimizer/partition.h"
+#include "store/object_store.h"
+
+namespace mlpo {
+
+inline constexpr char kManifestAttribute[] = "manifest";
+
+class CheckpointReader {
+ public:
+  // Opens, read-only, the stores of every rank of the checkpoint that
+  // `any_rank` (one rank's store options) belongs to, at `tag` (empty: the
+  // heads). NotFound for a missing tag; FailedPrecondition when the ranks
+  // disagree (different steps, worlds or manifests) or a rank has no
+  // manifest.
+  static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(
+      const StoreOptions& any_rank, const std::string& tag);
+
+  const nlohmann::json& manifest() const { return manifest_; }
+  int world() const { return static_cast<int>(ranks_.size()); }
+  uint64_t step() const { return step_; }
+  int num_groups() const { return static_cast<int>(manifest_["groups"].size()); }
+  uint64_t group_numel(int g) const;
+  // The identity of each rank's store.
+  std::vector<std::string> store_uuids() const;
+
+  // Reads elements [start, start + n) of group g's flat fp32 master
+  // parameters, first and second moments into p, m, v (each may be null).
+  absl::Status Read(int g, uint64_t start, uint64_t n, float* p, float* m,
+                    float* v);
+
+ private:
+  struct Rank {
+    std::unique_ptr<ObjectStore> store;
+    nlohmann::json manifest;
+    std::vector<Subgroup> subgroups;
+    std::map<std::string, uint64_t> versions;  // object -> version to read
+  };
+  CheckpointReader() = default;
+  nlohmann::json manifest_;  // rank 0's
+  std::vector<Rank> ranks_;
+  uint64_t step_ = 0;
+};
+
+}  // namespace mlpo
+
+#endif  // MLPO_OPTIMIZER_CHECKPOINT_READER_H_

@@ -1,0 +1,342 @@
+// _mlpo: the pybind11 binding of the Optimizer facade and the checkpoint
+// reader, for the PyTorch adapter (python/mlpo/torch.py). Tensors cross as
+// raw pointers (tensor.data_ptr()) with their dtype and element count, so no
+// copy is made here beyond the optimizer's own staging; every call that
+// waits on I/O or runs the update releases the GIL.
+//
+// Errors: absl statuses become Python exceptions whose message names the
+// problem (ValueError for InvalidArgument, FileNotFoundError for NotFound,
+// RuntimeError otherwise).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "optimizer/checkpoint_reader.h"
+#include "optimizer/optimizer.h"
+#include "store/store_options.h"
+
+namespace py = pybind11;
+
+namespace mlpo {
+namespace {
+
+[[noreturn]] void Throw(const absl::Status& s) {
+  std::string msg(s.message());
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      throw py::value_error(msg);
+    case absl::StatusCode::kNotFound:
+      PyErr_SetString(PyExc_FileNotFoundError, msg.c_str());
+      throw py::error_already_set();
+    default:
+      throw std::runtime_error(absl::StatusCodeToString(s.code()) + ": " + msg);
+  }
+}
+void Check(const absl::Status& s) {
+  if (!s.ok()) Throw(s);
+}
+template <typename T>
+T Value(absl::StatusOr<T> v) {
+  if (!v.ok()) Throw(v.status());
+  return std::move(*v);
+}
+
+DType DTypeArg(const std::string& s) { return Value(ParseDType(s)); }
+
+StoreOptions StoreArg(const std::string& toml, const std::string& base_dir,
+                      const std::string& name, int rank) {
+  StoreOptions o = Value(ParseStoreOptions(toml, base_dir));
+  if (!name.empty()) o.name = name;
+  o.rank = rank;
+  Check(ValidateStoreOptions(o));
+  return o;
+}
+
+py::array_t<float> FloatArray(std::vector<float>&& v) {
+  auto* heap = new std::vector<float>(std::move(v));
+  py::capsule owner(heap, [](void* p) { delete static_cast<std::vector<float>*>(p); });
+  return py::array_t<float>({heap->size()}, {sizeof(float)}, heap->data(), owner);
+}
+
+// The Optimizer with the initial parameters it needs before its first step
+// (copied in at construction: the model's own tensors may change before
+// then).
+class Engine {
+ public:
+  Engine(const std::string& toml, const std::string& base_dir,
+         const std::string& name, int rank, const std::vector<py::dict>& groups,
+         uint64_t subgroup_numel, const std::string& grad_dtype,
+         const std::string& param_dtype, double max_grad_norm, int prefetch,
+         int commits, int threads, const std::string& durability,
+         const std::string& restore_tag) {
+    OptimizerOptions o;
+    o.store = StoreArg(toml, base_dir, name, rank);
+    if (durability == "tag") o.store.durability = Durability::kTag;
+    else if (durability == "step") o.store.durability = Durability::kStep;
+    else if (!durability.empty())
+      throw py::value_error("durability must be 'step' or 'tag', not '" +
+                            durability + "'");
+    for (const py::dict& g : groups) {
+      ParamGroup pg;
+      pg.numel = g["numel"].cast<uint64_t>();
+      pg.hyper = HyperArg(g);
+      o.groups.push_back(pg);
+    }
+    o.subgroup_numel = subgroup_numel;
+    o.grad_dtype = DTypeArg(grad_dtype);
+    o.param_dtype = DTypeArg(param_dtype);
+    o.max_grad_norm = max_grad_norm;
+    o.pipeline.prefetch_depth = prefetch;
+    o.pipeline.max_commits_in_flight = commits;
+    o.pipeline.threads = threads;
+    o.restore_tag = restore_tag;
+    init_.resize(o.groups.size());
+    for (size_t g = 0; g < o.groups.size(); ++g) init_[g].assign(o.groups[g].numel, 0.f);
+    auto* init = &init_;
+    o.init_params = [init](int g, uint64_t off, float* dst, uint64_t n) {
+      std::memcpy(dst, (*init)[g].data() + off, n * sizeof(float));
+    };
+    py::gil_scoped_release nogil;
+    opt_ = Value(Optimizer::Open(std::move(o)));
+  }
+
+  static AdamHyper HyperArg(const py::dict& g) {
+    AdamHyper h;
+    h.lr = g["lr"].cast<double>();
+    h.beta1 = g["beta1"].cast<double>();
+    h.beta2 = g["beta2"].cast<double>();
+    h.eps = g["eps"].cast<double>();
+    h.weight_decay = g["weight_decay"].cast<double>();
+    std::string mode = g["mode"].cast<std::string>();
+    if (mode == "adamw") h.mode = AdamMode::kAdamW;
+    else if (mode == "adam") h.mode = AdamMode::kAdam;
+    else throw py::value_error("mode must be 'adamw' or 'adam'");
+    return h;
+  }
+
+  // Initial fp32 master parameters [offset, +count) of a group, from a
+  // tensor's memory in `dtype`.
+  void SetInitial(int group, uint64_t offset, uintptr_t ptr,
+                  const std::string& dtype, uint64_t count) {
+    if (group < 0 || group >= static_cast<int>(init_.size()) ||
+        offset + count > init_[group].size())
+      throw py::value_error("initial parameters outside their group");
+    DType dt = DTypeArg(dtype);
+    const void* src = reinterpret_cast<const void*>(ptr);
+    float* dst = init_[group].data() + offset;
+    for (uint64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(LoadAsFloat(src, dt, i));
+  }
+  void DropInitial() {
+    for (auto& v : init_) std::vector<float>().swap(v);
+  }
+
+  void StageGrad(int group, uint64_t offset, uintptr_t ptr,
+                 const std::string& dtype, uint64_t count) {
+    DType dt = DTypeArg(dtype);
+    py::gil_scoped_release nogil;
+    Check(opt()->StageGrad(group, offset, reinterpret_cast<const void*>(ptr), dt,
+                          count));
+  }
+
+  py::tuple LocalGradStats() {
+    GradStats s = opt()->LocalGradStats();
+    return py::make_tuple(s.sum_sq, s.nonfinite);
+  }
+
+  py::dict Step(double loss_scale, py::object sum_sq, py::object nonfinite) {
+    GradStats g;
+    const GradStats* global = nullptr;
+    if (!sum_sq.is_none()) {
+      g.sum_sq = sum_sq.cast<double>();
+      g.nonfinite = nonfinite.cast<uint64_t>();
+      global = &g;
+    }
+    StepReport r;
+    {
+      py::gil_scoped_release nogil;
+      r = Value(opt()->Step(loss_scale, global));
+    }
+    if (!r.skipped) DropInitial();  // the store holds every object now
+    py::dict d;
+    d["step"] = opt()->step();
+    d["skipped"] = r.skipped;
+    d["skip_reason"] = r.skip_reason;
+    d["grad_norm"] = r.grad_norm;
+    d["clip_coef"] = r.clip_coef;
+    d["total_s"] = r.total_s;
+    d["read_wait_s"] = r.read_wait_s;
+    d["compute_s"] = r.compute_s;
+    d["write_wait_s"] = r.write_wait_s;
+    d["bytes_read"] = r.bytes_read;
+    d["bytes_written"] = r.bytes_written;
+    py::list paths;
+    for (auto& p : r.paths) {
+      py::dict pd;
+      pd["root"] = p.root;
+      pd["read"] = p.read;
+      pd["written"] = p.written;
+      paths.append(pd);
+    }
+    d["paths"] = paths;
+    return d;
+  }
+
+  void SetHyper(int group, const py::dict& g) {
+    Check(opt()->SetHyper(group, HyperArg(g)));
+  }
+
+  void CopyParams(int group, uint64_t offset, uintptr_t ptr, uint64_t count) {
+    Check(opt()->CopyParams(group, offset, reinterpret_cast<void*>(ptr), count));
+  }
+
+  py::tuple ReadGroup(int group) {
+    std::vector<float> p, m, v;
+    {
+      py::gil_scoped_release nogil;
+      Check(opt()->ReadState(group, &p, &m, &v));
+    }
+    return py::make_tuple(FloatArray(std::move(p)), FloatArray(std::move(m)),
+                          FloatArray(std::move(v)));
+  }
+
+  // `fill(group, group_offset, numel)` returns (p, m, v) float32 arrays.
+  void ImportState(uint64_t t, py::function fill) {
+    Check(opt()->ImportState(
+        t, [&](const Subgroup& s, float* p, float* m, float* v) -> absl::Status {
+          py::tuple r = fill(s.group, s.group_offset, s.numel);
+          float* dst[3] = {p, m, v};
+          for (int i = 0; i < 3; ++i) {
+            auto a = r[i].cast<py::array_t<float, py::array::c_style |
+                                                       py::array::forcecast>>();
+            if (static_cast<uint64_t>(a.size()) != s.numel)
+              return absl::InvalidArgumentError(
+                  "import: an array has the wrong number of elements");
+            std::memcpy(dst[i], a.data(), s.numel * sizeof(float));
+          }
+          return absl::OkStatus();
+        }));
+    DropInitial();
+  }
+
+  void Tag(const std::string& name) {
+    py::gil_scoped_release nogil;
+    Check(opt()->Tag(name));
+  }
+  void Restore(const std::string& name) {
+    py::gil_scoped_release nogil;
+    Check(opt()->Restore(name));
+  }
+  void DropTag(const std::string& name) { Check(opt()->store()->DropTag(name)); }
+  std::vector<std::string> Tags() {
+    std::vector<std::string> out;
+    for (auto& [t, objs] : opt()->store()->Tags()) out.push_back(t);
+    return out;
+  }
+  void SetAttribute(const std::string& k, const std::string& v) {
+    Check(opt()->store()->SetAttribute(k, v));
+  }
+  py::object GetAttribute(const std::string& k) {
+    auto v = opt()->store()->GetAttribute(k);
+    if (!v.ok()) return py::none();
+    return py::str(*v);
+  }
+  uint64_t step() const { return opt()->step(); }
+  uint64_t skipped_steps() const { return opt()->skipped_steps(); }
+  std::string store_uuid() const { return opt()->store()->store_uuid(); }
+  std::string meta_dir() const { return opt()->store()->options().meta_dir; }
+  std::vector<std::string> store_dirs() const {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < opt()->store()->num_paths(); ++i)
+      out.push_back(opt()->store()->path(i)->dir());
+    return out;
+  }
+  void Close() {
+    py::gil_scoped_release nogil;
+    opt_.reset();
+  }
+  Optimizer* opt() const {
+    if (!opt_) throw std::runtime_error("the mlpo optimizer is closed");
+    return opt_.get();
+  }
+
+ private:
+  std::vector<std::vector<float>> init_;
+  std::unique_ptr<Optimizer> opt_;
+};
+
+class Reader {
+ public:
+  // `target`: a store directory (STORE descriptor) or TOML config text
+  // (with base_dir), plus name and rank for the latter.
+  Reader(const std::string& toml, const std::string& base_dir,
+         const std::string& name, const std::string& tag) {
+    StoreOptions o = StoreArg(toml, base_dir, name, 0);
+    py::gil_scoped_release nogil;
+    r_ = Value(CheckpointReader::Open(o, tag));
+  }
+  std::string manifest() const { return r_->manifest().dump(); }
+  int world() const { return r_->world(); }
+  uint64_t step() const { return r_->step(); }
+  std::vector<std::string> store_uuids() const { return r_->store_uuids(); }
+  py::tuple Read(int g, uint64_t start, uint64_t n) {
+    std::vector<float> p(n), m(n), v(n);
+    {
+      py::gil_scoped_release nogil;
+      Check(r_->Read(g, start, n, p.data(), m.data(), v.data()));
+    }
+    return py::make_tuple(FloatArray(std::move(p)), FloatArray(std::move(m)),
+                          FloatArray(std::move(v)));
+  }
+
+ private:
+  std::unique_ptr<CheckpointReader> r_;
+};
+
+}  // namespace
+}  // namespace mlpo
+
+PYBIND11_MODULE(_mlpo, m) {
+  using mlpo::Engine;
+  using mlpo::Reader;
+  m.doc() = "mlpo: optimizer state in a tiered object store (C++ engine)";
+  py::class_<Engine>(m, "Engine")
+      .def(py::init<const std::string&, const std::string&, const std::string&,
+                    int, const std::vector<py::dict>&, uint64_t,
+                    const std::string&, const std::string&, double, int, int,
+                    int, const std::string&, const std::string&>())
+      .def("set_initial", &Engine::SetInitial)
+      .def("stage_grad", &Engine::StageGrad)
+      .def("local_grad_stats", &Engine::LocalGradStats)
+      .def("step", &Engine::Step, py::arg("loss_scale") = 1.0,
+           py::arg("sum_sq") = py::none(), py::arg("nonfinite") = py::none())
+      .def("set_hyper", &Engine::SetHyper)
+      .def("copy_params", &Engine::CopyParams)
+      .def("read_group", &Engine::ReadGroup)
+      .def("import_state", &Engine::ImportState)
+      .def("tag", &Engine::Tag)
+      .def("restore", &Engine::Restore)
+      .def("drop_tag", &Engine::DropTag)
+      .def("tags", &Engine::Tags)
+      .def("set_attribute", &Engine::SetAttribute)
+      .def("get_attribute", &Engine::GetAttribute)
+      .def_property_readonly("step_count", &Engine::step)
+      .def_property_readonly("skipped_steps", &Engine::skipped_steps)
+      .def_property_readonly("store_uuid", &Engine::store_uuid)
+      .def_property_readonly("meta_dir", &Engine::meta_dir)
+      .def_property_readonly("store_dirs", &Engine::store_dirs)
+      .def("close", &Engine::Close);
+  py::class_<Reader>(m, "CheckpointReader")
+      .def(py::init<const std::string&, const std::string&, const std::string&,
+                    const std::string&>())
+      .def("manifest", &Reader::manifest)
+      .def_property_readonly("world", &Reader::world)
+      .def_property_readonly("step", &Reader::step)
+      .def_property_readonly("store_uuids", &Reader::store_uuids)
+      .def("read", &Reader::Read);
+}

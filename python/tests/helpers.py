@@ -1,0 +1,39 @@
+"""Small deterministic models and data for the adapter's tests."""
+import torch
+
+
+def make_model(seed=0, dtype=torch.float32):
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(),
+                            torch.nn.Linear(32, 8))
+    return m.to(dtype)
+
+
+def two_groups(model, wd=0.1, named=False):
+    """Weights with weight decay, biases without (as training scripts do)."""
+    items = list(model.named_parameters())
+    pick = (lambda n, p: (n, p)) if named else (lambda n, p: p)
+    decay = [pick(n, p) for n, p in items if n.endswith("weight")]
+    no_decay = [pick(n, p) for n, p in items if n.endswith("bias")]
+    return [{"params": decay, "weight_decay": wd},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def batch(step, n=8, dtype=torch.float32):
+    g = torch.Generator().manual_seed(1000 + step)
+    x = torch.randn(n, 16, generator=g)
+    y = torch.randn(n, 8, generator=g)
+    return x.to(dtype), y.to(dtype)
+
+
+def loss_of(model, step, dtype=torch.float32, part=None, parts=1):
+    x, y = batch(step, dtype=dtype)
+    if part is not None:
+        k = x.shape[0] // parts
+        x, y = x[part * k:(part + 1) * k], y[part * k:(part + 1) * k]
+    return ((model(x) - y) ** 2).mean()
+
+
+def max_diff(a, b):
+    return max((p.detach().float() - q.detach().float()).abs().max().item()
+               for p, q in zip(a.parameters(), b.parameters()))

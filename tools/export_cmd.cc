@@ -1,0 +1,152 @@
+// `mlpo export STORE --tag T --format safetensors OUT [--moments]`: the fp32
+// master weights of a checkpoint (and with --moments exp_avg and exp_avg_sq)
+// under the parameter names of the adapter's manifest, in the safetensors
+// format, so any checkpoint opens in any tool that reads safetensors.
+//
+// safetensors: 8 bytes little-endian N, then N bytes of JSON
+//   {"name": {"dtype": "F32", "shape": [...], "data_offsets": [b, e]}, ...,
+//    "__metadata__": {...strings...}}
+// (padded with spaces to a multiple of 8), then the tensors' bytes, offsets
+// relative to the end of the header. Written to OUT.tmp, synced, renamed.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "nlohmann/json.hpp"
+#include "optimizer/checkpoint_reader.h"
+#include "store/file_util.h"
+#include "store/status_macros.h"
+#include "tools/cli_util.h"
+#include "tools/commands.h"
+
+namespace mlpo {
+namespace {
+
+struct ExportArgs {
+  std::string store, tag, format = "safetensors", out;
+  bool moments = false, json = false;
+};
+
+[[noreturn]] void Fail(const absl::Status& s) {
+  std::cerr << "mlpo export: " << s.message() << "\n";
+  throw CLI::RuntimeError(1);
+}
+
+}  // namespace
+
+void AddExportCommand(CLI::App& app) {
+  auto a = std::make_shared<ExportArgs>();
+  auto* c = app.add_subcommand(
+      "export",
+      "Write a checkpoint's fp32 master weights (--moments: and Adam moments) "
+      "under the model's parameter names as a safetensors file");
+  c->add_option("store", a->store,
+                "Store TOML config, or a store directory <path>/<store>/rank-<r> "
+                "(any rank of the checkpoint)")
+      ->required();
+  c->add_option("out", a->out, "Output file")->required();
+  c->add_option("--tag", a->tag, "Tag to export (default: the heads)");
+  c->add_option("--format", a->format, "Output format")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"safetensors"}));
+  c->add_flag("--moments", a->moments,
+              "Also write <name>.exp_avg and <name>.exp_avg_sq");
+  c->add_flag("--json", a->json, "Print a JSON summary on stdout");
+  c->callback([a] {
+    auto o = StoreOptionsForTarget(a->store);
+    if (!o.ok()) Fail(o.status());
+    auto r = CheckpointReader::Open(*o, a->tag);
+    if (!r.ok()) Fail(r.status());
+    const nlohmann::json& man = (*r)->manifest();
+    struct Tensor {
+      std::string name;
+      std::vector<uint64_t> shape;
+      int group;
+      uint64_t offset, numel;
+      int section;  // 0 p, 1 m, 2 v
+    };
+    std::vector<Tensor> tensors;
+    try {
+      for (auto& p : man.at("params")) {
+        Tensor t{p.at("name"), p.at("shape").get<std::vector<uint64_t>>(),
+                 p.at("group"), p.at("offset"), p.at("numel"), 0};
+        tensors.push_back(t);
+        if (a->moments) {
+          tensors.push_back(t);
+          tensors.back().name += ".exp_avg";
+          tensors.back().section = 1;
+          tensors.push_back(t);
+          tensors.back().name += ".exp_avg_sq";
+          tensors.back().section = 2;
+        }
+      }
+    } catch (const std::exception& e) {
+      Fail(absl::DataLossError(std::string("bad manifest: ") + e.what()));
+    }
+    nlohmann::json header = nlohmann::json::object();
+    uint64_t off = 0;
+    for (auto& t : tensors) {
+      if (header.contains(t.name))
+        Fail(absl::FailedPreconditionError("two tensors named " + t.name));
+      header[t.name] = {{"dtype", "F32"},
+                        {"shape", t.shape},
+                        {"data_offsets", {off, off + t.numel * 4}}};
+      off += t.numel * 4;
+    }
+    header["__metadata__"] = {{"format", "pt"},
+                              {"mlpo_step", std::to_string((*r)->step())},
+                              {"mlpo_tag", a->tag}};
+    std::string h = header.dump();
+    while (h.size() % 8) h += ' ';
+    std::string tmp = a->out + ".tmp";
+    FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (!f) Fail(ErrnoStatus(errno, "create " + tmp));
+    uint64_t n = h.size();
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+    bool ok = std::fwrite(len, 1, 8, f) == 8 &&
+              std::fwrite(h.data(), 1, h.size(), f) == h.size();
+    std::vector<float> buf;
+    uint64_t done = 0;
+    for (auto& t : tensors) {
+      if (!ok) break;
+      buf.resize(t.numel);
+      float* dst[3] = {nullptr, nullptr, nullptr};
+      dst[t.section] = buf.data();
+      absl::Status st = (*r)->Read(t.group, t.offset, t.numel, dst[0], dst[1],
+                                   dst[2]);
+      if (!st.ok()) {
+        std::fclose(f);
+        std::remove(tmp.c_str());
+        Fail(st);
+      }
+      ok = std::fwrite(buf.data(), 4, t.numel, f) == t.numel;
+      done += t.numel * 4;
+      Progress("export " + FormatBytes(done) + " / " + FormatBytes(off));
+    }
+    Progress("");
+    ok = ok && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
+    int err = errno;
+    ok = (std::fclose(f) == 0) && ok;
+    if (!ok || std::rename(tmp.c_str(), a->out.c_str()) != 0) {
+      std::remove(tmp.c_str());
+      Fail(ErrnoStatus(ok ? errno : err, "write " + a->out));
+    }
+    if (a->json)
+      std::cout << nlohmann::json{{"out", a->out},
+                                  {"tensors", tensors.size()},
+                                  {"bytes", off},
+                                  {"step", (*r)->step()},
+                                  {"world", (*r)->world()}}
+                       .dump(2)
+                << "\n";
+    else
+      std::printf("export: %zu tensors, %s, step %lu, from %d rank(s) -> %s\n",
+                  tensors.size(), FormatBytes(off).c_str(),
+                  (unsigned long)(*r)->step(), (*r)->world(), a->out.c_str());
+  });
+}
+
+}  // namespace mlpo
