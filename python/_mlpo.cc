@@ -6,7 +6,7 @@
 //
 // Errors: absl statuses become Python exceptions whose message names the
 // problem (ValueError for InvalidArgument, FileNotFoundError for NotFound,
-// RuntimeError otherwise).
+// RuntimeError otherwise), raised only once the GIL is held again.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -102,8 +102,12 @@ class Engine {
     o.init_params = [init](int g, uint64_t off, float* dst, uint64_t n) {
       std::memcpy(dst, (*init)[g].data() + off, n * sizeof(float));
     };
-    py::gil_scoped_release nogil;
-    opt_ = Value(Optimizer::Open(std::move(o)));
+    absl::StatusOr<std::unique_ptr<Optimizer>> opened;
+    {
+      py::gil_scoped_release nogil;
+      opened = Optimizer::Open(std::move(o));
+    }
+    opt_ = Value(std::move(opened));
   }
 
   static AdamHyper HyperArg(const py::dict& g) {
@@ -139,9 +143,14 @@ class Engine {
   void StageGrad(int group, uint64_t offset, uintptr_t ptr,
                  const std::string& dtype, uint64_t count) {
     DType dt = DTypeArg(dtype);
-    py::gil_scoped_release nogil;
-    Check(opt()->StageGrad(group, offset, reinterpret_cast<const void*>(ptr), dt,
-                          count));
+    Optimizer* o = opt();
+    absl::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = o->StageGrad(group, offset, reinterpret_cast<const void*>(ptr), dt,
+                        count);
+    }
+    Check(st);
   }
 
   py::tuple LocalGradStats() {
@@ -157,11 +166,13 @@ class Engine {
       g.nonfinite = nonfinite.cast<uint64_t>();
       global = &g;
     }
-    StepReport r;
+    Optimizer* o = opt();
+    absl::StatusOr<StepReport> stepped;
     {
       py::gil_scoped_release nogil;
-      r = Value(opt()->Step(loss_scale, global));
+      stepped = o->Step(loss_scale, global);
     }
+    StepReport r = Value(std::move(stepped));
     if (!r.skipped) DropInitial();  // the store holds every object now
     py::dict d;
     d["step"] = opt()->step();
@@ -197,10 +208,13 @@ class Engine {
 
   py::tuple ReadGroup(int group) {
     std::vector<float> p, m, v;
+    Optimizer* o = opt();
+    absl::Status st;
     {
       py::gil_scoped_release nogil;
-      Check(opt()->ReadState(group, &p, &m, &v));
+      st = o->ReadState(group, &p, &m, &v);
     }
+    Check(st);
     return py::make_tuple(FloatArray(std::move(p)), FloatArray(std::move(m)),
                           FloatArray(std::move(v)));
   }
@@ -225,14 +239,25 @@ class Engine {
   }
 
   void Tag(const std::string& name) {
-    py::gil_scoped_release nogil;
-    Check(opt()->Tag(name));
+    Optimizer* o = opt();
+    absl::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = o->Tag(name);
+    }
+    Check(st);
   }
   void Restore(const std::string& name) {
-    py::gil_scoped_release nogil;
-    Check(opt()->Restore(name));
+    Optimizer* o = opt();
+    absl::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = o->Restore(name);
+    }
+    Check(st);
   }
   void DropTag(const std::string& name) { Check(opt()->store()->DropTag(name)); }
+  uint64_t Gc() { return Value(opt()->store()->Gc()); }
   std::vector<std::string> Tags() {
     std::vector<std::string> out;
     for (auto& [t, objs] : opt()->store()->Tags()) out.push_back(t);
@@ -277,8 +302,12 @@ class Reader {
   Reader(const std::string& toml, const std::string& base_dir,
          const std::string& name, const std::string& tag) {
     StoreOptions o = StoreArg(toml, base_dir, name, 0);
-    py::gil_scoped_release nogil;
-    r_ = Value(CheckpointReader::Open(o, tag));
+    absl::StatusOr<std::unique_ptr<CheckpointReader>> opened;
+    {
+      py::gil_scoped_release nogil;
+      opened = CheckpointReader::Open(o, tag);
+    }
+    r_ = Value(std::move(opened));
   }
   std::string manifest() const { return r_->manifest().dump(); }
   int world() const { return r_->world(); }
@@ -286,10 +315,12 @@ class Reader {
   std::vector<std::string> store_uuids() const { return r_->store_uuids(); }
   py::tuple Read(int g, uint64_t start, uint64_t n) {
     std::vector<float> p(n), m(n), v(n);
+    absl::Status st;
     {
       py::gil_scoped_release nogil;
-      Check(r_->Read(g, start, n, p.data(), m.data(), v.data()));
+      st = r_->Read(g, start, n, p.data(), m.data(), v.data());
     }
+    Check(st);
     return py::make_tuple(FloatArray(std::move(p)), FloatArray(std::move(m)),
                           FloatArray(std::move(v)));
   }
@@ -322,6 +353,7 @@ PYBIND11_MODULE(_mlpo, m) {
       .def("tag", &Engine::Tag)
       .def("restore", &Engine::Restore)
       .def("drop_tag", &Engine::DropTag)
+      .def("gc", &Engine::Gc)
       .def("tags", &Engine::Tags)
       .def("set_attribute", &Engine::SetAttribute)
       .def("get_attribute", &Engine::GetAttribute)

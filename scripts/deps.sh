@@ -5,7 +5,13 @@ set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config git
       librocksdb-dev liburing-dev libxxhash-dev libabsl-dev
       libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
-      nlohmann-json3-dev libtomlplusplus-dev fio clang)
+      nlohmann-json3-dev libtomlplusplus-dev fio clang
+      # the PyTorch adapter, for Debian's own /usr/bin/python3
+      python3-dev pybind11-dev python3-torch python3-numpy python3-pytest
+      python3-tqdm
+      # an optimised BLAS for torch's CPU matmuls (the reference one is ~7x
+      # slower); it becomes the libblas.so.3 alternative
+      libopenblas0-pthread)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \

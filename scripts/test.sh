@@ -15,12 +15,13 @@ echo "== build (Release, warnings as errors)"
 scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DMLPO_WERROR=ON
 echo "== build (ASan + UBSan, unit tests)"
 scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DMLPO_SANITIZE=ON \
-  -DMLPO_WERROR=ON -DMLPO_WITH_CUDA=OFF
+  -DMLPO_WERROR=ON -DMLPO_WITH_CUDA=OFF -DMLPO_WITH_PYTHON=OFF
 if command -v clang++ >/dev/null 2>&1; then
   echo "== build (clang, -Wthread-safety, warnings as errors; libraries and tools)"
   mkdir -p build-clang
   CC=clang CXX=clang++ scripts/build.sh build-clang -DCMAKE_BUILD_TYPE=Debug \
-    -DMLPO_WERROR=ON -DMLPO_WITH_CUDA=OFF -DBUILD_TESTING=OFF
+    -DMLPO_WERROR=ON -DMLPO_WITH_CUDA=OFF -DBUILD_TESTING=OFF \
+    -DMLPO_WITH_PYTHON=OFF
 else
   echo "== clang++ not found: skipping the -Wthread-safety build"
 fi
@@ -29,6 +30,9 @@ labels=(-LE slow)
 status=0
 echo "== tests (Release)"
 (cd build && ctest -j "$(nproc)" --output-on-failure --timeout 600 "${labels[@]}") || status=1
+echo "== tests (PyTorch adapter, pytest, Debian's /usr/bin/python3)"
+PYTHONPATH=build/python /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+  python/tests || status=1
 echo "== tests (ASan + UBSan)"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest -j "$(nproc)" \
   --output-on-failure --timeout 900 -L unit -LE slow) || status=1

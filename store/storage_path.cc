@@ -65,8 +65,18 @@ absl::StatusOr<std::string> PathUuid(const std::string& root, bool create) {
     return absl::NotFoundError(
         absl::StrCat("path ", root, " has no identity file ", file));
   MLPO_RETURN_IF_ERROR(MakePrivateDirs(dir));
+  // Ranks of a node open their stores on the same roots at once: the first
+  // to link its identity file in place wins, the others read the winner's.
   std::string id = NewUuid();
-  MLPO_RETURN_IF_ERROR(WriteFileAtomic(file, id + "\n"));
+  std::string tmp = absl::StrCat(file, ".", id, ".tmp");
+  MLPO_RETURN_IF_ERROR(WriteFileAtomic(tmp, id + "\n"));
+  int r = ::link(tmp.c_str(), file.c_str());
+  int err = errno;
+  ::unlink(tmp.c_str());
+  if (r != 0 && err != EEXIST)
+    return ErrnoStatus(err, absl::StrCat("create ", file));
+  if (r != 0) return PathUuid(root, /*create=*/false);
+  MLPO_RETURN_IF_ERROR(SyncDir(dir));
   return id;
 }
 

@@ -63,7 +63,7 @@ class _MlpoOptimizer(torch.optim.Optimizer):
                  fused=None, store=None, name="mlpo", durability="step",
                  subgroup_numel=1 << 22, max_grad_norm=0.0, loss_scale=1.0,
                  prefetch=2, commits=2, threads=0, restore_tag=None,
-                 process_group=None):
+                 keep_checkpoints=3, process_group=None):
         cls = type(self).__name__
         if weight_decay is None:
             weight_decay = self._default_weight_decay
@@ -88,6 +88,7 @@ class _MlpoOptimizer(torch.optim.Optimizer):
                         differentiable=False, fused=None)
         super().__init__(params, defaults)
         self.loss_scale = float(loss_scale)
+        self.keep_checkpoints = int(keep_checkpoints)
         self.last_report = None
         self._pg = process_group
         self._world, self._rank = _world(process_group)
@@ -225,6 +226,13 @@ class _MlpoOptimizer(torch.optim.Optimizer):
                 self._opts["commits"], self._opts["threads"],
                 self._opts["durability"], restore_tag or "")
         except RuntimeError as e:
+            if "is declared as" in str(e):
+                raise ValueError(
+                    f"mlpo.torch: the store {self._toml.strip()!r} (name "
+                    f"{_store_name(self._name, self._world)!r}) holds state "
+                    "of another model, other parameter groups or another "
+                    f"subgroup_numel: {e}. Use another store or name=") \
+                    from None
             if "different steps" in str(e) and restore_tag is None:
                 # An interrupted step: load_state_dict (which restores a
                 # tag) can still open it; step() before that raises this.
@@ -432,6 +440,20 @@ class _MlpoOptimizer(torch.optim.Optimizer):
             self._engine.close()
             self._engine = None
 
+    def _prune_checkpoints(self):
+        """Keeps the newest keep_checkpoints "step-<t>" tags (0 keeps all)
+        and frees what only the older ones held."""
+        if self.keep_checkpoints <= 0:
+            return
+        eng = self._engine
+        auto = sorted((int(t[5:]), t) for t in eng.tags()
+                      if t.startswith("step-") and t[5:].isdigit())
+        old = auto[:-self.keep_checkpoints]
+        for _, t in old:
+            eng.drop_tag(t)
+        if old:
+            eng.gc()
+
     def _uuids(self):
         mine = self._require_engine().store_uuid
         if self._world == 1:
@@ -447,6 +469,7 @@ class _MlpoOptimizer(torch.optim.Optimizer):
         tag = f"step-{eng.step_count}"
         if tag not in eng.tags():
             eng.tag(tag)
+            self._prune_checkpoints()
         groups = []
         index = 0
         for g in self.param_groups:
@@ -592,7 +615,7 @@ class AdamW(_MlpoOptimizer):
     """torch.optim.AdamW (decoupled weight decay, default 0.01) over an mlpo
     store. Extra keywords: store, name, durability ("step" | "tag"),
     subgroup_numel, max_grad_norm, loss_scale, prefetch, commits, threads,
-    restore_tag, process_group."""
+    restore_tag, keep_checkpoints, process_group."""
     _mode = "adamw"
     _default_weight_decay = 1e-2
 
@@ -605,8 +628,9 @@ class Adam(_MlpoOptimizer):
 
 def export_state_dict(store, tag=None, name="mlpo"):
     """The torch.optim.AdamW/Adam state dict equivalent to an mlpo
-    checkpoint: state {index: {step, exp_avg, exp_avg_sq}} and param_groups,
-    plus "master_params" {name: fp32 tensor}.
+    checkpoint: state {index: {step, exp_avg, exp_avg_sq}} and param_groups
+    (indices in the optimizer's group order), plus "master_params" {name:
+    fp32 tensor} and "param_names" (the name of each index).
 
     `store` is what the optimizer got as store= (with `name`), or a state
     dict from mlpo.torch's state_dict() (then `tag` defaults to its tag)."""
@@ -643,4 +667,5 @@ def export_state_dict(store, tag=None, name="mlpo"):
                        "capturable": False, "differentiable": False,
                        "fused": None, "params": indices})
     return {"state": state, "param_groups": groups,
-            "master_params": masters}
+            "master_params": masters,
+            "param_names": [pm["name"] for pm in manifest["params"]]}

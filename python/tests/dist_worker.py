@@ -1,0 +1,60 @@
+"""One training run for the distributed tests, under torchrun (gloo, CPU) or
+alone. Each rank trains on its part of every batch; rank 0 writes the
+full-batch losses and the final parameters to --out (JSON)."""
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(__file__))
+import mlpo.torch as mt  # noqa: E402
+from helpers import make_model, two_groups, loss_of  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--store", required=True)
+ap.add_argument("--start", type=int, default=0)
+ap.add_argument("--stop", type=int, default=10)
+ap.add_argument("--load")
+ap.add_argument("--save")
+ap.add_argument("--save-at", type=int, default=-1)
+ap.add_argument("--out", required=True)
+a = ap.parse_args()
+
+if "WORLD_SIZE" in os.environ:
+    dist.init_process_group("gloo")
+world = dist.get_world_size() if dist.is_initialized() else 1
+rank = dist.get_rank() if dist.is_initialized() else 0
+
+model = make_model()
+opt = mt.AdamW(two_groups(model, named=True), lr=1e-2, store=a.store,
+               subgroup_numel=100)  # several subgroups per shard
+if a.load:
+    ckpt = torch.load(a.load)
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["opt"])
+losses = {}
+for step in range(a.start, a.stop):
+    opt.zero_grad()
+    loss = loss_of(model, step, part=rank, parts=world)
+    loss.backward()
+    opt.step()
+    full = loss.detach().clone()
+    if world > 1:
+        dist.all_reduce(full)
+        full /= world
+    losses[step] = full.item()
+    if step + 1 == a.save_at:
+        sd = opt.state_dict()  # every rank tags its store
+        if rank == 0:
+            torch.save({"model": model.state_dict(), "opt": sd}, a.save)
+if rank == 0:
+    with open(a.out, "w") as f:
+        json.dump({"losses": losses, "world": world,
+                   "params": {n: p.detach().reshape(-1).tolist()
+                              for n, p in model.named_parameters()}}, f)
+if dist.is_initialized():
+    dist.barrier()
+    dist.destroy_process_group()

@@ -1,0 +1,112 @@
+"""Bad inputs: each is a Python exception that names the problem, and the
+store keeps its last committed state."""
+import os
+import shutil
+
+import pytest
+import torch
+
+import mlpo.torch as mt
+from helpers import make_model, loss_of
+
+
+def trained(store, steps=3):
+    model = make_model()
+    opt = mt.AdamW(model.named_parameters(), lr=1e-2, store=store)
+    for s in range(steps):
+        opt.zero_grad()
+        loss_of(model, s).backward()
+        opt.step()
+    return model, opt
+
+
+def test_amsgrad_and_other_unsupported_flags(store_dir):
+    model = make_model()
+    with pytest.raises(ValueError, match="amsgrad"):
+        mt.AdamW(model.parameters(), amsgrad=True, store=store_dir)
+    with pytest.raises(ValueError, match="maximize"):
+        mt.Adam(model.parameters(), maximize=True, store=store_dir)
+    with pytest.raises(ValueError, match="betas"):
+        mt.AdamW(model.parameters(), betas=(0.9, 1.5), store=store_dir)
+
+
+def test_sparse_gradient_is_refused_and_the_state_stays(store_dir):
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(10, 4, sparse=True)
+    opt = mt.AdamW(emb.parameters(), lr=1e-2, store=store_dir)
+    emb.weight.grad = torch.ones(10, 4)
+    opt.step()
+    before = emb.weight.detach().clone()
+    opt.zero_grad(set_to_none=True)
+    emb(torch.tensor([1, 2])).sum().backward()
+    with pytest.raises(RuntimeError, match="sparse"):
+        opt.step()
+    assert opt.step_count == 1
+    assert torch.equal(before, emb.weight.detach())
+
+
+def test_a_parameter_that_changes_shape_or_dtype_is_named(store_dir):
+    model, opt = trained(store_dir)
+    w = model[0].weight
+    w.data = torch.zeros(5, 5)
+    w.grad = torch.zeros(5, 5)
+    with pytest.raises(ValueError, match=r"0\.weight changed"):
+        opt.step()
+    assert opt.step_count == 3
+    w.data = torch.zeros(32, 16, dtype=torch.float64)
+    w.grad = torch.zeros(32, 16, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"0\.weight changed"):
+        opt.step()
+    assert opt.step_count == 3
+
+
+def test_unsupported_device_and_mixed_dtypes(store_dir):
+    meta = torch.nn.Linear(4, 4, device="meta")
+    with pytest.raises(ValueError, match="meta"):
+        mt.AdamW(meta.parameters(), store=store_dir)
+    model = make_model()
+    model[2].to(torch.bfloat16)
+    with pytest.raises(ValueError, match="share one dtype"):
+        mt.AdamW(model.parameters(), store=store_dir)
+
+
+def test_state_dict_of_another_store_or_a_missing_tag(tmp_path):
+    _, a = trained(str(tmp_path / "a"))
+    sd_a = a.state_dict()
+    model_b, b = trained(str(tmp_path / "b"))
+    with pytest.raises(ValueError, match="another store"):
+        b.load_state_dict(sd_a)
+    assert b.step_count == 3
+    sd_b = b.state_dict()
+    b.checkpoint("keep")
+    b._engine.drop_tag(sd_b["mlpo"]["tag"])
+    with pytest.raises(ValueError, match="no tag 'step-3'"):
+        b.load_state_dict(sd_b)
+    assert b.step_count == 3
+    b.restore("keep")  # the store is intact and usable
+    assert b.step_count == 3
+
+
+def test_missing_store_directory_and_config(tmp_path, store_dir):
+    model, opt = trained(store_dir)
+    sd = opt.state_dict()
+    opt.close()
+    with pytest.raises(FileNotFoundError):
+        mt.AdamW(make_model().parameters(), store=str(tmp_path / "no.toml"))
+    shutil.rmtree(store_dir)
+    with pytest.raises(Exception, match="no index|does not exist"):
+        mt.export_state_dict(sd)
+
+
+def test_a_store_of_another_model_is_refused(store_dir):
+    trained(store_dir)
+    other = torch.nn.Linear(16, 3)
+    with pytest.raises(ValueError, match="another model"):
+        mt.AdamW(other.named_parameters(), store=store_dir)
+
+
+def test_a_misspelt_store_option_names_the_key(tmp_path):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text('[[path]]\nroot = "d"\nread_cpa = "1G"\n')
+    with pytest.raises(ValueError, match="read_cpa"):
+        mt.AdamW(make_model().parameters(), store=str(cfg))

@@ -1,0 +1,201 @@
+"""Checkpoints: state_dict/load_state_dict map to tags, a SIGKILLed run
+resumes to the same losses, torch.optim state moves in and out, and
+safetensors exports read back with a reader written from the format's
+specification."""
+import copy
+import json
+import os
+import random
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import mlpo.torch as mt
+from helpers import make_model, two_groups, loss_of, max_diff
+
+
+def train(model, opt, steps):
+    losses = []
+    for step in steps:
+        opt.zero_grad()
+        loss = loss_of(model, step)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_state_dict_is_a_tag_and_load_restores_model_and_state(store_dir):
+    model = make_model()
+    opt = mt.AdamW(two_groups(model, named=True), lr=1e-2, store=store_dir)
+    train(model, opt, range(5))
+    sd = opt.state_dict()
+    assert sd["mlpo"]["tag"] == "step-5" and sd["state"] == {}
+    at5 = [p.detach().clone() for p in model.parameters()]
+    later = train(model, opt, range(5, 8))
+    assert opt.step_count == 8
+    opt.load_state_dict(sd)
+    assert opt.step_count == 5
+    assert all(torch.equal(a, b) for a, b in zip(at5, model.parameters()))
+    assert train(model, opt, range(5, 8)) == later  # bit for bit again
+
+
+def test_state_dict_keeps_the_newest_checkpoints_and_frees_the_rest(store_dir):
+    model = make_model()
+    opt = mt.AdamW(model.parameters(), lr=1e-2, store=store_dir,
+                   keep_checkpoints=2)
+    opt.checkpoint("mine")  # a user tag is never pruned
+    for s in range(5):
+        train(model, opt, [s])
+        opt.state_dict()
+    assert sorted(opt.tags()) == ["mine", "step-4", "step-5"]
+
+
+RESUME_SCRIPT = textwrap.dedent("""
+    import os, sys, time, torch
+    sys.path.insert(0, {helpers!r})
+    import mlpo.torch as mt
+    from helpers import make_model, two_groups, loss_of
+    store, ckpt, start, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    model = make_model()
+    opt = mt.AdamW(two_groups(model, named=True), lr=1e-2, store=store)
+    if start > 0:
+        c = torch.load(ckpt)
+        model.load_state_dict(c["model"])
+        opt.load_state_dict(c["opt"])
+    for step in range(start, stop):
+        opt.zero_grad()
+        loss = loss_of(model, step)
+        loss.backward()
+        opt.step()
+        print(f"loss {{step}} {{loss.item()!r}}", flush=True)
+        if step + 1 == 10:
+            torch.save({{"model": model.state_dict(), "opt": opt.state_dict()}}, ckpt)
+            print("checkpoint", flush=True)
+        if step >= 10:
+            time.sleep(0.05)  # room for the kill to land mid-run
+""")
+
+
+def run_script(script, args, env):
+    return subprocess.Popen([sys.executable, "-c", script] + [str(a) for a in args],
+                            stdout=subprocess.PIPE, env=env, text=True)
+
+
+def losses_of(out):
+    return {int(l.split()[1]): float(l.split()[2])
+            for l in out.splitlines() if l.startswith("loss ")}
+
+
+def test_sigkill_after_checkpoint_then_resume_gives_the_same_losses(
+        tmp_path, build_python_path):
+    here = os.path.dirname(__file__)
+    script = RESUME_SCRIPT.format(helpers=here)
+    env = dict(os.environ, PYTHONPATH=build_python_path)
+    # The uninterrupted run.
+    p = run_script(script, [tmp_path / "a", tmp_path / "a.pt", 0, 20], env)
+    want = losses_of(p.communicate(timeout=300)[0])
+    assert sorted(want) == list(range(20))
+    # Killed at a random point after the checkpoint at step 10.
+    p = run_script(script, [tmp_path / "b", tmp_path / "b.pt", 0, 20], env)
+    seen = []
+    for line in p.stdout:
+        seen.append(line)
+        if line.startswith("loss 11"):
+            time.sleep(random.uniform(0, 0.3))
+            p.send_signal(signal.SIGKILL)
+            break
+    p.wait()
+    assert p.returncode == -signal.SIGKILL
+    # Resume from the checkpoint: the store may hold a cut step (some
+    # objects at a later step); load_state_dict restores the tag.
+    q = run_script(script, [tmp_path / "b", tmp_path / "b.pt", 10, 20], env)
+    got = losses_of(q.communicate(timeout=300)[0])
+    assert q.returncode == 0
+    assert [got[s] for s in range(10, 20)] == [want[s] for s in range(10, 20)]
+
+
+def test_torch_optim_state_moves_in_and_out(store_dir):
+    model = make_model()
+    ref = copy.deepcopy(model)
+    ropt = torch.optim.AdamW(two_groups(ref), lr=1e-2)
+    train(ref, ropt, range(5))
+    # Switch a running job to mlpo without losing its moments.
+    model.load_state_dict(ref.state_dict())
+    opt = mt.AdamW(two_groups(model, named=True), lr=1e-2, store=store_dir)
+    opt.load_state_dict(ropt.state_dict())
+    assert opt.step_count == 5
+    a = train(model, opt, range(5, 10))
+    b = train(ref, ropt, range(5, 10))
+    assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-6
+    assert max_diff(model, ref) <= 1e-6
+    # And back out: a torch.optim dict that torch.optim.AdamW loads.
+    out = mt.export_state_dict(opt.state_dict())
+    back = copy.deepcopy(model)
+    bopt = torch.optim.AdamW(two_groups(back), lr=1e-2)
+    bopt.load_state_dict({k: out[k] for k in ("state", "param_groups")})
+    c = train(back, bopt, range(10, 13))
+    d = train(model, opt, range(10, 13))
+    assert max(abs(x - y) for x, y in zip(c, d)) <= 1e-5
+    assert set(out["master_params"]) == {n for n, _ in model.named_parameters()}
+
+
+def read_safetensors(path):
+    """A reader written from the safetensors specification: u64 LE header
+    length, JSON header {name: {dtype, shape, data_offsets}}, raw data."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n].decode("utf-8"))
+    data = blob[8 + n:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        assert info["dtype"] == "F32"
+        b, e = info["data_offsets"]
+        out[name] = np.frombuffer(data[b:e], dtype="<f4").reshape(info["shape"])
+    return out, header.get("__metadata__", {})
+
+
+def test_safetensors_export_reads_back_with_an_independent_reader(
+        tmp_path, store_dir, mlpo_cli):
+    model = make_model()
+    opt = mt.AdamW(two_groups(model, named=True), lr=1e-2, store=store_dir)
+    train(model, opt, range(3))
+    sd = opt.state_dict()
+    opt.close()
+    out = tmp_path / "w.safetensors"
+    store = os.path.join(store_dir, "mlpo", "rank-0")
+    r = subprocess.run([mlpo_cli, "export", store, str(out), "--tag",
+                        sd["mlpo"]["tag"], "--moments", "--json"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    tensors, meta = read_safetensors(out)
+    assert meta["mlpo_step"] == "3"
+    ref = mt.export_state_dict(sd)
+    names = [n for n, _ in model.named_parameters()]
+    assert set(tensors) == set(names) | {n + ".exp_avg" for n in names} | \
+        {n + ".exp_avg_sq" for n in names}
+    index = {n: i for i, n in enumerate(ref["param_names"])}
+    for name, p in model.named_parameters():
+        i = index[name]
+        assert tensors[name].shape == tuple(p.shape)
+        # fp32 masters equal the model's fp32 parameters
+        assert np.array_equal(tensors[name], p.detach().numpy())
+        assert np.array_equal(tensors[name + ".exp_avg"],
+                              ref["state"][i]["exp_avg"].numpy())
+        assert np.array_equal(tensors[name + ".exp_avg_sq"],
+                              ref["state"][i]["exp_avg_sq"].numpy())
+    # A missing tag is an error naming it; nothing is written.
+    r = subprocess.run([mlpo_cli, "export", store, str(tmp_path / "x"),
+                        "--tag", "nosuch"], capture_output=True, text=True)
+    assert r.returncode == 1 and "nosuch" in r.stderr
+    assert not (tmp_path / "x").exists()
