@@ -4,7 +4,9 @@
   adapter   mlpo.torch.AdamW.step() on a bf16 model of P parameters
             (gradients already in .grad), state in an mlpo store
   engine    `mlpo-bench step --modes mlpo` at the same P, paths, subgroup
-            size and durability: the C++ pipeline alone
+            size and durability: the C++ facade alone, gradient staging
+            (its "backward" phase) plus the update, the same work the
+            adapter's step does
   torch     torch.optim.AdamW.step() on fp32 parameters in memory
 
 and prints adapter/engine (the adapter's overhead; goal < 1.10) and
@@ -48,13 +50,14 @@ def time_adapter(a, paths, steps):
                            subgroup_numel=a.subgroup, durability=a.durability,
                            prefetch=a.prefetch)
     opt.step()  # creates the state (not timed, as in mlpo-bench step)
-    out = []
+    out, pipeline = [], []
     for _ in range(steps):
         t = time.perf_counter()
         opt.step()
         out.append(time.perf_counter() - t)
+        pipeline.append(opt.last_report["total_s"])
     opt.close()
-    return out
+    return out, pipeline
 
 
 def time_engine(a, paths, steps):
@@ -67,8 +70,8 @@ def time_engine(a, paths, steps):
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"adapter_bench: {' '.join(cmd)} failed:\n{r.stderr}")
-    j = json.loads(r.stdout)
-    return j["modes"]["mlpo"]["step_s"]
+    j = json.loads(r.stdout)["modes"]["mlpo"]
+    return j["step_s"] + j["backward_s"], j["step_s"]
 
 
 def time_torch(a, steps):
@@ -107,17 +110,23 @@ def main():
     paths = a.paths.split(",")
     for p in paths:
         os.makedirs(p, exist_ok=True)
-    adapter, engine = [], []
+    adapter, pipeline, engine, engine_update = [], [], [], []
     for r in range(a.rounds):
         print(f"round {r + 1}/{a.rounds}: adapter", file=sys.stderr, flush=True)
-        adapter += time_adapter(a, paths, a.steps)
+        x, y = time_adapter(a, paths, a.steps)
+        adapter += x
+        pipeline += y
         print(f"round {r + 1}/{a.rounds}: engine", file=sys.stderr, flush=True)
-        engine.append(time_engine(a, paths, a.steps))
+        x, y = time_engine(a, paths, a.steps)
+        engine.append(x)
+        engine_update.append(y)
     print("torch.optim.AdamW in memory", file=sys.stderr, flush=True)
     ref = time_torch(a, a.steps)
     t_a, t_e, t_t = (statistics.median(x) for x in (adapter, engine, ref))
+    t_p, t_u = statistics.median(pipeline), statistics.median(engine_update)
     res = {"params": a.params, "paths": paths, "durability": a.durability,
            "adapter_step_s": t_a, "engine_step_s": t_e, "torch_step_s": t_t,
+           "adapter_update_s": t_p, "engine_update_s": t_u,
            "adapter_vs_engine": t_a / t_e, "adapter_vs_torch": t_a / t_t,
            "adapter_steps": adapter, "engine_steps": engine,
            "torch_steps": ref}
@@ -126,8 +135,9 @@ def main():
         return
     print(f"{a.params / 1e6:.0f}M parameters on {', '.join(paths)} "
           f"(durability {a.durability})")
-    print(f"  mlpo.torch.AdamW.step   {t_a:8.3f} s")
-    print(f"  mlpo-bench step (C++)   {t_e:8.3f} s")
+    print(f"  mlpo.torch.AdamW.step   {t_a:8.3f} s  (update pipeline {t_p:.3f} s)")
+    print(f"  mlpo-bench step (C++)   {t_e:8.3f} s  (stage {t_e - t_u:.3f} + "
+          f"update {t_u:.3f} s)")
     print(f"  torch.optim.AdamW (RAM) {t_t:8.3f} s")
     print(f"adapter_vs_engine {t_a / t_e:.3f}  (goal < 1.10)")
     print(f"adapter_vs_torch  {t_a / t_t:.3f}")
