@@ -16,6 +16,7 @@ with the same data order, so a killed run continues where it was.
 """
 import argparse
 import glob
+import itertools
 import math
 import os
 import shutil
@@ -162,11 +163,15 @@ def main():
 
     t0 = time.time()
     first_loss = None
-    bar = tqdm(range(start, a.steps), initial=start,
+    # A time-bounded run has no known total: count steps without a bar.
+    bar = tqdm(itertools.count(start), initial=start,
                total=None if a.seconds else a.steps,
                unit="step", dynamic_ncols=True, mininterval=1.0)
     step = start
     for step in bar:
+        if step >= a.steps:
+            step -= 1
+            break
         x, y = batch(ids, step, a.batch, a.ctx, a.seed)
         ts = time.time()
         opt.zero_grad(set_to_none=True)
