@@ -16,12 +16,14 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "store/placement/stripe.h"
 #include "store/status_macros.h"
 
 namespace mlpo {
@@ -75,15 +77,60 @@ absl::Status ObjectStore::Declare(const std::string& object,
 }
 
 std::vector<uint64_t> ObjectStore::StripeBytes(uint64_t total) const {
-  std::vector<uint64_t> out(paths_.size(), 0);
-  uint64_t pages = total / kIoAlignment, given = 0;
-  for (size_t i = 0; i + 1 < paths_.size(); ++i) {
-    out[i] = static_cast<uint64_t>(pages * fractions_[i] + 0.5) * kIoAlignment;
-    out[i] = std::min(out[i], total - given);
-    given += out[i];
+  return SplitBytes(total, fractions_);
+}
+
+absl::Status ObjectStore::AllocateStripes(
+    const std::string& where, uint64_t total,
+    std::vector<std::vector<Range>>* ranges) {
+  const size_t n = paths_.size();
+  ranges->assign(n, {});
+  std::vector<bool> full(n, false);
+  std::vector<uint64_t> want = SplitBytes(total, fractions_);
+  auto fail = [&](const absl::Status& st) {
+    for (size_t p = 0; p < n; ++p)
+      for (const Range& r : (*ranges)[p]) (void)paths_[p]->Free(r);
+    ranges->assign(n, {});
+    return Annotate(st, where);
+  };
+  for (bool again = true; again;) {
+    again = false;
+    for (size_t p = 0; p < n; ++p) {
+      if (want[p] == 0) continue;
+      auto r = paths_[p]->Allocate(want[p]);
+      if (r.ok()) {
+        (*ranges)[p].insert((*ranges)[p].end(), r->begin(), r->end());
+        want[p] = 0;
+        continue;
+      }
+      if (!absl::IsResourceExhausted(r.status())) return fail(r.status());
+      // Spill-over: what still fits stays here, the rest goes to the paths
+      // with room, by their fractions.
+      uint64_t fit = std::min(want[p], paths_[p]->Usage().free) /
+                     kIoAlignment * kIoAlignment;
+      if (fit > 0) {
+        auto part = paths_[p]->Allocate(fit);
+        if (part.ok()) {
+          (*ranges)[p].insert((*ranges)[p].end(), part->begin(), part->end());
+          want[p] -= fit;
+        }
+      }
+      full[p] = true;
+      uint64_t spill = want[p];
+      want[p] = 0;
+      if (std::all_of(full.begin(), full.end(), [](bool f) { return f; })) {
+        std::string roots;
+        for (auto& path : paths_)
+          absl::StrAppend(&roots, roots.empty() ? "" : ", ", path->root());
+        return fail(absl::ResourceExhaustedError(absl::StrCat(
+            "every path is full (", roots, "): ", r.status().message())));
+      }
+      std::vector<uint64_t> extra = SplitBytes(spill, fractions_, full);
+      for (size_t q = 0; q < n; ++q) want[q] += extra[q];
+      again = true;
+    }
   }
-  out.back() = total - given;
-  return out;
+  return absl::OkStatus();
 }
 
 BadExtent ObjectStore::Describe(const std::string& object, uint64_t version,
@@ -273,22 +320,24 @@ std::future<absl::Status> ObjectStore::Commit(Lease lease, uint64_t version) {
     ++commits_in_flight_;
   }
   uint64_t total = lease->size();
-  std::vector<uint64_t> per_path = StripeBytes(total);
   op->rec.version = version;
   op->rec.blob_bytes = total;
   op->touched.assign(paths_.size(), false);
-  uint64_t blob_off = 0;
-  absl::Status st;
-  for (size_t p = 0; p < paths_.size() && st.ok(); ++p) {
-    if (per_path[p] == 0) continue;
-    auto ranges = paths_[p]->Allocate(per_path[p]);
-    if (!ranges.ok()) {
-      st = Annotate(ranges.status(),
-                    absl::StrCat("commit of ", object, " version ", version));
-      break;
+  std::vector<std::vector<Range>> ranges;
+  absl::Status st = AllocateStripes(
+      absl::StrCat("commit of ", object, " version ", version), total, &ranges);
+  if (!st.ok()) {
+    {
+      absl::MutexLock l(&mu_);
+      --commits_in_flight_;
     }
-    op->touched[p] = true;
-    for (const Range& r : *ranges) {
+    op->promise.set_value(st);
+    return fut;
+  }
+  uint64_t blob_off = 0;
+  for (size_t p = 0; p < paths_.size(); ++p) {
+    for (const Range& r : ranges[p]) {
+      op->touched[p] = true;
       for (uint64_t o = 0; o < r.length; o += options_.extent_bytes) {
         ExtentRef e;
         e.path = static_cast<uint32_t>(p);
@@ -299,15 +348,6 @@ std::future<absl::Status> ObjectStore::Commit(Lease lease, uint64_t version) {
         op->rec.extents.push_back(e);
       }
     }
-  }
-  if (!st.ok()) {
-    FreeExtents(op->rec.extents);
-    {
-      absl::MutexLock l(&mu_);
-      --commits_in_flight_;
-    }
-    op->promise.set_value(st);
-    return fut;
   }
   op->left = static_cast<int>(op->rec.extents.size());
   // Hash each extent and start its write at once, on the hasher thread: the

@@ -203,7 +203,8 @@ class ObjectStore {
   const std::string& store_uuid() const { return store_uuid_; }
   StoragePath* path(size_t i) { return paths_[i].get(); }
   size_t num_paths() const { return paths_.size(); }
-  // Bytes of a blob of `total` bytes placed on each path.
+  // Bytes of a blob of `total` bytes placed on each path when every path
+  // has room (a full path's share spills over to the others at commit).
   std::vector<uint64_t> StripeBytes(uint64_t total) const;
 
  private:
@@ -248,6 +249,11 @@ class ObjectStore {
                                const std::map<VKey, int>& dec, bool free_now,
                                bool sync, std::vector<ExtentRef>* to_free)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Allocates `total` bytes striped by the fractions; a full path's share
+  // spills over to the paths with room. ResourceExhausted naming every path
+  // when all are full (nothing stays allocated).
+  absl::Status AllocateStripes(const std::string& where, uint64_t total,
+                               std::vector<std::vector<Range>>* ranges);
   void Unpin(const VKey& k);
   void FreeExtents(const std::vector<ExtentRef>& e);
   absl::Status SyncAllPaths();

@@ -32,6 +32,7 @@
 #include "absl/strings/str_join.h"
 #include "store/file_util.h"
 #include "store/object_store.h"
+#include "store/placement/stripe.h"
 #include "store/status_macros.h"
 
 namespace mlpo {
@@ -418,11 +419,9 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
     paths_.push_back(std::move(*path));
   }
 
-  double sum = 0;
-  for (auto& p : options_.paths) sum += p.fraction;
-  for (auto& p : options_.paths)
-    fractions_.push_back(sum > 0 ? p.fraction / sum
-                                 : 1.0 / options_.paths.size());
+  std::vector<double> weights;
+  for (auto& p : options_.paths) weights.push_back(p.fraction);
+  fractions_ = NormaliseFractions(weights);
 
   absl::MutexLock l(&mu_);
   for (auto& [name, layout] : snap.objects) objects_[name].layout = layout;

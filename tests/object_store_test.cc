@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "gtest/gtest.h"
+#include "store/placement/stripe.h"
 #include "tests/store_test_util.h"
 
 namespace mlpo {
@@ -192,19 +194,83 @@ TEST(ObjectStoreTest, EnospcOnOnePathMidCommitKeepsPreviousHead) {
   EXPECT_EQ((*l)->version(), 1u);
   EXPECT_TRUE(Matches(**l, 1));
   ExpectNoLeak(s->get());
-  // Capacity exhaustion (no I/O error) also leaves the head.
+  // Capacity exhaustion of every path (no I/O error) also leaves the head.
   o.paths[1].path.completion_filter = nullptr;
   s->reset();
   o.paths[0].path.capacity = 4 << 20;
+  o.paths[1].path.capacity = 8 << 20;
   s = ObjectStore::Open(o);
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_TRUE((*s)->Declare("big", TestLayout(1 << 20)).ok());  // 12 MiB
   st = CommitVersion(s->get(), "big", 1);
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_NE(st.message().find("every path is full"), std::string::npos) << st;
+  EXPECT_NE(st.message().find(o.paths[0].path.root), std::string::npos) << st;
+  EXPECT_NE(st.message().find(o.paths[1].path.root), std::string::npos) << st;
   l = (*s)->Checkout("w").get();
   ASSERT_TRUE(l.ok());
   EXPECT_TRUE(Matches(**l, 1));
   ExpectNoLeak(s->get());
+}
+
+// Spill-over: when one path is full its share goes to the paths with room;
+// the commit succeeds and reads back; a later commit with room is striped
+// by the fractions again.
+TEST(ObjectStoreTest, AFullPathSpillsItsShareToThePathsWithRoom) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.25, 0.25});
+  o.paths[0].path.capacity = 8 << 20;  // two 4 MiB segments
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const uint64_t n = 600000;  // 7.2 MB objects: 3.6 MB wanted on path 0
+  for (const char* name : {"a", "b", "c", "d"})
+    ASSERT_TRUE((*s)->Declare(name, TestLayout(n)).ok());
+  for (const char* name : {"a", "b", "c", "d"}) {
+    absl::Status st = CommitVersion(s->get(), name, 1);
+    ASSERT_TRUE(st.ok()) << name << ": " << st;
+  }
+  uint64_t on_path0 = 0, total = 0;
+  for (const char* name : {"a", "b", "c", "d"}) {
+    auto rec = (*s)->GetVersion(name, 0);
+    ASSERT_TRUE(rec.ok());
+    for (auto& e : rec->extents) {
+      total += e.length;
+      if (e.path == 0) on_path0 += e.length;
+    }
+    auto l = (*s)->Checkout(name).get();
+    ASSERT_TRUE(l.ok()) << l.status();
+    EXPECT_TRUE(Matches(**l, 1));
+  }
+  EXPECT_LE(on_path0, 8u << 20);      // path 0 never past its capacity
+  EXPECT_LT(on_path0, total / 2);     // ... so it took less than its half
+  ExpectNoLeak(s->get());
+  auto rep = (*s)->Verify();
+  ASSERT_TRUE(rep.ok());
+  EXPECT_TRUE(rep->bad.empty());
+  // Space frees up (a's old version goes); new versions fit on path 0 again.
+  ASSERT_TRUE(CommitVersion(s->get(), "a", 2).ok());
+  ExpectNoLeak(s->get());
+}
+
+TEST(StripeTest, SharesFollowFractionsInPagesAndSkipExcludedPaths) {
+  std::vector<double> f = NormaliseFractions({2, 1, 1});
+  EXPECT_DOUBLE_EQ(f[0], 0.5);
+  auto b = SplitBytes(400 * 4096, f);
+  EXPECT_EQ(b, (std::vector<uint64_t>{200 * 4096, 100 * 4096, 100 * 4096}));
+  b = SplitBytes(400 * 4096, f, {true, false, false});
+  EXPECT_EQ(b, (std::vector<uint64_t>{0, 200 * 4096, 200 * 4096}));
+  b = SplitBytes(400 * 4096, f, {false, false, true});
+  EXPECT_EQ(b[2], 0u);
+  EXPECT_EQ(b[0] + b[1], 400u * 4096);
+  EXPECT_EQ(b[0] % 4096, 0u);
+  b = SplitBytes(4096, f, {true, true, true});
+  EXPECT_EQ(b, (std::vector<uint64_t>{0, 0, 0}));
+  // Bad weights count as zero; all zero gives equal shares.
+  f = NormaliseFractions({std::nan(""), -1, 0});
+  EXPECT_DOUBLE_EQ(f[0], 1.0 / 3);
+  f = NormaliseFractions({std::nan(""), 1, 3});
+  EXPECT_DOUBLE_EQ(f[0], 0);
+  EXPECT_DOUBLE_EQ(f[2], 0.75);
 }
 
 TEST(ObjectStoreTest, FailedSyncFailsTheCommitAndKeepsThePreviousHead) {
