@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/match.h"
+#include "rocksdb/utilities/checkpoint.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -281,6 +282,15 @@ absl::Status MetaIndex::Apply(Batch* b, bool sync) {
   // A synced write makes the whole WAL durable, earlier unsynced records
   // included: everything up to here is now acknowledged.
   return sync ? WriteSeal() : absl::OkStatus();
+}
+
+absl::Status MetaIndex::Checkpoint(const std::string& dir) {
+  rocksdb::Checkpoint* cp = nullptr;
+  MLPO_RETURN_IF_ERROR(RocksStatus(rocksdb::Checkpoint::Create(db_.get(), &cp),
+                                   absl::StrCat("checkpoint of ", dir_)));
+  std::unique_ptr<rocksdb::Checkpoint> owner(cp);
+  return RocksStatus(cp->CreateCheckpoint(dir, /*log_size_for_flush=*/0),
+                     absl::StrCat("checkpoint of ", dir_, " into ", dir));
 }
 
 void MetaIndex::Batch::PutAttribute(const std::string& key,

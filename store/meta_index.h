@@ -109,6 +109,9 @@ class MetaIndex {
   // sequence.
   absl::Status SetSealUuid(const std::string& uuid);
   const std::string& dir() const { return dir_; }
+  // Writes an openable copy of the index (RocksDB's checkpoint) into `dir`,
+  // which must not exist.
+  absl::Status Checkpoint(const std::string& dir);
 
  private:
   MetaIndex() = default;

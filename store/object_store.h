@@ -41,6 +41,9 @@ namespace mlpo {
 class ObjectStore;
 struct StoreSurvey;  // what of a store exists on disk (object_store_open.cc)
 
+// The index copy in each store directory, refreshed after every tag.
+inline constexpr char kIndexBackupDir[] = "meta-backup";
+
 // A checked-out object: its blob in an aligned host buffer, and the version
 // it holds (0 and is_new() for an object never committed).
 class CheckoutLease {
@@ -64,7 +67,6 @@ class CheckoutLease {
 
  private:
   friend class ObjectStore;
-struct StoreSurvey;  // what of a store exists on disk (object_store_open.cc)
   std::string object_;
   uint64_t version_ = 0;
   bool is_new_ = true;
@@ -102,6 +104,10 @@ struct RecoverReport {
   // consistent point: index writes (acknowledged - recovered) are gone.
   bool rolled_back = false;
   uint64_t acknowledged_sequence = 0, recovered_sequence = 0;
+  // The index was rebuilt from the backup in this directory (taken at the
+  // last tag: heads are as they were then, later commits are gone); what
+  // was there before is kept in damaged_index_kept.
+  std::string rebuilt_from, damaged_index_kept;
   // The store's data was discarded (only with `discard`).
   bool discarded = false;
   uint64_t discarded_files = 0, discarded_bytes = 0;
@@ -119,6 +125,9 @@ struct StorePathStats {
   std::string root, kind, uuid;
   PathUsage usage;
   uint64_t referenced_bytes = 0;  // by heads and tags
+  // Held by version records that no head or tag references any more (a
+  // dropped tag's): `gc` frees them.
+  uint64_t unreferenced_bytes = 0;
   PathCounters counters;
 };
 
@@ -142,11 +151,12 @@ class ObjectStore {
       const StoreOptions& options);
   // Makes a damaged store openable again, explicitly, and says what was
   // lost: an index behind its seal is rolled back to its last consistent
-  // point, then every head and tag is read back and checked. A store whose
-  // index is gone (or cannot be opened at all) cannot be re-indexed from its
-  // segments: that is FailedPrecondition, unless `discard`, which deletes the
-  // store's segments, descriptors and index so that the next open starts
-  // afresh. Takes the writer lock.
+  // point; an index that is gone or cannot be opened, or whose rollback lost
+  // tags, is rebuilt from the index backup taken at the last tag; then every
+  // head and tag is read back and checked. Without a backup, a lost index
+  // cannot be re-indexed from its segments: FailedPrecondition, unless
+  // `discard`, which deletes the store's segments, descriptors, backups and
+  // index so that the next open starts afresh. Takes the writer lock.
   static absl::StatusOr<RecoverReport> Recover(const StoreOptions& options,
                                                bool discard);
   // The pid holding the writer lock of the store in `meta_dir`, or 0.
@@ -225,6 +235,8 @@ class ObjectStore {
   explicit ObjectStore(const StoreOptions& o) : options_(o) {}
   absl::Status OpenImpl();
   absl::Status LockStore();
+  absl::Status TagImpl(const std::string& name);
+  absl::Status DropTagImpl(const std::string& name);
   // "store N rank R (index DIR)", for messages.
   std::string Where() const;
   // Every root exists and no two are one directory.
@@ -254,6 +266,10 @@ class ObjectStore {
   // when all are full (nothing stays allocated).
   absl::Status AllocateStripes(const std::string& where, uint64_t total,
                                std::vector<std::vector<Range>>* ranges);
+  // Copies the index into <store dir>/meta-backup on every path (after each
+  // tag and drop-tag), so that `Recover` can rebuild a lost or damaged index
+  // with every tag. A failure is reported on stderr; the tag stands.
+  void BackupIndex();
   void Unpin(const VKey& k);
   void FreeExtents(const std::vector<ExtentRef>& e);
   absl::Status SyncAllPaths();

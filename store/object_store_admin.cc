@@ -1,7 +1,11 @@
 // ObjectStore: tags, restore, gc, verify, stats and listing.
 #include <algorithm>
 
+#include <cstdio>
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
+#include "store/file_util.h"
 #include "store/object_store.h"
 #include "store/status_macros.h"
 
@@ -12,7 +16,38 @@ absl::Status ObjectStore::SyncAllPaths() {
   return absl::OkStatus();
 }
 
+void ObjectStore::BackupIndex() {
+  for (auto& p : paths_) {
+    std::string dir = p->dir() + "/" + kIndexBackupDir;
+    std::string tmp = dir + ".tmp", old = dir + ".old";
+    std::error_code ec;
+    std::filesystem::remove_all(tmp, ec);
+    absl::Status st = meta_->Checkpoint(tmp);
+    if (st.ok()) {
+      // Keep a complete copy at every instant: meta-backup or, during the
+      // swap, meta-backup.old.
+      std::filesystem::remove_all(old, ec);
+      if (std::filesystem::exists(dir, ec))
+        std::filesystem::rename(dir, old, ec);
+      if (!ec) std::filesystem::rename(tmp, dir, ec);
+      if (ec) st = ErrnoStatus(ec.value(), "rename " + tmp + " to " + dir);
+      if (st.ok()) st = SyncDir(p->dir());
+      std::filesystem::remove_all(old, ec);
+    }
+    if (!st.ok())
+      std::fprintf(stderr, "mlpo: %s: index backup on %s failed: %s\n",
+                   Where().c_str(), p->root().c_str(),
+                   std::string(st.message()).c_str());
+  }
+}
+
 absl::Status ObjectStore::Tag(const std::string& name) {
+  MLPO_RETURN_IF_ERROR(TagImpl(name));
+  BackupIndex();
+  return absl::OkStatus();
+}
+
+absl::Status ObjectStore::TagImpl(const std::string& name) {
   MLPO_RETURN_IF_ERROR(CheckWritable("tag"));
   MLPO_RETURN_IF_ERROR(ValidateName("tag", name));
   // Commits finish their own durability; a tag must also cover what was
@@ -73,6 +108,12 @@ absl::Status ObjectStore::Restore(const std::string& name) {
 }
 
 absl::Status ObjectStore::DropTag(const std::string& name) {
+  MLPO_RETURN_IF_ERROR(DropTagImpl(name));
+  BackupIndex();  // before gc can free what the dropped tag held
+  return absl::OkStatus();
+}
+
+absl::Status ObjectStore::DropTagImpl(const std::string& name) {
   MLPO_RETURN_IF_ERROR(CheckWritable("drop-tag"));
   absl::MutexLock l(&mu_);
   auto t = tags_.find(name);
@@ -231,9 +272,12 @@ StoreStats ObjectStore::Stats() const {
     ps.counters = p->Counters();
     s.paths.push_back(ps);
   }
-  for (auto& [k, vs] : versions_)
-    if (vs.refs > 0)
-      for (auto& e : vs.rec.extents) s.paths[e.path].referenced_bytes += e.length;
+  for (auto& [k, vs] : versions_) {
+    if (vs.deleted) continue;  // freed when its last reader unpins it
+    for (auto& e : vs.rec.extents)
+      (vs.refs > 0 ? s.paths[e.path].referenced_bytes
+                   : s.paths[e.path].unreferenced_bytes) += e.length;
+  }
   return s;
 }
 

@@ -133,12 +133,43 @@ TEST(StoreIdentityTest, AMissingIndexIsAnErrorNotAFreshStart) {
   std::string after(fs::file_size(seg), '\0');
   std::ifstream(seg).read(after.data(), after.size());
   EXPECT_TRUE(before == after);
-  // Recover cannot rebuild it, says so, and changes nothing without --discard.
+  // Recover rebuilds it from the index backup taken at the last tag (t2):
+  // heads are as they were then, version 3 is gone and said to be.
+  auto r = ObjectStore::Recover(o, /*discard=*/false);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->rebuilt_from.find("meta-backup"), std::string::npos);
+  EXPECT_TRUE(r->bad_heads.empty());
+  ASSERT_EQ(r->tags.size(), 1u);
+  EXPECT_EQ(r->tags[0].bad_extents, 0u);
+  auto s2 = ObjectStore::Open(o);
+  ASSERT_TRUE(s2.ok()) << s2.status();
+  for (const char* n : {"a", "b"}) {
+    auto l = (*s2)->Checkout(n).get();
+    ASSERT_TRUE(l.ok()) << l.status();
+    EXPECT_EQ((*l)->version(), 2u);
+    EXPECT_TRUE(Matches(**l, 2));
+  }
+  ExpectNoLeak(s2->get());
+}
+
+// Without a backup (no tag was ever taken) a lost index cannot be rebuilt:
+// recover says so and changes nothing; only --discard starts afresh.
+TEST(StoreIdentityTest, WithoutABackupOnlyDiscardStartsAfresh) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE((*s)->Declare("a", TestLayout(30000)).ok());
+    ASSERT_TRUE(CommitVersion(s->get(), "a", 1).ok());
+  }
+  std::string seg = o.paths[0].path.root + "/t/rank-0/seg-000000";
+  fs::remove_all(MetaDir(o));
   auto r = ObjectStore::Recover(o, /*discard=*/false);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(r.status().message().find("--discard"), std::string::npos);
+  EXPECT_NE(r.status().message().find("--discard"), std::string::npos)
+      << r.status();
   EXPECT_TRUE(fs::exists(seg));
-  // With --discard: the data goes, and the next open starts afresh.
   r = ObjectStore::Recover(o, /*discard=*/true);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->discarded);
@@ -178,16 +209,19 @@ TEST_P(DamagedWalTest, IsDataLossUntilRecoverAcceptsAndReportsTheLoss) {
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
   MakeStore(o);
   {
-    // A later tag, so that a damaged tail has something acknowledged to lose.
+    // A tag (its index backup flushes the WAL), then acknowledged writes
+    // that live only in the WAL: version 4 of both objects.
     auto s = ObjectStore::Open(o);
     ASSERT_TRUE(s.ok()) << s.status();
     ASSERT_TRUE((*s)->Tag("t3").ok());
+    for (const char* n : {"a", "b"})
+      ASSERT_TRUE(CommitVersion(s->get(), n, 4).ok());
   }
   auto wals = WalFiles(MetaDir(o));
   ASSERT_EQ(wals.size(), 1u);
   const std::string& wal = wals[0];
   uint64_t size = fs::file_size(wal);
-  ASSERT_GT(size, 20u);
+  ASSERT_GT(size, 100u);
   if (GetParam() == "truncate") {
     fs::resize_file(wal, size / 2);
   } else if (GetParam() == "flip") {
@@ -208,11 +242,18 @@ TEST_P(DamagedWalTest, IsDataLossUntilRecoverAcceptsAndReportsTheLoss) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->rolled_back);
   EXPECT_GT(r->acknowledged_sequence, r->recovered_sequence);
-  // After the explicit recovery the store opens, and what it holds reads
-  // back clean or is reported.
+  for (auto& t : r->tags) EXPECT_EQ(t.bad_extents, 0u) << t.name;
+  // After the explicit recovery the store opens; the tags are intact and a
+  // restore of the newest returns its exact bytes.
   auto again = ObjectStore::Open(o);
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ((*again)->Tags().count("t3"), 0u);  // lost, and said so
+  EXPECT_EQ((*again)->Tags().count("t3"), 1u);
+  ASSERT_TRUE((*again)->Restore("t3").ok());
+  for (const char* n : {"a", "b"}) {
+    auto l = (*again)->Checkout(n).get();
+    ASSERT_TRUE(l.ok()) << l.status();
+    EXPECT_TRUE(Matches(**l, 3));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Damage, DamagedWalTest,
@@ -243,6 +284,14 @@ TEST(StoreIdentityTest, AFailedOpenWithoutCurrentChangesNothing) {
   EXPECT_EQ(before, after);
   fs::rename(dir.path() + "/CURRENT.saved", meta + "/CURRENT");
   ExpectIntact(o);
+  // Left without CURRENT, recover rebuilds the index from its backup and
+  // keeps the damaged one aside.
+  fs::remove(meta + "/CURRENT");
+  auto r = ObjectStore::Recover(o, /*discard=*/false);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->rebuilt_from.empty());
+  EXPECT_TRUE(fs::is_directory(r->damaged_index_kept));
+  EXPECT_TRUE(r->bad_heads.empty());
 }
 
 // Item 6: reading commands open segments read-only, so they work for a user

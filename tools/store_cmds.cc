@@ -98,7 +98,8 @@ json PathsJson(const StoreStats& st) {
                      {"total_bytes", p.usage.total},
                      {"used_bytes", p.usage.used},
                      {"free_bytes", p.usage.free},
-                     {"referenced_bytes", p.referenced_bytes}});
+                     {"referenced_bytes", p.referenced_bytes},
+                     {"unreferenced_bytes", p.unreferenced_bytes}});
   return paths;
 }
 
@@ -137,11 +138,12 @@ void AddStoreCommands(CLI::App& app) {
                   "records %lu, tags %zu\n",
                   (unsigned long)st.objects, (unsigned long)st.objects_with_head,
                   (unsigned long)st.versions, tags.size());
-      std::printf("%-40s %-5s %12s %12s %12s\n", "path", "kind", "referenced",
-                  "used", "free");
+      std::printf("%-40s %-5s %12s %12s %12s %12s\n", "path", "kind",
+                  "referenced", "gc-able", "used", "free");
       for (auto& p : st.paths)
-        std::printf("%-40s %-5s %12s %12s %12s\n", p.root.c_str(),
+        std::printf("%-40s %-5s %12s %12s %12s %12s\n", p.root.c_str(),
                     p.kind.c_str(), FormatBytes(p.referenced_bytes).c_str(),
+                    FormatBytes(p.unreferenced_bytes).c_str(),
                     FormatBytes(p.usage.used).c_str(),
                     FormatBytes(p.usage.free).c_str());
       for (auto& [t, objs] : tags)
@@ -380,6 +382,8 @@ void AddStoreCommands(CLI::App& app) {
                            rep->rolled_back ? rep->acknowledged_sequence -
                                                   rep->recovered_sequence
                                             : 0},
+                          {"rebuilt_from", rep->rebuilt_from},
+                          {"damaged_index_kept", rep->damaged_index_kept},
                           {"discarded", rep->discarded},
                           {"discarded_files", rep->discarded_files},
                           {"discarded_bytes", rep->discarded_bytes},
@@ -394,7 +398,15 @@ void AddStoreCommands(CLI::App& app) {
                     (unsigned long)rep->discarded_files,
                     FormatBytes(rep->discarded_bytes).c_str());
       } else {
-        if (rep->rolled_back)
+        if (!rep->rebuilt_from.empty())
+          std::printf("recover: the index was rebuilt from its backup %s "
+                      "(taken at the last tag or drop-tag: heads are as they "
+                      "were then; later commits are lost)%s%s\n",
+                      rep->rebuilt_from.c_str(),
+                      rep->damaged_index_kept.empty() ? "" :
+                      "; the damaged index is kept in ",
+                      rep->damaged_index_kept.c_str());
+        else if (rep->rolled_back)
           std::printf("recover: the index had lost acknowledged writes; "
                       "rolled back from sequence %lu to %lu (%lu index "
                       "writes lost: commits, tags or drops after that point)\n",
