@@ -82,8 +82,9 @@ absl::StatusOr<uint64_t> ReadSeal(const std::string& dir,
 }
 
 absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
-    const std::string& dir, Mode mode) {
+    const std::string& dir, Mode mode, rocksdb::Env* env) {
   rocksdb::DBOptions opts;
+  if (env != nullptr) opts.env = env;
   opts.create_if_missing = mode == Mode::kCreate;
   opts.error_if_exists = mode == Mode::kCreate;
   opts.create_missing_column_families = mode == Mode::kCreate;
@@ -213,8 +214,10 @@ absl::StatusOr<MetaSnapshot> MetaIndex::Load() {
     size_t z = k.find('\0');
     if (z == absl::string_view::npos)
       return absl::DataLossError(absl::StrCat("corrupt tag key in ", dir_));
-    snap.tags[std::string(k.substr(0, z))][std::string(k.substr(z + 1))] =
-        FromBE64(v);
+    auto& tag = snap.tags[std::string(k.substr(0, z))];
+    // An empty object name is the tag's own marker (so that a tag of a
+    // store without committed objects exists too).
+    if (z + 1 < k.size()) tag[std::string(k.substr(z + 1))] = FromBE64(v);
     return absl::OkStatus();
   }));
   MLPO_RETURN_IF_ERROR(scan(kVersions, [&](absl::string_view k, absl::string_view v) {

@@ -73,8 +73,9 @@ class MetaIndex {
   };
   // Opens the index in `dir`. A format other than kStoreFormat is
   // FailedPrecondition.
-  static absl::StatusOr<std::unique_ptr<MetaIndex>> Open(const std::string& dir,
-                                                         Mode mode);
+  // `env`: where RocksDB's files go (nullptr = the default).
+  static absl::StatusOr<std::unique_ptr<MetaIndex>> Open(
+      const std::string& dir, Mode mode, rocksdb::Env* env = nullptr);
   ~MetaIndex();
 
   absl::StatusOr<MetaSnapshot> Load();

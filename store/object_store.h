@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "store/buffer_pool.h"
+#include "store/fs/file_system.h"
 #include "store/layout.h"
 #include "store/meta_index.h"
 #include "store/storage_path.h"
@@ -237,6 +238,10 @@ class ObjectStore {
   absl::Status LockStore();
   absl::Status TagImpl(const std::string& name);
   absl::Status DropTagImpl(const std::string& name);
+  FileSystem* fs() const {
+    return options_.fs ? options_.fs : DefaultFileSystem();
+  }
+  rocksdb::Env* Env() const { return fs()->RocksEnv(); }
   // "store N rank R (index DIR)", for messages.
   std::string Where() const;
   // Every root exists and no two are one directory.

@@ -21,7 +21,10 @@ void ObjectStore::BackupIndex() {
     std::string dir = p->dir() + "/" + kIndexBackupDir;
     std::string tmp = dir + ".tmp", old = dir + ".old";
     std::error_code ec;
+    // Leftovers of a backup cut short (RocksDB stages a checkpoint in
+    // "<dir>.tmp") would block every later one.
     std::filesystem::remove_all(tmp, ec);
+    std::filesystem::remove_all(tmp + ".tmp", ec);
     absl::Status st = meta_->Checkpoint(tmp);
     if (st.ok()) {
       // Keep a complete copy at every instant: meta-backup or, during the
@@ -57,6 +60,7 @@ absl::Status ObjectStore::TagImpl(const std::string& name) {
   if (tags_.count(name))
     return absl::AlreadyExistsError(absl::StrCat("tag ", name, " exists"));
   MetaIndex::Batch b = meta_->NewBatch();
+  b.PutTag(name, "", 0);  // the tag's marker: it exists even when empty
   std::map<std::string, uint64_t> entry;
   for (auto& [obj, st] : objects_) {
     if (!st.has_head) continue;
@@ -120,6 +124,7 @@ absl::Status ObjectStore::DropTagImpl(const std::string& name) {
   if (t == tags_.end())
     return absl::NotFoundError(absl::StrCat("no tag named ", name));
   MetaIndex::Batch b = meta_->NewBatch();
+  b.DeleteTag(name, "");
   std::map<VKey, int> dec;
   for (auto& [obj, v] : t->second) {
     b.DeleteTag(name, obj);

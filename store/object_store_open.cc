@@ -237,7 +237,7 @@ absl::Status ObjectStore::WriteDescriptors(const std::string& uuid) {
     std::string dir = absl::StrCat(pc.path.root, "/", StoreNamespace(options_));
     auto old = ReadSmallFile(dir + "/STORE", kMaxConfigBytes);
     if (old.ok() && *old == text) continue;
-    MLPO_RETURN_IF_ERROR(WriteFileAtomic(dir + "/STORE", text));
+    MLPO_RETURN_IF_ERROR(fs()->WriteFileAtomic(dir + "/STORE", text));
   }
   return absl::OkStatus();
 }
@@ -324,7 +324,7 @@ absl::Status ObjectStore::OpenImpl() {
       if (uuid.empty()) uuid = NewUuid();
       MLPO_RETURN_IF_ERROR(PreparePaths(uuid));
       MLPO_ASSIGN_OR_RETURN(
-          auto m, MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kCreate));
+          auto m, MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kCreate, Env()));
       MLPO_RETURN_IF_ERROR(InitializeIndex(m.get(), uuid));
       sv = SurveyStore(options_);
     }
@@ -339,7 +339,7 @@ absl::Status ObjectStore::OpenImpl() {
   // pass.
   MLPO_ASSIGN_OR_RETURN(
       std::unique_ptr<MetaIndex> view,
-      MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kReadOnly));
+      MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kReadOnly, Env()));
   MLPO_ASSIGN_OR_RETURN(MetaSnapshot snap, view->Load());
   bool empty = false;
   MLPO_RETURN_IF_ERROR(CheckIndex(snap, view->sequence(), sv, &empty));
@@ -351,7 +351,7 @@ absl::Status ObjectStore::OpenImpl() {
   } else {
     view.reset();
     MLPO_ASSIGN_OR_RETURN(
-        meta_, MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kWrite));
+        meta_, MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kWrite, Env()));
     if (empty) {
       std::string uuid;
       for (auto& p : sv.paths)
@@ -415,6 +415,7 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
     MLPO_RETURN_IF_ERROR(WriteDescriptors(store_uuid_));
   }
   for (size_t i = 0; i < options_.paths.size(); ++i) {
+    options_.paths[i].path.fs = options_.fs;
     auto path = StoragePath::Open(options_.paths[i].path,
                                   StoreNamespace(options_), /*create=*/false);
     if (!path.ok()) return path.status();

@@ -148,8 +148,9 @@ absl::StatusOr<std::unique_ptr<StoragePath>> StoragePath::Open(
     std::string f = absl::StrFormat("%s/seg-%06d", p->dir_, n);
     if (!fs::exists(f, ec)) break;
     bool direct;
-    MLPO_ASSIGN_OR_RETURN(int fd, OpenForIo(f, false, options.direct, &direct,
-                                            options.read_only));
+    MLPO_ASSIGN_OR_RETURN(int fd, p->fs()->OpenForIo(f, false, options.direct,
+                                                     &direct,
+                                                     options.read_only));
     p->direct_ = direct;
     MLPO_ASSIGN_OR_RETURN(int h, p->engine_->RegisterFile(fd, f, direct));
     p->segments_.push_back({fd, h, false});
@@ -177,17 +178,19 @@ absl::Status StoragePath::AddSegment() {
         " bytes, ", alloc_->free(), " free"));
   std::string f = absl::StrFormat("%s/seg-%06d", dir_, n);
   bool direct;
-  MLPO_ASSIGN_OR_RETURN(int fd, OpenForIo(f, true, options_.direct, &direct));
-  int r = ::posix_fallocate(fd, 0, static_cast<off_t>(seg));
-  if (r != 0) {
+  MLPO_ASSIGN_OR_RETURN(int fd, fs()->OpenForIo(f, true, options_.direct,
+                                                 &direct, false));
+  // Its size must be durable before extents in it are: a segment that comes
+  // back short after a power loss would look truncated.
+  absl::Status made = fs()->Preallocate(fd, f, seg);
+  if (made.ok()) made = fs()->Fdatasync(fd, f);
+  if (!made.ok()) {
     ::close(fd);
     ::unlink(f.c_str());
-    return ErrnoStatus(r, absl::StrCat("path ", options_.root,
-                                       ": preallocate segment ", f, " (", seg,
-                                       " bytes)"));
+    return Annotate(made, absl::StrCat("path ", options_.root, ": segment"));
   }
   // The new file's directory entry must be durable before extents in it are.
-  absl::Status synced = SyncDir(dir_);
+  absl::Status synced = fs()->SyncDir(dir_);
   if (!synced.ok()) {
     ::close(fd);
     ::unlink(f.c_str());
@@ -290,14 +293,15 @@ absl::Status StoragePath::Sync() {
   }
   for (auto& [fd, name] : todo) {
     int err = options_.sync_filter ? options_.sync_filter(name) : 0;
-    if (err == 0 && ::fdatasync(fd) != 0) err = errno;
-    if (err != 0) {
+    absl::Status st = err != 0 ? ErrnoStatus(err, absl::StrCat("fdatasync ", name))
+                               : fs()->Fdatasync(fd, name);
+    if (!st.ok()) {
       // Whatever was written since the last good sync is suspect: keep the
       // segment dirty so the next Sync tries again.
       absl::MutexLock l(&mu_);
       for (size_t i = 0; i < segments_.size(); ++i)
         if (segments_[i].fd == fd) segments_[i].dirty = true;
-      return ErrnoStatus(err, absl::StrCat("fdatasync ", name));
+      return st;
     }
   }
   return absl::OkStatus();

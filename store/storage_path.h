@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "store/admission.h"
 #include "store/extent_allocator.h"
+#include "store/fs/file_system.h"
 #include "store/io_engine.h"
 
 namespace mlpo {
@@ -54,6 +55,9 @@ struct PathOptions {
   // I/O slot: for tools that inspect a store on a read-only mount or that
   // belongs to another user who granted read access.
   bool read_only = false;
+  // Where segment files are opened, preallocated and synced; nullptr = the
+  // POSIX default. Tests pass a FaultInjectionFileSystem. Not owned.
+  FileSystem* fs = nullptr;
   IoEngineKind engine = IoEngineKind::kAuto;
   int queue_depth = 32;   // 1..4096
   IoCompletionFilter completion_filter;  // test hook
@@ -110,6 +114,9 @@ class StoragePath {
 
  private:
   explicit StoragePath(const PathOptions& o) : options_(o) {}
+  FileSystem* fs() const {
+    return options_.fs ? options_.fs : DefaultFileSystem();
+  }
   absl::Status AddSegment() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Transfer(IoOp op, Range r, void* buf, IoCallback done);
 

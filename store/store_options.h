@@ -71,6 +71,9 @@ struct StoreOptions {
   // The store's identity (set from a STORE descriptor): when not empty, an
   // index or directory of another store is refused at open. Not in TOML.
   std::string store_uuid;
+  // The file system of the store's files and its index; nullptr = POSIX.
+  // Tests pass a FaultInjectionFileSystem. Not owned; not in TOML.
+  FileSystem* fs = nullptr;
   ObjectInitializer initializer;  // not in TOML
 };
 

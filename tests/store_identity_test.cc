@@ -533,6 +533,34 @@ TEST(StoreIdentityTest, AConfigWithAnotherSegmentSizeOpensTheStoreAsItIs) {
       << bad.status();
 }
 
+// A tag of a store with no committed object is a tag too: it survives a
+// reopen (found by the power-loss test: such a tag had no record at all).
+TEST(StoreIdentityTest, ATagOfAnEmptyStoreSurvivesReopenAndDrop) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {1.0});
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE((*s)->Declare("a", TestLayout(1000)).ok());
+    ASSERT_TRUE((*s)->Tag("empty").ok());
+  }
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok());
+    ASSERT_EQ((*s)->Tags().count("empty"), 1u);
+    EXPECT_TRUE((*s)->Tags()["empty"].empty());
+    ASSERT_TRUE(CommitVersion(s->get(), "a", 1).ok());
+    ASSERT_TRUE((*s)->Restore("empty").ok());  // back to nothing committed
+    auto l = (*s)->Checkout("a").get();
+    ASSERT_TRUE(l.ok());
+    EXPECT_TRUE((*l)->is_new());
+    ASSERT_TRUE((*s)->DropTag("empty").ok());
+  }
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->Tags().count("empty"), 0u);
+}
+
 // A descriptor of another store (same name and rank on the same paths, other
 // index) is refused: the index and the directories must be one store.
 TEST(StoreIdentityTest, AnIndexOfAnotherStoreOverTheseDirectoriesIsRefused) {

@@ -1,0 +1,453 @@
+#include "store/fs/fault_injection_fs.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "rocksdb/env.h"
+#include "rocksdb/file_system.h"
+#include "store/file_util.h"
+#include "store/status_macros.h"
+
+namespace mlpo {
+namespace fs = std::filesystem;
+namespace {
+
+std::string DirOf(const std::string& path) {
+  std::string d = fs::path(path).parent_path().string();
+  return d.empty() ? "." : d;
+}
+
+std::string Normal(const std::string& path) {
+  return fs::absolute(path).lexically_normal().string();
+}
+
+bool ReadAll(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+rocksdb::IOStatus ToIo(const absl::Status& s) {
+  if (s.ok()) return rocksdb::IOStatus::OK();
+  if (absl::IsResourceExhausted(s))
+    return rocksdb::IOStatus::NoSpace(std::string(s.message()));
+  return rocksdb::IOStatus::IOError(std::string(s.message()));
+}
+
+using Op = FaultInjectionFileSystem::Op;
+
+// RocksDB's files through the same bookkeeping: appends can fail, syncs can
+// fail and record what is durable, renames and directory syncs are tracked.
+class RocksFile final : public rocksdb::FSWritableFileOwnerWrapper {
+ public:
+  RocksFile(std::unique_ptr<rocksdb::FSWritableFile> t, std::string path,
+            FaultInjectionFileSystem* owner)
+      : FSWritableFileOwnerWrapper(std::move(t)),
+        path_(std::move(path)),
+        owner_(owner) {}
+  rocksdb::IOStatus Append(const rocksdb::Slice& d, const rocksdb::IOOptions& o,
+                           rocksdb::IODebugContext* g) override {
+    auto s = ToIo(owner_->Check(Op::kWriteFile));
+    return s.ok() ? target()->Append(d, o, g) : s;
+  }
+  rocksdb::IOStatus Append(const rocksdb::Slice& d, const rocksdb::IOOptions& o,
+                           const rocksdb::DataVerificationInfo& v,
+                           rocksdb::IODebugContext* g) override {
+    auto s = ToIo(owner_->Check(Op::kWriteFile));
+    return s.ok() ? target()->Append(d, o, v, g) : s;
+  }
+  rocksdb::IOStatus Sync(const rocksdb::IOOptions& o,
+                         rocksdb::IODebugContext* g) override {
+    return Synced(target()->Sync(o, g));
+  }
+  rocksdb::IOStatus Fsync(const rocksdb::IOOptions& o,
+                          rocksdb::IODebugContext* g) override {
+    return Synced(target()->Fsync(o, g));
+  }
+  rocksdb::IOStatus RangeSync(uint64_t, uint64_t, const rocksdb::IOOptions&,
+                              rocksdb::IODebugContext*) override {
+    return rocksdb::IOStatus::OK();  // not a durability point
+  }
+
+ private:
+  rocksdb::IOStatus Synced(rocksdb::IOStatus s) {
+    if (!s.ok()) return s;
+    s = ToIo(owner_->Check(Op::kSync));
+    if (!s.ok()) return s;
+    // Durable: everything appended so far (flushed by the sync above).
+    owner_->Snapshot(path_);
+    return s;
+  }
+  std::string path_;
+  FaultInjectionFileSystem* owner_;
+};
+
+class RocksDir final : public rocksdb::FSDirectoryWrapper {
+ public:
+  RocksDir(std::unique_ptr<rocksdb::FSDirectory> t, std::string dir,
+           FaultInjectionFileSystem* owner)
+      : FSDirectoryWrapper(std::move(t)), dir_(std::move(dir)), owner_(owner) {}
+  rocksdb::IOStatus Fsync(const rocksdb::IOOptions& o,
+                          rocksdb::IODebugContext* g) override {
+    auto s = ToIo(owner_->Check(Op::kSyncDir));
+    if (s.ok()) s = FSDirectoryWrapper::Fsync(o, g);
+    if (s.ok()) owner_->DirSynced(dir_);
+    return s;
+  }
+  rocksdb::IOStatus FsyncWithDirOptions(
+      const rocksdb::IOOptions& o, rocksdb::IODebugContext* g,
+      const rocksdb::DirFsyncOptions& d) override {
+    auto s = ToIo(owner_->Check(Op::kSyncDir));
+    if (s.ok()) s = FSDirectoryWrapper::FsyncWithDirOptions(o, g, d);
+    if (s.ok()) owner_->DirSynced(dir_);
+    return s;
+  }
+
+ private:
+  std::string dir_;
+  FaultInjectionFileSystem* owner_;
+};
+
+class RocksFs final : public rocksdb::FileSystemWrapper {
+ public:
+  explicit RocksFs(FaultInjectionFileSystem* owner)
+      : FileSystemWrapper(rocksdb::FileSystem::Default()), owner_(owner) {}
+  const char* Name() const override { return "MlpoFaultInjectionFS"; }
+
+  rocksdb::IOStatus NewWritableFile(const std::string& f,
+                                    const rocksdb::FileOptions& o,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                    rocksdb::IODebugContext* g) override {
+    auto s = ToIo(owner_->Check(Op::kOpen));
+    if (!s.ok()) return s;
+    std::error_code ec;
+    bool existed = fs::exists(f, ec);
+    std::unique_ptr<rocksdb::FSWritableFile> t;
+    s = target()->NewWritableFile(f, o, &t, g);
+    if (!s.ok()) return s;
+    owner_->Track(Normal(f), !existed);
+    *r = std::make_unique<RocksFile>(std::move(t), Normal(f), owner_);
+    return s;
+  }
+  rocksdb::IOStatus ReopenWritableFile(
+      const std::string& f, const rocksdb::FileOptions& o,
+      std::unique_ptr<rocksdb::FSWritableFile>* r,
+      rocksdb::IODebugContext* g) override {
+    auto s = ToIo(owner_->Check(Op::kOpen));
+    if (!s.ok()) return s;
+    std::error_code ec;
+    bool existed = fs::exists(f, ec);
+    std::unique_ptr<rocksdb::FSWritableFile> t;
+    s = target()->ReopenWritableFile(f, o, &t, g);
+    if (!s.ok()) return s;
+    owner_->Track(Normal(f), !existed);
+    *r = std::make_unique<RocksFile>(std::move(t), Normal(f), owner_);
+    return s;
+  }
+  rocksdb::IOStatus ReuseWritableFile(const std::string&, const std::string&,
+                                      const rocksdb::FileOptions&,
+                                      std::unique_ptr<rocksdb::FSWritableFile>*,
+                                      rocksdb::IODebugContext*) override {
+    return rocksdb::IOStatus::NotSupported("reuse of WAL files");
+  }
+  rocksdb::IOStatus NewDirectory(const std::string& name,
+                                 const rocksdb::IOOptions& io,
+                                 std::unique_ptr<rocksdb::FSDirectory>* r,
+                                 rocksdb::IODebugContext* g) override {
+    std::unique_ptr<rocksdb::FSDirectory> t;
+    auto s = target()->NewDirectory(name, io, &t, g);
+    if (!s.ok()) return s;
+    *r = std::make_unique<RocksDir>(std::move(t), Normal(name), owner_);
+    return s;
+  }
+  rocksdb::IOStatus RenameFile(const std::string& src, const std::string& dst,
+                               const rocksdb::IOOptions& io,
+                               rocksdb::IODebugContext* g) override {
+    auto s = ToIo(owner_->Check(Op::kRename));
+    if (s.ok()) owner_->BeforeRename(Normal(dst));
+    if (s.ok()) s = target()->RenameFile(src, dst, io, g);
+    if (s.ok()) owner_->Renamed(Normal(src), Normal(dst));
+    return s;
+  }
+  rocksdb::IOStatus DeleteFile(const std::string& f,
+                               const rocksdb::IOOptions& io,
+                               rocksdb::IODebugContext* g) override {
+    owner_->BeforeDelete(Normal(f));
+    auto s = target()->DeleteFile(f, io, g);
+    if (s.ok()) owner_->Deleted(Normal(f));
+    return s;
+  }
+
+ private:
+  FaultInjectionFileSystem* owner_;
+};
+
+}  // namespace
+
+FaultInjectionFileSystem::FaultInjectionFileSystem() {
+  env_ = rocksdb::NewCompositeEnv(std::make_shared<RocksFs>(this));
+}
+
+FaultInjectionFileSystem::~FaultInjectionFileSystem() = default;
+
+void FaultInjectionFileSystem::FailNth(Op op, int n, int err) {
+  absl::MutexLock l(&mu_);
+  faults_[op] = {n, err};
+}
+
+void FaultInjectionFileSystem::SetPreallocateBudget(uint64_t bytes) {
+  absl::MutexLock l(&mu_);
+  budget_ = bytes;
+}
+
+void FaultInjectionFileSystem::CutPower() {
+  absl::MutexLock l(&mu_);
+  cut_ = true;
+}
+
+bool FaultInjectionFileSystem::power_cut() const {
+  absl::MutexLock l(&mu_);
+  return cut_;
+}
+
+int FaultInjectionFileSystem::injected() const {
+  absl::MutexLock l(&mu_);
+  return injected_;
+}
+
+absl::Status FaultInjectionFileSystem::Check(Op op) {
+  absl::MutexLock l(&mu_);
+  if (cut_) return absl::InternalError("power lost (fault injection)");
+  auto it = faults_.find(op);
+  if (it == faults_.end() || it->second.left <= 0) return absl::OkStatus();
+  if (--it->second.left > 0) return absl::OkStatus();
+  ++injected_;
+  return ErrnoStatus(it->second.err, "injected fault");
+}
+
+void FaultInjectionFileSystem::TrackLocked(const std::string& path,
+                                           bool created) {
+  if (created) {
+    files_[path] = File{};
+    pending_[DirOf(path)].push_back({false, false, "", path, std::nullopt});
+    return;
+  }
+  if (files_.count(path)) return;
+  // A file that was there before: what it holds now is durable.
+  File f;
+  std::string content;
+  if (ReadAll(path, &content)) f.synced = std::move(content);
+  files_[path] = std::move(f);
+}
+
+void FaultInjectionFileSystem::Track(const std::string& path, bool created) {
+  absl::MutexLock l(&mu_);
+  TrackLocked(path, created);
+}
+
+void FaultInjectionFileSystem::Snapshot(const std::string& path) {
+  std::string content;
+  if (!ReadAll(path, &content)) return;
+  absl::MutexLock l(&mu_);
+  files_[path].synced = std::move(content);
+}
+
+void FaultInjectionFileSystem::DirSynced(const std::string& dir) {
+  absl::MutexLock l(&mu_);
+  pending_.erase(dir);
+}
+
+void FaultInjectionFileSystem::Renamed(const std::string& from,
+                                       const std::string& to) {
+  absl::MutexLock l(&mu_);
+  EntryOp op{true, false, from, to, std::nullopt};
+  auto t = files_.find(to);
+  if (t != files_.end()) {
+    op.displaced = t->second;
+  } else {
+    // Not tracked: it was there before (durable), or the rename moved the
+    // file over it just now and it is gone; what it was cannot be read
+    // after the fact, so it was snapshotted in BeforeRename.
+    auto b = before_rename_.find(to);
+    if (b != before_rename_.end()) op.displaced = b->second;
+  }
+  before_rename_.erase(to);
+  auto f = files_.find(from);
+  files_[to] = f != files_.end() ? f->second : File{};
+  if (f != files_.end()) files_.erase(f);
+  pending_[DirOf(to)].push_back(std::move(op));
+}
+
+void FaultInjectionFileSystem::BeforeRename(const std::string& to) {
+  std::string content;
+  bool there = ReadAll(to, &content);
+  absl::MutexLock l(&mu_);
+  if (files_.count(to) || !there) return;
+  File f;
+  f.synced = std::move(content);
+  before_rename_[to] = std::move(f);
+}
+
+void FaultInjectionFileSystem::Forget(const std::string& path) {
+  absl::MutexLock l(&mu_);
+  files_.erase(path);
+}
+
+void FaultInjectionFileSystem::BeforeDelete(const std::string& path) {
+  std::string content;
+  bool there = ReadAll(path, &content);
+  absl::MutexLock l(&mu_);
+  File f;
+  auto it = files_.find(path);
+  if (it != files_.end()) {
+    f = it->second;  // what a reboot would find: its last synced content
+  } else if (there) {
+    f.synced = std::move(content);  // untracked: it was durable as it is
+  }
+  before_delete_[path] = std::move(f);
+}
+
+void FaultInjectionFileSystem::Deleted(const std::string& path) {
+  absl::MutexLock l(&mu_);
+  EntryOp op;
+  op.deleted = true;
+  op.to = path;
+  auto b = before_delete_.find(path);
+  if (b != before_delete_.end()) {
+    op.displaced = b->second;
+    before_delete_.erase(b);
+  }
+  files_.erase(path);
+  pending_[DirOf(path)].push_back(std::move(op));
+}
+
+absl::StatusOr<int> FaultInjectionFileSystem::OpenForIo(
+    const std::string& path, bool create, bool want_direct, bool* direct,
+    bool read_only) {
+  if (!read_only) MLPO_RETURN_IF_ERROR(Check(Op::kOpen));
+  std::error_code ec;
+  bool existed = fs::exists(path, ec);
+  MLPO_ASSIGN_OR_RETURN(int fd, DefaultFileSystem()->OpenForIo(
+                                    path, create, want_direct, direct, read_only));
+  if (!read_only) Track(Normal(path), !existed);
+  return fd;
+}
+
+absl::Status FaultInjectionFileSystem::Preallocate(int fd,
+                                                   const std::string& path,
+                                                   uint64_t len) {
+  MLPO_RETURN_IF_ERROR(Check(Op::kPreallocate));
+  {
+    absl::MutexLock l(&mu_);
+    if (preallocated_ + len > budget_) {
+      ++injected_;
+      return ErrnoStatus(ENOSPC, absl::StrCat("preallocate ", path,
+                                              " (injected: disk full)"));
+    }
+    preallocated_ += len;
+  }
+  return DefaultFileSystem()->Preallocate(fd, path, len);
+}
+
+absl::Status FaultInjectionFileSystem::Fdatasync(int fd,
+                                                 const std::string& path) {
+  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kSync), "fdatasync " + path));
+  MLPO_RETURN_IF_ERROR(DefaultFileSystem()->Fdatasync(fd, path));
+  Snapshot(Normal(path));
+  return absl::OkStatus();
+}
+
+absl::Status FaultInjectionFileSystem::SyncDir(const std::string& dir) {
+  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kSyncDir), "fsync " + dir));
+  MLPO_RETURN_IF_ERROR(DefaultFileSystem()->SyncDir(dir));
+  DirSynced(Normal(dir));
+  return absl::OkStatus();
+}
+
+absl::Status FaultInjectionFileSystem::Rename(const std::string& from,
+                                              const std::string& to) {
+  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kRename), "rename " + from));
+  BeforeRename(Normal(to));
+  MLPO_RETURN_IF_ERROR(DefaultFileSystem()->Rename(from, to));
+  Renamed(Normal(from), Normal(to));
+  return absl::OkStatus();
+}
+
+absl::Status FaultInjectionFileSystem::WriteFileSynced(const std::string& path,
+                                                       absl::string_view data) {
+  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kWriteFile), "write " + path));
+  std::error_code ec;
+  bool existed = fs::exists(path, ec);
+  MLPO_RETURN_IF_ERROR(DefaultFileSystem()->WriteFileSynced(path, data));
+  absl::MutexLock l(&mu_);
+  std::string p = Normal(path);
+  TrackLocked(p, !existed);
+  files_[p].synced = std::string(data);
+  return absl::OkStatus();
+}
+
+rocksdb::Env* FaultInjectionFileSystem::RocksEnv() { return env_.get(); }
+
+absl::Status FaultInjectionFileSystem::RestoreToLastSync() {
+  absl::MutexLock l(&mu_);
+  std::error_code ec;
+  // Directory entries that never became durable, newest first.
+  for (auto& [dir, ops] : pending_) {
+    for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+      if (it->deleted) {
+        // The deletion never became durable: the file comes back.
+        if (it->displaced) files_[it->to] = *it->displaced;
+        continue;
+      }
+      if (!it->rename) {
+        fs::remove(it->to, ec);
+        files_.erase(it->to);
+        continue;
+      }
+      if (fs::exists(it->to, ec)) fs::rename(it->to, it->from, ec);
+      files_[it->from] = files_[it->to];
+      if (it->displaced) {
+        files_[it->to] = *it->displaced;
+      } else {
+        files_.erase(it->to);
+      }
+    }
+  }
+  pending_.clear();
+  // Every file as of its last sync (never synced: empty). Files whose
+  // directory went away (moved or removed outside this file system, like
+  // the index backups' directories) are left alone.
+  for (auto& [path, f] : files_) {
+    if (!fs::is_directory(DirOf(path), ec)) continue;
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                    kPrivateFileMode);
+    if (fd < 0) return ErrnoStatus(errno, "restore " + path);
+    const std::string& d = f.synced ? *f.synced : std::string();
+    size_t done = 0;
+    while (done < d.size()) {
+      ssize_t n = ::write(fd, d.data() + done, d.size() - done);
+      if (n <= 0) {
+        ::close(fd);
+        return ErrnoStatus(errno, "restore " + path);
+      }
+      done += static_cast<size_t>(n);
+    }
+    ::fsync(fd);
+    ::close(fd);
+  }
+  cut_ = false;
+  faults_.clear();
+  return absl::OkStatus();
+}
+
+}  // namespace mlpo

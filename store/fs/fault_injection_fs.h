@@ -1,0 +1,112 @@
+// FaultInjectionFileSystem: a FileSystem for tests that fails chosen calls
+// and simulates power loss, for the store's own files and RocksDB's alike.
+//
+//  - FailNth(op, n, err): the n-th call of `op` from now fails with errno
+//    `err` (EIO, ENOSPC, EACCES, ENOENT, ...), once.
+//  - SetPreallocateBudget(b): segment preallocation past `b` bytes in all
+//    fails with ENOSPC (a disk that fills up).
+//  - CutPower(): from now every call that would change durable state fails
+//    with EIO, as if the machine had stopped: nothing written after this
+//    instant can become durable. RestoreToLastSync() then makes the files
+//    what a reboot would find: every file as of its last successful
+//    fdatasync (a file never synced is empty), and every file created or
+//    renamed since its directory's last sync gone or renamed back, and every
+//    file RocksDB deleted since then back as it was durable.
+//
+// Content is tracked per file by copying it at each successful sync, so it
+// suits small test stores (a few MiB of segments), not benchmarks.
+//
+// Thread-safe.
+#ifndef MLPO_STORE_FS_FAULT_INJECTION_FS_H_
+#define MLPO_STORE_FS_FAULT_INJECTION_FS_H_
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "store/fs/file_system.h"
+
+namespace mlpo {
+
+class FaultInjectionFileSystem final : public FileSystem {
+ public:
+  enum class Op {
+    kOpen,         // OpenForIo, RocksDB's new files
+    kPreallocate,
+    kSync,         // fdatasync of a segment or metadata file, RocksDB syncs
+    kSyncDir,
+    kRename,
+    kWriteFile,    // WriteFileSynced, RocksDB appends
+  };
+  FaultInjectionFileSystem();
+  ~FaultInjectionFileSystem() override;
+
+  void FailNth(Op op, int n, int err);
+  void SetPreallocateBudget(uint64_t bytes);
+  void CutPower();
+  // Call with every store on this file system closed.
+  absl::Status RestoreToLastSync();
+  bool power_cut() const;
+  int injected() const;  // faults injected so far (FailNth, budget)
+
+  absl::StatusOr<int> OpenForIo(const std::string& path, bool create,
+                                bool want_direct, bool* direct,
+                                bool read_only) override;
+  absl::Status Preallocate(int fd, const std::string& path,
+                           uint64_t len) override;
+  absl::Status Fdatasync(int fd, const std::string& path) override;
+  absl::Status SyncDir(const std::string& dir) override;
+  absl::Status Rename(const std::string& from, const std::string& to) override;
+  absl::Status WriteFileSynced(const std::string& path,
+                               absl::string_view data) override;
+  rocksdb::Env* RocksEnv() override;
+
+  // For the RocksDB wrapper (fault_injection_fs.cc).
+  absl::Status Check(Op op) ABSL_LOCKS_EXCLUDED(mu_);
+  void Track(const std::string& path, bool created) ABSL_LOCKS_EXCLUDED(mu_);
+  void Snapshot(const std::string& path) ABSL_LOCKS_EXCLUDED(mu_);
+  void DirSynced(const std::string& dir) ABSL_LOCKS_EXCLUDED(mu_);
+  void Renamed(const std::string& from, const std::string& to)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Forget(const std::string& path) ABSL_LOCKS_EXCLUDED(mu_);
+  // A deletion by RocksDB: durable only once its directory is synced.
+  void BeforeDelete(const std::string& path) ABSL_LOCKS_EXCLUDED(mu_);
+  void Deleted(const std::string& path) ABSL_LOCKS_EXCLUDED(mu_);
+  // Remembers what a file that is about to be replaced by a rename holds.
+  void BeforeRename(const std::string& to) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct File {
+    std::optional<std::string> synced;  // content at the last sync
+  };
+  struct EntryOp {
+    bool rename = false, deleted = false;
+    std::string from, to;           // create: `to` only
+    std::optional<File> displaced;  // what `to` was before a rename
+  };
+  void TrackLocked(const std::string& path, bool created)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, File> files_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<EntryOp>> pending_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, File> before_rename_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, File> before_delete_ ABSL_GUARDED_BY(mu_);
+  struct Fault {
+    int left = 0, err = 0;
+  };
+  std::map<Op, Fault> faults_ ABSL_GUARDED_BY(mu_);
+  uint64_t budget_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;
+  uint64_t preallocated_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cut_ ABSL_GUARDED_BY(mu_) = false;
+  int injected_ ABSL_GUARDED_BY(mu_) = 0;
+  std::unique_ptr<rocksdb::Env> env_;
+};
+
+}  // namespace mlpo
+
+#endif  // MLPO_STORE_FS_FAULT_INJECTION_FS_H_
