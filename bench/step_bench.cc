@@ -47,17 +47,28 @@ struct ModeResult {
   double lower_bound_s = 0;
 };
 
-// Mixed read+write bytes/s of `paths` driven at once (one probe file and
-// thread each, with each path's cap), summed.
+// Mixed read+write bytes/s of `paths`: one path by the probe `mlpo profile`
+// uses (ProbePath, same file size, block and depth), several driven at once
+// with the same settings, summed.
 double ProbeMixed(const std::vector<PathSpec>& paths, double seconds) {
+  PathProbeOptions defaults;
+  if (paths.size() == 1) {
+    PathProbeOptions po;
+    po.read = po.write = false;
+    po.duration = absl::Seconds(seconds);
+    po.read_cap = po.write_cap = paths[0].cap;
+    auto r = ProbePath(paths[0].root, po);
+    if (!r.ok()) Die(paths[0].root, r.status());
+    return r->mixed_bps;
+  }
   std::vector<ProbeJob> jobs(paths.size());
   for (size_t i = 0; i < paths.size(); ++i) {
     jobs[i].file = paths[i].root + "/.mlpo-step-probe.dat";
     jobs[i].read_cap = jobs[i].write_cap = paths[i].cap;
     jobs[i].options.load = ProbeLoad::kMixed;
-    jobs[i].options.block = 4 << 20;
-    jobs[i].options.depth = 16;
-    jobs[i].options.file_bytes = uint64_t{1} << 30;
+    jobs[i].options.block = defaults.block;
+    jobs[i].options.depth = defaults.depth;
+    jobs[i].options.file_bytes = defaults.file_bytes;
     jobs[i].options.duration = absl::Seconds(seconds);
     if (auto st = PrepareProbeFile(jobs[i].file, jobs[i].options.file_bytes);
         !st.ok())

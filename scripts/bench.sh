@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p var/nvme var/pfs
 echo "== mlpo profile var/nvme var/pfs (read / write / mixed bandwidth)"
-build/tools/mlpo profile var/nvme var/pfs --size 512M
+build/tools/mlpo profile var/nvme var/pfs
 echo "== mlpo-bench step (baseline vs mlpo, 300M params)"
 build/bench/mlpo-bench step --params 300000000 --steps 2 \
   --paths var/nvme,var/pfs --dir var/bench --keep

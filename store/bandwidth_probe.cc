@@ -2,6 +2,10 @@
 
 #include <unistd.h>
 
+#include <filesystem>
+
+#include <unistd.h>
+
 #include <atomic>
 #include <memory>
 #include <random>
@@ -181,6 +185,45 @@ absl::StatusOr<ProbeTogetherResult> RunProbesTogether(
     if (!res[i].ok()) return Annotate(res[i].status(), jobs[i].file);
     out.each.push_back(*res[i]);
   }
+  return out;
+}
+
+absl::StatusOr<PathBandwidth> ProbePath(const std::string& root,
+                                        const PathProbeOptions& o) {
+  std::string file = absl::StrCat(root, "/.mlpo-probe-", getpid(), ".tmp");
+  absl::Status st = PrepareProbeFile(file, o.file_bytes);
+  PathBandwidth out;
+  for (ProbeLoad load : {ProbeLoad::kWrite, ProbeLoad::kRead, ProbeLoad::kMixed}) {
+    if (!st.ok()) break;
+    if ((load == ProbeLoad::kRead && !o.read) ||
+        (load == ProbeLoad::kWrite && !o.write) ||
+        (load == ProbeLoad::kMixed && !o.mixed))
+      continue;
+    if (o.on_load) o.on_load(load);
+    ProbeJob job;
+    job.file = file;
+    job.read_cap = o.read_cap;
+    job.write_cap = o.write_cap;
+    job.options.load = load;
+    job.options.block = o.block;
+    job.options.depth = o.depth;
+    job.options.file_bytes = o.file_bytes;
+    job.options.duration = o.duration;
+    job.options.engine = o.engine;
+    auto r = RunProbesTogether({job});
+    if (!r.ok()) {
+      st = r.status();
+      break;
+    }
+    double bps = o.duration > absl::ZeroDuration() ? r->sum_of_rates()
+                                                   : r->bytes_per_s();
+    (load == ProbeLoad::kRead    ? out.read_bps
+     : load == ProbeLoad::kWrite ? out.write_bps
+                                 : out.mixed_bps) = bps;
+  }
+  std::error_code ec;
+  std::filesystem::remove(file, ec);
+  if (!st.ok()) return Annotate(st, absl::StrCat("probe of ", root));
   return out;
 }
 

@@ -6,6 +6,7 @@
 #define MLPO_STORE_BANDWIDTH_PROBE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,31 @@ absl::StatusOr<ProbeTogetherResult> RunProbesTogether(
 // Creates (or extends) `file` to `bytes` with real data written, so reads
 // measure the device and not holes.
 absl::Status PrepareProbeFile(const std::string& file, uint64_t bytes);
+
+// The one definition of a path's bandwidth that `mlpo profile`, the figures
+// it stores in an index, and the benchmarks' bounds all use: a temporary
+// file of `file_bytes` under the path, `block`-byte requests `depth` deep,
+// each load run for `duration` (zero: one pass), with the path's caps.
+struct PathProbeOptions {
+  uint64_t file_bytes = uint64_t{1} << 30;
+  size_t block = size_t{4} << 20;
+  int depth = 16;
+  absl::Duration duration = absl::Seconds(2);
+  IoEngineKind engine = IoEngineKind::kAuto;
+  uint64_t read_cap = 0, write_cap = 0;  // bytes/s per direction, 0 = none
+  bool read = true, write = true, mixed = true;  // which loads to run
+  // Called before each load starts (progress output).
+  std::function<void(ProbeLoad)> on_load;
+};
+
+struct PathBandwidth {
+  double read_bps = 0, write_bps = 0;
+  double mixed_bps = 0;  // reads and writes in flight together, both counted
+};
+
+// Measures `root` (a directory); the temporary file is removed afterwards.
+absl::StatusOr<PathBandwidth> ProbePath(const std::string& root,
+                                        const PathProbeOptions& options);
 
 }  // namespace mlpo
 

@@ -42,6 +42,10 @@ namespace mlpo {
 class ObjectStore;
 struct StoreSurvey;  // what of a store exists on disk (object_store_open.cc)
 
+// Attribute holding `mlpo profile --store`'s figures: a JSON array, one
+// {"path", "read_bps", "write_bps", "mixed_bps"} per path in order.
+inline constexpr char kBandwidthAttribute[] = "bandwidth";
+
 // The index copy in each store directory, refreshed after every tag.
 inline constexpr char kIndexBackupDir[] = "meta-backup";
 
@@ -214,6 +218,14 @@ class ObjectStore {
   const std::string& store_uuid() const { return store_uuid_; }
   StoragePath* path(size_t i) { return paths_[i].get(); }
   size_t num_paths() const { return paths_.size(); }
+  // The normalised stripe fractions in use: the options' when any is set,
+  // else the mixed bandwidths `mlpo profile --store` recorded, else equal.
+  std::vector<double> fractions() const { return fractions_; }
+  // Each path's observed transfer rate (bytes moved / busy time) over the
+  // interval since the last call, exponentially weighted (alpha 0.3) with
+  // the earlier intervals; call once a step. 0 for a path that moved nothing
+  // yet.
+  std::vector<double> UpdateBandwidthEstimates();
   // Bytes of a blob of `total` bytes placed on each path when every path
   // has room (a full path's share spills over to the others at commit).
   std::vector<uint64_t> StripeBytes(uint64_t total) const;
@@ -287,6 +299,9 @@ class ObjectStore {
   StoreOptions options_;
   std::string store_uuid_;
   std::vector<double> fractions_;
+  absl::Mutex estimate_mu_;
+  std::vector<PathCounters> last_counters_ ABSL_GUARDED_BY(estimate_mu_);
+  std::vector<double> estimates_ ABSL_GUARDED_BY(estimate_mu_);
   std::vector<std::unique_ptr<StoragePath>> paths_;
   std::shared_ptr<BufferPool> pool_;
   std::unique_ptr<MetaIndex> meta_;

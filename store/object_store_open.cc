@@ -32,6 +32,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 #include "store/file_util.h"
 #include "store/object_store.h"
 #include "store/placement/stripe.h"
@@ -423,7 +424,24 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
   }
 
   std::vector<double> weights;
-  for (auto& p : options_.paths) weights.push_back(p.fraction);
+  bool any = false;
+  for (auto& p : options_.paths) {
+    weights.push_back(p.fraction);
+    any |= p.fraction > 0;
+  }
+  auto bw = snap.attributes.find(kBandwidthAttribute);
+  if (!any && bw != snap.attributes.end()) {
+    // No fractions given: stripe by the mixed bandwidth `mlpo profile
+    // --store` measured (f_k proportional to U_k).
+    try {
+      auto j = nlohmann::json::parse(bw->second);
+      if (j.size() == weights.size())
+        for (size_t i = 0; i < weights.size(); ++i)
+          weights[i] = j[i].at("mixed_bps").get<double>();
+    } catch (const std::exception&) {
+      // A damaged figure is no reason to refuse the store: equal shares.
+    }
+  }
   fractions_ = NormaliseFractions(weights);
 
   absl::MutexLock l(&mu_);

@@ -169,6 +169,26 @@ TEST_F(CliTest, BadArgumentsAreNamedWithoutOutputOrHanging) {
   EXPECT_EQ(r.out, "");  // no table header before the error
 }
 
+// `mlpo profile --store` measures the store's paths and records the
+// figures in its index; the next open without fractions stripes by them.
+TEST_F(CliTest, ProfileStoreRecordsBandwidthThatSetsTheFractions) {
+  CliRun r = Mlpo("profile --store " + store_dir_ +
+                  " --size 8M --seconds 0 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["paths"].size(), 2u);
+  double u0 = j["paths"][0]["mixed_bps"], u1 = j["paths"][1]["mixed_bps"];
+  EXPECT_GT(u0, 0);
+  EXPECT_GT(u1, 0);
+  StoreOptions o = o_;
+  for (auto& p : o.paths) p.fraction = 0;
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_NEAR((*s)->fractions()[0], u0 / (u0 + u1), 1e-9);
+  // Both modes at once, or neither, is a usage error.
+  EXPECT_EQ(Mlpo("profile").code, 2);
+}
+
 // `mlpo recover`: a healthy store reports nothing lost; a store whose index
 // WAL was deleted is refused by every command until recover rolls it back.
 TEST_F(CliTest, RecoverReportsAndRepairsARolledBackIndex) {

@@ -252,6 +252,43 @@ TEST(ObjectStoreTest, AFullPathSpillsItsShareToThePathsWithRoom) {
   ExpectNoLeak(s->get());
 }
 
+// A store opened without fractions stripes by the mixed bandwidth `mlpo
+// profile --store` recorded; explicit fractions win; observed rates are
+// estimated from the paths' counters.
+TEST(ObjectStoreTest, RecordedBandwidthSetsTheFractionsWhenNoneAreGiven) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0, 0});
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ((*s)->fractions(), (std::vector<double>{0.5, 0.5}));
+    ASSERT_TRUE((*s)->SetAttribute(kBandwidthAttribute,
+                                   R"([{"path":"a","mixed_bps":3e9},)"
+                                   R"({"path":"b","mixed_bps":1e9}])")
+                    .ok());
+  }
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->fractions(), (std::vector<double>{0.75, 0.25}));
+  ASSERT_TRUE((*s)->Declare("w", TestLayout(100000)).ok());
+  ASSERT_TRUE(CommitVersion(s->get(), "w", 1).ok());
+  auto rec = (*s)->GetVersion("w", 0);
+  uint64_t per[2] = {0, 0};
+  for (auto& e : rec->extents) per[e.path] += e.length;
+  EXPECT_NEAR(static_cast<double>(per[0]) / (per[0] + per[1]), 0.75, 0.01);
+  auto est = (*s)->UpdateBandwidthEstimates();
+  ASSERT_EQ(est.size(), 2u);
+  EXPECT_GT(est[0], 0);
+  EXPECT_GT(est[1], 0);
+  s->reset();
+  // Explicit fractions win over the recorded figures.
+  o.paths[0].fraction = 1;
+  o.paths[1].fraction = 1;
+  s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->fractions(), (std::vector<double>{0.5, 0.5}));
+}
+
 TEST(StripeTest, SharesFollowFractionsInPagesAndSkipExcludedPaths) {
   std::vector<double> f = NormaliseFractions({2, 1, 1});
   EXPECT_DOUBLE_EQ(f[0], 0.5);
