@@ -1,7 +1,7 @@
 #include "bench/bench_common.h"
 
 #include "absl/strings/str_split.h"
-#include "store/size_units.h"
+#include "base/size_units.h"
 
 #include <cstdio>
 #include <filesystem>

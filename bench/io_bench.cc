@@ -19,8 +19,8 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_common.h"
 #include "nlohmann/json.hpp"
-#include "store/admission.h"
-#include "store/bandwidth_probe.h"
+#include "store/path/admission.h"
+#include "tools/probe/bandwidth_probe.h"
 #include "tools/cli_util.h"
 
 namespace mlpo {

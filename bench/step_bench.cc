@@ -18,7 +18,7 @@
 #include "bench/kernel_rate.h"
 #include "nlohmann/json.hpp"
 #include "optimizer/optimizer.h"
-#include "store/bandwidth_probe.h"
+#include "tools/probe/bandwidth_probe.h"
 #include "tools/cli_util.h"
 
 namespace mlpo {

@@ -12,7 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_common.h"
 #include "nlohmann/json.hpp"
-#include "store/bandwidth_probe.h"
+#include "tools/probe/bandwidth_probe.h"
 #include "store/object_store.h"
 #include "tools/cli_util.h"
 

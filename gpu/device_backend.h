@@ -12,7 +12,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "store/dtype.h"
+#include "base/dtype.h"
 
 namespace mlpo {
 

@@ -21,7 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "store/dtype.h"
+#include "base/dtype.h"
 
 namespace mlpo {
 

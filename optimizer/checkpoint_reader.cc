@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "store/status_macros.h"
+#include "base/status_macros.h"
 
 namespace mlpo {
 

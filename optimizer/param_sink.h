@@ -10,8 +10,8 @@
 
 #include "absl/status/status.h"
 #include "optimizer/partition.h"
-#include "store/dtype.h"
-#include "store/io_engine.h"
+#include "base/dtype.h"
+#include "store/io/io_engine.h"
 
 namespace mlpo {
 

@@ -24,7 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "store/placement/stripe.h"
-#include "store/status_macros.h"
+#include "base/status_macros.h"
 
 namespace mlpo {
 namespace fs = std::filesystem;

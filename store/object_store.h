@@ -31,11 +31,11 @@
 #include "absl/synchronization/mutex.h"
 #include "store/buffer_pool.h"
 #include "store/fs/file_system.h"
-#include "store/layout.h"
-#include "store/meta_index.h"
-#include "store/storage_path.h"
+#include "store/meta/layout.h"
+#include "store/meta/meta_index.h"
+#include "store/path/storage_path.h"
 #include "store/store_options.h"
-#include "store/work_queue.h"
+#include "base/work_queue.h"
 
 namespace mlpo {
 

@@ -5,9 +5,9 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "store/file_util.h"
+#include "store/fs/file_util.h"
 #include "store/object_store.h"
-#include "store/status_macros.h"
+#include "base/status_macros.h"
 
 namespace mlpo {
 

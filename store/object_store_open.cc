@@ -33,10 +33,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
-#include "store/file_util.h"
+#include "store/fs/file_util.h"
 #include "store/object_store.h"
 #include "store/placement/stripe.h"
-#include "store/status_macros.h"
+#include "base/status_macros.h"
 
 namespace mlpo {
 namespace fs = std::filesystem;

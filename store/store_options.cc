@@ -10,9 +10,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
-#include "store/file_util.h"
-#include "store/size_units.h"
-#include "store/status_macros.h"
+#include "store/fs/file_util.h"
+#include "base/size_units.h"
+#include "base/status_macros.h"
 
 namespace mlpo {
 namespace fs = std::filesystem;

@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "store/layout.h"
-#include "store/storage_path.h"
+#include "store/meta/layout.h"
+#include "store/path/storage_path.h"
 
 namespace mlpo {
 

@@ -1,11 +1,11 @@
-#include "store/admission.h"
+#include "store/path/admission.h"
 
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "gtest/gtest.h"
-#include "store/bandwidth_probe.h"
+#include "tools/probe/bandwidth_probe.h"
 #include "tests/test_util.h"
 
 namespace mlpo {

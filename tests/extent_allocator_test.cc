@@ -1,10 +1,10 @@
-#include "store/extent_allocator.h"
+#include "store/path/extent_allocator.h"
 
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "store/io_engine.h"
+#include "store/io/io_engine.h"
 
 namespace mlpo {
 namespace {

@@ -1,5 +1,5 @@
 // The same suite runs against both engines (io_uring and the thread pool).
-#include "store/io_engine.h"
+#include "store/io/io_engine.h"
 
 #include <fcntl.h>
 #include <unistd.h>

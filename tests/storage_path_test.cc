@@ -1,4 +1,4 @@
-#include "store/storage_path.h"
+#include "store/path/storage_path.h"
 
 #include <cerrno>
 #include <cstring>

@@ -11,7 +11,7 @@
 #include <fstream>
 
 #include "gtest/gtest.h"
-#include "store/file_util.h"
+#include "store/fs/file_util.h"
 #include "tests/store_test_util.h"
 
 namespace mlpo {

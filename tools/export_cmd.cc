@@ -16,8 +16,8 @@
 #include "CLI/CLI.hpp"
 #include "nlohmann/json.hpp"
 #include "optimizer/checkpoint_reader.h"
-#include "store/file_util.h"
-#include "store/status_macros.h"
+#include "store/fs/file_util.h"
+#include "base/status_macros.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 

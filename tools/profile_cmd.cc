@@ -13,9 +13,9 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
-#include "store/bandwidth_probe.h"
+#include "tools/probe/bandwidth_probe.h"
 #include "store/object_store.h"
-#include "store/size_units.h"
+#include "base/size_units.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 

@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "rocksdb/env.h"
 #include "rocksdb/file_system.h"
-#include "store/file_util.h"
-#include "store/status_macros.h"
+#include "store/fs/file_util.h"
+#include "base/status_macros.h"
 
 namespace mlpo {
 namespace fs = std::filesystem;

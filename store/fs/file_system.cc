@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "rocksdb/env.h"
-#include "store/file_util.h"
-#include "store/io_engine.h"
-#include "store/status_macros.h"
+#include "store/fs/file_util.h"
+#include "store/io/io_engine.h"
+#include "base/status_macros.h"
 
 namespace mlpo {
 

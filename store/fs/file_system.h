@@ -11,6 +11,8 @@
 // through the I/O engine (io_uring) on the descriptors opened here.
 //
 // Thread-safe.
+// Layer store/fs: may include base/ and store/io (to open files for the
+// engine) only.
 #ifndef MLPO_STORE_FS_FILE_SYSTEM_H_
 #define MLPO_STORE_FS_FILE_SYSTEM_H_
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "store/io_engine.h"  // kIoAlignment
+#include "store/io/io_engine.h"  // kIoAlignment
 
 namespace mlpo {
 

@@ -4,6 +4,7 @@
 // goes to the paths that still have room, in proportion to their fractions.
 //
 // Pure functions; thread-compatible.
+// Layer store/placement: may include base/ and store/io (alignment) only.
 #ifndef MLPO_STORE_PLACEMENT_STRIPE_H_
 #define MLPO_STORE_PLACEMENT_STRIPE_H_
 

@@ -1,4 +1,4 @@
-#include "store/status_macros.h"
+#include "base/status_macros.h"
 
 #include <cerrno>
 #include <cstring>

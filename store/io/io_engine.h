@@ -13,8 +13,9 @@
 //
 // Thread-safety: Submit, RegisterFile and UnregisterFile are thread-safe.
 // Callbacks run on an engine thread and must not block; they may Submit.
-#ifndef MLPO_STORE_IO_ENGINE_H_
-#define MLPO_STORE_IO_ENGINE_H_
+// Layer store/io: may include base/ only.
+#ifndef MLPO_STORE_IO_IO_ENGINE_H_
+#define MLPO_STORE_IO_IO_ENGINE_H_
 
 #include <sys/uio.h>
 
@@ -200,4 +201,4 @@ class AlignedBuffer {
 
 }  // namespace mlpo
 
-#endif  // MLPO_STORE_IO_ENGINE_H_
+#endif  // MLPO_STORE_IO_IO_ENGINE_H_

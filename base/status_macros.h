@@ -1,7 +1,8 @@
 // Local RETURN_IF_ERROR / ASSIGN_OR_RETURN: the installed Abseil (20220623)
 // ships neither. Also the one errno -> absl::Status mapping every module uses.
-#ifndef MLPO_STORE_STATUS_MACROS_H_
-#define MLPO_STORE_STATUS_MACROS_H_
+// Layer base/: includes Abseil and the standard library only.
+#ifndef MLPO_BASE_STATUS_MACROS_H_
+#define MLPO_BASE_STATUS_MACROS_H_
 
 #include "absl/strings/string_view.h"
 
@@ -36,4 +37,4 @@ absl::Status Annotate(const absl::Status& s, absl::string_view context);
 
 }  // namespace mlpo
 
-#endif  // MLPO_STORE_STATUS_MACROS_H_
+#endif  // MLPO_BASE_STATUS_MACROS_H_

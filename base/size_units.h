@@ -2,8 +2,8 @@
 // "1.5G", "600MB". K/M/G/T (and KiB/MiB/GiB/TiB) are powers of 1024;
 // KB/MB/GB/TB powers of 1000. One parser for TOML configs, the CLI and the
 // benchmarks.
-#ifndef MLPO_STORE_SIZE_UNITS_H_
-#define MLPO_STORE_SIZE_UNITS_H_
+#ifndef MLPO_BASE_SIZE_UNITS_H_
+#define MLPO_BASE_SIZE_UNITS_H_
 
 #include <cstdint>
 
@@ -20,4 +20,4 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text);
 
 }  // namespace mlpo
 
-#endif  // MLPO_STORE_SIZE_UNITS_H_
+#endif  // MLPO_BASE_SIZE_UNITS_H_

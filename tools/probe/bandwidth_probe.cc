@@ -1,4 +1,4 @@
-#include "store/bandwidth_probe.h"
+#include "tools/probe/bandwidth_probe.h"
 
 #include <unistd.h>
 
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "store/admission.h"
-#include "store/status_macros.h"
+#include "store/path/admission.h"
+#include "base/status_macros.h"
 
 namespace mlpo {
 

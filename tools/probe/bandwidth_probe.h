@@ -2,8 +2,8 @@
 // reads, sequential writes, and the mixed load of an update step (reads and
 // writes in flight together; bytes counted in both directions).
 // Used by `mlpo profile`, `mlpo-bench io` and the step benchmark's bound.
-#ifndef MLPO_STORE_BANDWIDTH_PROBE_H_
-#define MLPO_STORE_BANDWIDTH_PROBE_H_
+#ifndef MLPO_TOOLS_PROBE_BANDWIDTH_PROBE_H_
+#define MLPO_TOOLS_PROBE_BANDWIDTH_PROBE_H_
 
 #include <cstdint>
 #include <functional>
@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "store/io_engine.h"
+#include "store/io/io_engine.h"
 
 namespace mlpo {
 
@@ -101,4 +101,4 @@ absl::StatusOr<PathBandwidth> ProbePath(const std::string& root,
 
 }  // namespace mlpo
 
-#endif  // MLPO_STORE_BANDWIDTH_PROBE_H_
+#endif  // MLPO_TOOLS_PROBE_BANDWIDTH_PROBE_H_

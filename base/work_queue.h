@@ -1,7 +1,7 @@
 // One worker thread running posted closures in order. The destructor runs
 // what is queued, then joins (no detached threads). Thread-safe.
-#ifndef MLPO_STORE_WORK_QUEUE_H_
-#define MLPO_STORE_WORK_QUEUE_H_
+#ifndef MLPO_BASE_WORK_QUEUE_H_
+#define MLPO_BASE_WORK_QUEUE_H_
 
 #include <functional>
 #include <thread>
@@ -53,4 +53,4 @@ class WorkQueue {
 
 }  // namespace mlpo
 
-#endif  // MLPO_STORE_WORK_QUEUE_H_
+#endif  // MLPO_BASE_WORK_QUEUE_H_

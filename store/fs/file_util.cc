@@ -1,4 +1,4 @@
-#include "store/file_util.h"
+#include "store/fs/file_util.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "store/status_macros.h"
+#include "base/status_macros.h"
 
 namespace mlpo {
 

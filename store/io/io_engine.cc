@@ -1,4 +1,4 @@
-#include "store/io_engine.h"
+#include "store/io/io_engine.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -11,8 +11,8 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
-#include "store/io_engine_impl.h"
-#include "store/status_macros.h"
+#include "store/io/io_engine_impl.h"
+#include "base/status_macros.h"
 
 namespace mlpo {
 

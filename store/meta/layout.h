@@ -5,8 +5,8 @@
 // blob: which path, where, how long, where in the blob, and its xxh3-64.
 // Encodings are little-endian, length-prefixed, and versioned by the store's
 // format number.
-#ifndef MLPO_STORE_LAYOUT_H_
-#define MLPO_STORE_LAYOUT_H_
+#ifndef MLPO_STORE_META_LAYOUT_H_
+#define MLPO_STORE_META_LAYOUT_H_
 
 #include <cstdint>
 #include <string>
@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "store/checksum.h"
-#include "store/dtype.h"
+#include "base/dtype.h"
 
 namespace mlpo {
 
@@ -74,4 +74,4 @@ absl::Status ValidateName(absl::string_view kind, absl::string_view name);
 
 }  // namespace mlpo
 
-#endif  // MLPO_STORE_LAYOUT_H_
+#endif  // MLPO_STORE_META_LAYOUT_H_

@@ -1,4 +1,4 @@
-#include "store/size_units.h"
+#include "base/size_units.h"
 
 #include <cmath>
 #include <cstdlib>

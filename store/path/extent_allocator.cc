@@ -1,7 +1,7 @@
-#include "store/extent_allocator.h"
+#include "store/path/extent_allocator.h"
 
 #include "absl/strings/str_cat.h"
-#include "store/io_engine.h"
+#include "store/io/io_engine.h"
 
 namespace mlpo {
 

@@ -6,8 +6,8 @@
 // calls MarkUsed for every extent a live head or tag references.
 //
 // Thread-compatible: the owner (StoragePath) serialises calls.
-#ifndef MLPO_STORE_EXTENT_ALLOCATOR_H_
-#define MLPO_STORE_EXTENT_ALLOCATOR_H_
+#ifndef MLPO_STORE_PATH_EXTENT_ALLOCATOR_H_
+#define MLPO_STORE_PATH_EXTENT_ALLOCATOR_H_
 
 #include <cstdint>
 #include <map>
@@ -65,4 +65,4 @@ class ExtentAllocator {
 
 }  // namespace mlpo
 
-#endif  // MLPO_STORE_EXTENT_ALLOCATOR_H_
+#endif  // MLPO_STORE_PATH_EXTENT_ALLOCATOR_H_

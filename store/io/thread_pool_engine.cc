@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "store/io_engine_impl.h"
-#include "store/status_macros.h"
+#include "store/io/io_engine_impl.h"
+#include "base/status_macros.h"
 
 namespace mlpo {
 namespace {

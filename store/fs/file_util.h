@@ -4,8 +4,8 @@
 // whatever the umask): optimizer state is model weights.
 //
 // Thread-compatible free functions.
-#ifndef MLPO_STORE_FILE_UTIL_H_
-#define MLPO_STORE_FILE_UTIL_H_
+#ifndef MLPO_STORE_FS_FILE_UTIL_H_
+#define MLPO_STORE_FS_FILE_UTIL_H_
 
 #include <cstddef>
 #include <string>
@@ -37,4 +37,4 @@ absl::Status SyncDir(const std::string& dir);
 
 }  // namespace mlpo
 
-#endif  // MLPO_STORE_FILE_UTIL_H_
+#endif  // MLPO_STORE_FS_FILE_UTIL_H_

@@ -7,8 +7,9 @@
 //         <root>/<ns>/seg-<n>          segment files, fallocated
 //
 // Thread-safe.
-#ifndef MLPO_STORE_STORAGE_PATH_H_
-#define MLPO_STORE_STORAGE_PATH_H_
+// Layer store/path: may include base/, store/io and store/fs only.
+#ifndef MLPO_STORE_PATH_STORAGE_PATH_H_
+#define MLPO_STORE_PATH_STORAGE_PATH_H_
 
 #include <atomic>
 #include <cstdint>
@@ -21,10 +22,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "store/admission.h"
-#include "store/extent_allocator.h"
+#include "store/path/admission.h"
+#include "store/path/extent_allocator.h"
 #include "store/fs/file_system.h"
-#include "store/io_engine.h"
+#include "store/io/io_engine.h"
 
 namespace mlpo {
 
@@ -159,4 +160,4 @@ std::string NewUuid();
 
 }  // namespace mlpo
 
-#endif  // MLPO_STORE_STORAGE_PATH_H_
+#endif  // MLPO_STORE_PATH_STORAGE_PATH_H_

@@ -1,10 +1,10 @@
-#include "store/layout.h"
+#include "store/meta/layout.h"
 
 #include <cstring>
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "store/io_engine.h"
+#include "store/io/io_engine.h"
 
 namespace mlpo {
 namespace {

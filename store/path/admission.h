@@ -3,8 +3,8 @@
 //
 // Caps are a real feature (good citizenship on a shared PFS) and also how the
 // benchmarks emulate paths of different speeds on a one-disk machine.
-#ifndef MLPO_STORE_ADMISSION_H_
-#define MLPO_STORE_ADMISSION_H_
+#ifndef MLPO_STORE_PATH_ADMISSION_H_
+#define MLPO_STORE_PATH_ADMISSION_H_
 
 #include <cstdint>
 #include <memory>
@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "store/io_engine.h"
+#include "store/io/io_engine.h"
 
 namespace mlpo {
 
@@ -72,4 +72,4 @@ class PathAdmission final : public IoAdmission {
 
 }  // namespace mlpo
 
-#endif  // MLPO_STORE_ADMISSION_H_
+#endif  // MLPO_STORE_PATH_ADMISSION_H_

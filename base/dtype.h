@@ -1,8 +1,8 @@
 // Element types of store sections and gradients, and scalar conversions.
 // The conversions are exact IEEE round-to-nearest-even, shared by kernels,
 // tests and tools so all agree bit for bit.
-#ifndef MLPO_STORE_DTYPE_H_
-#define MLPO_STORE_DTYPE_H_
+#ifndef MLPO_BASE_DTYPE_H_
+#define MLPO_BASE_DTYPE_H_
 
 #include <cstdint>
 #include <cstring>
@@ -108,4 +108,4 @@ inline void StoreFromFloat(void* base, DType t, size_t i, float v) {
 
 }  // namespace mlpo
 
-#endif  // MLPO_STORE_DTYPE_H_
+#endif  // MLPO_BASE_DTYPE_H_

@@ -1,4 +1,4 @@
-#include "store/admission.h"
+#include "store/path/admission.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -7,8 +7,8 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "store/file_util.h"
-#include "store/status_macros.h"
+#include "store/fs/file_util.h"
+#include "base/status_macros.h"
 
 namespace mlpo {
 

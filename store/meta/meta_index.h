@@ -22,8 +22,10 @@
 //
 // Thread-safe (RocksDB is; the seal has its own lock); the store serialises
 // writers.
-#ifndef MLPO_STORE_META_INDEX_H_
-#define MLPO_STORE_META_INDEX_H_
+// Layer store/meta: may include base/, store/io (alignment), store/fs and
+// store/checksum.h only.
+#ifndef MLPO_STORE_META_META_INDEX_H_
+#define MLPO_STORE_META_META_INDEX_H_
 
 #include <map>
 #include <memory>
@@ -35,7 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "rocksdb/db.h"
 #include "rocksdb/write_batch.h"
-#include "store/layout.h"
+#include "store/meta/layout.h"
 
 namespace mlpo {
 
@@ -131,4 +133,4 @@ class MetaIndex {
 
 }  // namespace mlpo
 
-#endif  // MLPO_STORE_META_INDEX_H_
+#endif  // MLPO_STORE_META_META_INDEX_H_

@@ -1,4 +1,4 @@
-#include "store/storage_path.h"
+#include "store/path/storage_path.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,8 +13,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "store/file_util.h"
-#include "store/status_macros.h"
+#include "store/fs/file_util.h"
+#include "base/status_macros.h"
 
 namespace mlpo {
 namespace fs = std::filesystem;

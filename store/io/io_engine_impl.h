@@ -1,10 +1,10 @@
 // Factories of the two IoEngine implementations (internal to store/).
-#ifndef MLPO_STORE_IO_ENGINE_IMPL_H_
-#define MLPO_STORE_IO_ENGINE_IMPL_H_
+#ifndef MLPO_STORE_IO_IO_ENGINE_IMPL_H_
+#define MLPO_STORE_IO_IO_ENGINE_IMPL_H_
 
 #include <memory>
 
-#include "store/io_engine.h"
+#include "store/io/io_engine.h"
 
 namespace mlpo {
 
@@ -15,4 +15,4 @@ absl::StatusOr<std::unique_ptr<IoEngine>> CreateThreadPoolEngine(
 
 }  // namespace mlpo
 
-#endif  // MLPO_STORE_IO_ENGINE_IMPL_H_
+#endif  // MLPO_STORE_IO_IO_ENGINE_IMPL_H_

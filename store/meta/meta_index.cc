@@ -1,4 +1,4 @@
-#include "store/meta_index.h"
+#include "store/meta/meta_index.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,8 +12,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "store/checksum.h"
-#include "store/file_util.h"
-#include "store/status_macros.h"
+#include "store/fs/file_util.h"
+#include "base/status_macros.h"
 
 namespace mlpo {
 namespace {
