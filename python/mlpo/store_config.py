@@ -60,7 +60,11 @@ def resolve(store, create=True):
         raise ValueError("mlpo store: no paths (give 'path': [dir, ...])")
     if create:
         for p in paths:
-            root = p["root"] if isinstance(p, dict) else p
-            os.makedirs(os.path.join(cwd, os.fspath(root)), exist_ok=True)
+            root = os.path.join(cwd, os.fspath(p["root"] if isinstance(p, dict)
+                                              else p))
+            if os.path.exists(root) and not os.path.isdir(root):
+                raise NotADirectoryError(
+                    f"mlpo store path {root} exists and is not a directory")
+            os.makedirs(root, exist_ok=True)
     top = [f"{k} = {_toml_value(k, v)}" for k, v in store.items() if k != "path"]
     return "\n".join(top) + "\n" + _paths_toml(paths), cwd

@@ -304,6 +304,8 @@ class _MlpoOptimizer(torch.optim.Optimizer):
         return torch.cat(out)[:l["flat"]]
 
     def _require_engine(self):
+        if self._engine is None and self._open_error is None:
+            raise RuntimeError("mlpo.torch: the optimizer is closed")
         if self._engine is None:
             raise RuntimeError(
                 f"mlpo.torch: the store could not be opened: {self._open_error}"
@@ -439,6 +441,7 @@ class _MlpoOptimizer(torch.optim.Optimizer):
         if self._engine is not None:
             self._engine.close()
             self._engine = None
+            self._open_error = None
 
     def _prune_checkpoints(self):
         """Keeps the newest keep_checkpoints "step-<t>" tags (0 keeps all)
