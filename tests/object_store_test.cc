@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "gtest/gtest.h"
+#include "store/fs/fault_injection_fs.h"
 #include "store/placement/stripe.h"
 #include "tests/store_test_util.h"
 
@@ -173,30 +174,28 @@ TEST(ObjectStoreTest, TagCommitRestoreAndDropTagGcFreesSpace) {
 TEST(ObjectStoreTest, EnospcOnOnePathMidCommitKeepsPreviousHead) {
   TempDir dir;
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
-  auto fail = std::make_shared<std::atomic<bool>>(false);
-  o.paths[1].path.completion_filter = [fail](IoOp op, const std::string&,
-                                             uint64_t, size_t, int res) {
-    return (op == IoOp::kWrite && fail->load()) ? -ENOSPC : res;
-  };
+  FaultInjectionFileSystem fsys;
+  o.fs = &fsys;
   auto s = ObjectStore::Open(o);
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE((*s)->Declare("w", TestLayout(200000)).ok());
   ASSERT_TRUE(CommitVersion(s->get(), "w", 1).ok());
-  fail->store(true);
+  fsys.FailWhile(FaultInjectionFileSystem::Op::kWrite, ENOSPC,
+                 o.paths[1].path.root);
   absl::Status st = CommitVersion(s->get(), "w", 2);
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
   EXPECT_NE(st.message().find("commit of w version 2"), std::string::npos)
       << st;
   EXPECT_NE(st.message().find(o.paths[1].path.root), std::string::npos) << st;
-  fail->store(false);
+  fsys.ClearFaults();
   auto l = (*s)->Checkout("w").get();
   ASSERT_TRUE(l.ok());
   EXPECT_EQ((*l)->version(), 1u);
   EXPECT_TRUE(Matches(**l, 1));
   ExpectNoLeak(s->get());
   // Capacity exhaustion of every path (no I/O error) also leaves the head.
-  o.paths[1].path.completion_filter = nullptr;
   s->reset();
+  o.fs = nullptr;
   o.paths[0].path.capacity = 4 << 20;
   o.paths[1].path.capacity = 8 << 20;
   s = ObjectStore::Open(o);
@@ -313,15 +312,14 @@ TEST(StripeTest, SharesFollowFractionsInPagesAndSkipExcludedPaths) {
 TEST(ObjectStoreTest, FailedSyncFailsTheCommitAndKeepsThePreviousHead) {
   TempDir dir;
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
-  auto fail = std::make_shared<std::atomic<bool>>(false);
-  o.paths[0].path.sync_filter = [fail](const std::string&) {
-    return fail->load() ? EIO : 0;
-  };
+  FaultInjectionFileSystem fsys;
+  o.fs = &fsys;
   auto s = ObjectStore::Open(o);
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE((*s)->Declare("d", TestLayout(100000)).ok());
   ASSERT_TRUE(CommitVersion(s->get(), "d", 1).ok());
-  fail->store(true);
+  fsys.FailWhile(FaultInjectionFileSystem::Op::kSync, EIO,
+                 o.paths[0].path.root);
   absl::Status st = CommitVersion(s->get(), "d", 2);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("fdatasync"), std::string::npos) << st;
@@ -329,7 +327,7 @@ TEST(ObjectStoreTest, FailedSyncFailsTheCommitAndKeepsThePreviousHead) {
   EXPECT_NE(st.message().find("commit of d version 2"), std::string::npos)
       << st;
   ExpectNoLeak(s->get());
-  fail->store(false);
+  fsys.ClearFaults();
   auto l = (*s)->Checkout("d").get();
   ASSERT_TRUE(l.ok());
   EXPECT_EQ((*l)->version(), 1u);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "gtest/gtest.h"
+#include "store/fs/fault_injection_fs.h"
 #include "tests/test_util.h"
 
 namespace mlpo {
@@ -96,10 +97,9 @@ TEST(StoragePathTest, InjectedEnospcOnWriteReportsPathAndErrno) {
   PathOptions o;
   o.root = dir.path();
   o.segment_bytes = 1 << 20;
-  o.completion_filter = [](IoOp op, const std::string&, uint64_t, size_t,
-                           int res) {
-    return op == IoOp::kWrite ? -ENOSPC : res;
-  };
+  FaultInjectionFileSystem fsys;
+  fsys.FailWhile(FaultInjectionFileSystem::Op::kWrite, ENOSPC, dir.path());
+  o.fs = &fsys;
   auto p = StoragePath::Open(o, "s/rank-0", true);
   ASSERT_TRUE(p.ok());
   auto r = (*p)->Allocate(4096);
@@ -107,6 +107,32 @@ TEST(StoragePathTest, InjectedEnospcOnWriteReportsPathAndErrno) {
   auto s = WriteRange(p->get(), (*r)[0], b.data());
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(s.message().find("seg-000000"), std::string::npos) << s;
+}
+
+// A short transfer (as the kernel may return) is carried on by the engine:
+// the bytes read back are the bytes written.
+TEST(StoragePathTest, ShortTransfersAreResumedAtTheAdvancedOffset) {
+  TempDir dir;
+  PathOptions o;
+  o.root = dir.path();
+  o.segment_bytes = 1 << 20;
+  FaultInjectionFileSystem fsys;
+  o.fs = &fsys;
+  auto p = StoragePath::Open(o, "s/rank-0", true);
+  ASSERT_TRUE(p.ok());
+  auto r = (*p)->Allocate(256 << 10);
+  ASSERT_TRUE(r.ok());
+  AlignedBuffer w(256 << 10), back(256 << 10);
+  FillRandom(w.data(), w.size(), 5);
+  fsys.ShortenNext(FaultInjectionFileSystem::Op::kWrite, 12288);
+  ASSERT_TRUE(WriteRange(p->get(), (*r)[0], w.data()).ok());
+  fsys.ShortenNext(FaultInjectionFileSystem::Op::kRead, 4096);
+  IoLatch latch;
+  latch.Add(1);
+  (*p)->Read((*r)[0], back.data(), [&](const absl::Status& s) { latch.Done(s); });
+  ASSERT_TRUE(latch.Wait().ok());
+  EXPECT_EQ(fsys.injected(), 2);
+  EXPECT_EQ(std::memcmp(w.data(), back.data(), w.size()), 0);
 }
 
 }  // namespace

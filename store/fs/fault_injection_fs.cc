@@ -225,13 +225,56 @@ int FaultInjectionFileSystem::injected() const {
   return injected_;
 }
 
-absl::Status FaultInjectionFileSystem::Check(Op op) {
+void FaultInjectionFileSystem::FailWhile(Op op, int err,
+                                         const std::string& prefix) {
+  absl::MutexLock l(&mu_);
+  standing_.push_back({op, err, prefix});
+}
+
+void FaultInjectionFileSystem::ShortenNext(Op op, size_t bytes) {
+  absl::MutexLock l(&mu_);
+  shorten_[op] = bytes;
+}
+
+void FaultInjectionFileSystem::ClearFaults() {
+  absl::MutexLock l(&mu_);
+  faults_.clear();
+  standing_.clear();
+  shorten_.clear();
+}
+
+IoCompletionFilter FaultInjectionFileSystem::CompletionFilter() {
+  return [this](IoOp io, const std::string& file, uint64_t, size_t len,
+                int res) -> int {
+    Op op = io == IoOp::kRead ? Op::kRead : Op::kWrite;
+    absl::Status st = Check(op, file);
+    if (!st.ok()) return power_cut() ? -EIO : -ErrnoOf(st);
+    absl::MutexLock l(&mu_);
+    auto s = shorten_.find(op);
+    if (s != shorten_.end() && res > 0 && s->second < len) {
+      int done = static_cast<int>(s->second);
+      shorten_.erase(s);
+      ++injected_;
+      return std::min(done, res);
+    }
+    return res;
+  };
+}
+
+absl::Status FaultInjectionFileSystem::Check(Op op, const std::string& file) {
   absl::MutexLock l(&mu_);
   if (cut_) return absl::InternalError("power lost (fault injection)");
+  for (const Standing& f : standing_)
+    if (f.op == op && file.rfind(f.prefix, 0) == 0) {
+      ++injected_;
+      last_errno_ = f.err;
+      return ErrnoStatus(f.err, "injected fault");
+    }
   auto it = faults_.find(op);
   if (it == faults_.end() || it->second.left <= 0) return absl::OkStatus();
   if (--it->second.left > 0) return absl::OkStatus();
   ++injected_;
+  last_errno_ = it->second.err;
   return ErrnoStatus(it->second.err, "injected fault");
 }
 
@@ -359,9 +402,14 @@ absl::Status FaultInjectionFileSystem::Preallocate(int fd,
   return DefaultFileSystem()->Preallocate(fd, path, len);
 }
 
+int FaultInjectionFileSystem::ErrnoOf(const absl::Status&) {
+  absl::MutexLock l(&mu_);
+  return last_errno_ ? last_errno_ : EIO;
+}
+
 absl::Status FaultInjectionFileSystem::Fdatasync(int fd,
                                                  const std::string& path) {
-  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kSync), "fdatasync " + path));
+  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kSync, path), "fdatasync " + path));
   MLPO_RETURN_IF_ERROR(DefaultFileSystem()->Fdatasync(fd, path));
   Snapshot(Normal(path));
   return absl::OkStatus();

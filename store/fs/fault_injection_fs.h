@@ -3,6 +3,9 @@
 //
 //  - FailNth(op, n, err): the n-th call of `op` from now fails with errno
 //    `err` (EIO, ENOSPC, EACCES, ENOENT, ...), once.
+//  - FailWhile(op, err, prefix): every such call on a file under `prefix`
+//    fails until ClearFaults(); ShortenNext(kRead|kWrite, n): the next
+//    transfer completes short, as the kernel may.
 //  - SetPreallocateBudget(b): segment preallocation past `b` bytes in all
 //    fails with ENOSPC (a disk that fills up).
 //  - CutPower(): from now every call that would change durable state fails
@@ -41,11 +44,20 @@ class FaultInjectionFileSystem final : public FileSystem {
     kSyncDir,
     kRename,
     kWriteFile,    // WriteFileSynced, RocksDB appends
+    kRead,         // an extent read's completion (the I/O engine)
+    kWrite,        // an extent write's completion (the I/O engine)
   };
   FaultInjectionFileSystem();
   ~FaultInjectionFileSystem() override;
 
   void FailNth(Op op, int n, int err);
+  // Every call of `op` on a file whose path starts with `prefix` fails with
+  // `err` until ClearFaults() (e.g. one path's disk is full).
+  void FailWhile(Op op, int err, const std::string& prefix);
+  // The next transfer (kRead or kWrite) completes with only `bytes` done;
+  // the engine must carry on from there.
+  void ShortenNext(Op op, size_t bytes);
+  void ClearFaults();
   void SetPreallocateBudget(uint64_t bytes);
   void CutPower();
   // Call with every store on this file system closed.
@@ -64,9 +76,12 @@ class FaultInjectionFileSystem final : public FileSystem {
   absl::Status WriteFileSynced(const std::string& path,
                                absl::string_view data) override;
   rocksdb::Env* RocksEnv() override;
+  IoCompletionFilter CompletionFilter() override;
 
-  // For the RocksDB wrapper (fault_injection_fs.cc).
-  absl::Status Check(Op op) ABSL_LOCKS_EXCLUDED(mu_);
+  // For the RocksDB wrapper (fault_injection_fs.cc). `file` is matched
+  // against FailWhile prefixes.
+  absl::Status Check(Op op, const std::string& file = "")
+      ABSL_LOCKS_EXCLUDED(mu_);
   void Track(const std::string& path, bool created) ABSL_LOCKS_EXCLUDED(mu_);
   void Snapshot(const std::string& path) ABSL_LOCKS_EXCLUDED(mu_);
   void DirSynced(const std::string& dir) ABSL_LOCKS_EXCLUDED(mu_);
@@ -88,6 +103,7 @@ class FaultInjectionFileSystem final : public FileSystem {
     std::string from, to;           // create: `to` only
     std::optional<File> displaced;  // what `to` was before a rename
   };
+  int ErrnoOf(const absl::Status& s) ABSL_LOCKS_EXCLUDED(mu_);
   void TrackLocked(const std::string& path, bool created)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -100,10 +116,18 @@ class FaultInjectionFileSystem final : public FileSystem {
     int left = 0, err = 0;
   };
   std::map<Op, Fault> faults_ ABSL_GUARDED_BY(mu_);
+  struct Standing {
+    Op op;
+    int err;
+    std::string prefix;
+  };
+  std::vector<Standing> standing_ ABSL_GUARDED_BY(mu_);
+  std::map<Op, size_t> shorten_ ABSL_GUARDED_BY(mu_);
   uint64_t budget_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;
   uint64_t preallocated_ ABSL_GUARDED_BY(mu_) = 0;
   bool cut_ ABSL_GUARDED_BY(mu_) = false;
   int injected_ ABSL_GUARDED_BY(mu_) = 0;
+  int last_errno_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<rocksdb::Env> env_;
 };
 

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "store/io/io_engine.h"
 
 namespace rocksdb {
 class Env;
@@ -52,6 +53,10 @@ class FileSystem {
                                        absl::string_view data) = 0;
   // The Env RocksDB uses for the index's files.
   virtual rocksdb::Env* RocksEnv() = 0;
+  // What the I/O engines of paths on this file system pass every transfer's
+  // result through (empty: nothing). The fault-injecting file system fails
+  // or shortens chosen reads and writes here.
+  virtual IoCompletionFilter CompletionFilter() { return nullptr; }
 
   // <file>.tmp written and synced, renamed over `file`, directory synced: a
   // crash leaves the old or the new content, never a torn one.

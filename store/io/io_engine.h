@@ -79,6 +79,8 @@ struct IoEngineOptions {
   // Borrowed; must outlive the engine. nullptr admits everything.
   IoAdmission* admission = nullptr;
   // Borrowed test hook; nullptr in production.
+  // Set from the path's FileSystem (fault injection in tests); empty in
+  // production.
   IoCompletionFilter completion_filter;
   // Name used in log and error messages (e.g. the path's root).
   std::string name = "io";

@@ -138,7 +138,7 @@ absl::StatusOr<std::unique_ptr<StoragePath>> StoragePath::Open(
   eo.kind = options.engine;
   eo.queue_depth = options.queue_depth;
   eo.admission = p->admission_.get();
-  eo.completion_filter = options.completion_filter;
+  eo.completion_filter = p->fs()->CompletionFilter();
   eo.name = options.root;
   MLPO_ASSIGN_OR_RETURN(p->engine_, IoEngine::Create(eo));
   absl::MutexLock l(&p->mu_);
@@ -292,9 +292,7 @@ absl::Status StoragePath::Sync() {
     }
   }
   for (auto& [fd, name] : todo) {
-    int err = options_.sync_filter ? options_.sync_filter(name) : 0;
-    absl::Status st = err != 0 ? ErrnoStatus(err, absl::StrCat("fdatasync ", name))
-                               : fs()->Fdatasync(fd, name);
+    absl::Status st = fs()->Fdatasync(fd, name);
     if (!st.ok()) {
       // Whatever was written since the last good sync is suspect: keep the
       // segment dirty so the next Sync tries again.

@@ -61,10 +61,6 @@ struct PathOptions {
   FileSystem* fs = nullptr;
   IoEngineKind engine = IoEngineKind::kAuto;
   int queue_depth = 32;   // 1..4096
-  IoCompletionFilter completion_filter;  // test hook
-  // Test hook: called before each fdatasync of a segment file; a non-zero
-  // errno fails the sync with it.
-  std::function<int(const std::string& file)> sync_filter;
 };
 
 struct PathUsage {
