@@ -134,8 +134,8 @@ absl::Status ObjectStore::AllocateStripes(
 }
 
 BadExtent ObjectStore::Describe(const std::string& object, uint64_t version,
-                                const ExtentRef& e,
-                                const std::string& error) const {
+                                const ExtentRef& e, const std::string& error,
+                                absl::StatusCode code) const {
   BadExtent b;
   b.object = object;
   b.version = version;
@@ -145,19 +145,25 @@ BadExtent ObjectStore::Describe(const std::string& object, uint64_t version,
   b.file_offset = p->SegmentOffset(e.offset);
   b.length = e.length;
   b.error = error;
+  b.code = code;
   return b;
 }
 
 namespace {
 // Empty when the read of `e` into `dst` succeeded and its checksum holds;
 // otherwise what went wrong.
-std::string ExtentError(const ExtentRef& e, const char* dst,
+struct ExtentCheck {
+  std::string error;  // empty: the extent is good
+  absl::StatusCode code = absl::StatusCode::kOk;
+};
+ExtentCheck CheckExtent(const ExtentRef& e, const char* dst,
                         const absl::Status& read) {
-  if (!read.ok()) return std::string(read.message());
+  if (!read.ok()) return {std::string(read.message()), read.code()};
   uint64_t got = Checksum(dst, e.length);
-  if (got == e.checksum) return "";
-  return absl::StrCat("checksum mismatch (stored ", absl::Hex(e.checksum),
-                      ", read ", absl::Hex(got), ")");
+  if (got == e.checksum) return {};
+  return {absl::StrCat("checksum mismatch (stored ", absl::Hex(e.checksum),
+                       ", read ", absl::Hex(got), ")"),
+          absl::StatusCode::kDataLoss};
 }
 
 }  // namespace
@@ -167,32 +173,62 @@ absl::Status BadExtentStatus(const BadExtent& b) {
                                  ": path ", b.path, " file ", b.file,
                                  " offset ", b.file_offset, " length ",
                                  b.length, ": ", b.error);
-  return b.error.rfind("checksum", 0) == 0 ? absl::DataLossError(msg)
-                                           : absl::InternalError(msg);
+  return absl::Status(b.code == absl::StatusCode::kOk
+                          ? absl::StatusCode::kInternal
+                          : b.code,
+                      msg);
+}
+
+void ObjectStore::ReadRecord(const std::string& object,
+                             const VersionRecord& rec, char* buf,
+                             std::function<void(std::vector<BadExtent>)> done) {
+  // Striped reads on every path at once; each extent is verified on the
+  // hashing thread (not on a ring) as it lands; the last one reports.
+  struct Pending {
+    std::atomic<int> left;
+    absl::Mutex mu;
+    std::vector<BadExtent> bad;
+    std::function<void(std::vector<BadExtent>)> done;
+  };
+  auto pending = std::make_shared<Pending>();
+  pending->left = static_cast<int>(rec.extents.size());
+  pending->done = std::move(done);
+  if (rec.extents.empty()) {
+    pending->done({});
+    return;
+  }
+  for (const ExtentRef& e : rec.extents) {
+    char* dst = buf + e.blob_offset;
+    paths_[e.path]->Read(
+        {e.offset, e.length}, dst,
+        [this, e, dst, object, pending, v = rec.version](const absl::Status& s) {
+          hasher_->Post([this, e, dst, object, pending, v, s] {
+            ExtentCheck c = CheckExtent(e, dst, s);
+            if (!c.error.empty()) {
+              absl::MutexLock l(&pending->mu);
+              pending->bad.push_back(Describe(object, v, e, c.error, c.code));
+            }
+            if (pending->left.fetch_sub(1) != 1) return;
+            std::vector<BadExtent> bad;
+            {
+              absl::MutexLock l(&pending->mu);
+              bad.swap(pending->bad);
+            }
+            pending->done(std::move(bad));
+          });
+        });
+  }
 }
 
 void ObjectStore::ReadExtents(const std::string& object,
                               const VersionRecord& rec, char* buf,
                               std::vector<BadExtent>* bad) {
-  absl::Mutex bad_mu;
-  IoLatch latch;
-  latch.Add(static_cast<int>(rec.extents.size()));
-  for (const ExtentRef& e : rec.extents) {
-    char* dst = buf + e.blob_offset;
-    // Verify on the hashing thread, as checkouts do, not on the ring.
-    paths_[e.path]->Read(
-        {e.offset, e.length}, dst, [&, e, dst](const absl::Status& s) {
-          hasher_->Post([&, e, dst, s] {
-            std::string err = ExtentError(e, dst, s);
-            if (!err.empty()) {
-              absl::MutexLock l(&bad_mu);
-              bad->push_back(Describe(object, rec.version, e, err));
-            }
-            latch.Done(absl::OkStatus());
-          });
-        });
-  }
-  (void)latch.Wait();
+  std::promise<std::vector<BadExtent>> p;
+  auto f = p.get_future();
+  ReadRecord(object, rec, buf,
+             [&p](std::vector<BadExtent> b) { p.set_value(std::move(b)); });
+  std::vector<BadExtent> found = f.get();
+  bad->insert(bad->end(), found.begin(), found.end());
 }
 
 std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
@@ -230,36 +266,14 @@ std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
     promise->set_value(lease);
     return fut;
   }
-  // Striped reads on every path at once; the last completion verifies
-  // nothing more (each extent checks its own checksum) and resolves.
-  struct Pending {
-    std::atomic<int> left;
-    absl::Mutex mu;
-    std::vector<BadExtent> bad;
-  };
-  auto pending = std::make_shared<Pending>();
-  pending->left = static_cast<int>(rec.extents.size());
-  for (const ExtentRef& e : rec.extents) {
-    char* dst = lease->buf_.data() + e.blob_offset;
-    paths_[e.path]->Read(
-        {e.offset, e.length}, dst,
-        [this, e, dst, lease, pending, promise,
-         v = rec.version](const absl::Status& s) {
-          hasher_->Post([this, e, dst, lease, pending, promise, v, s] {
-            std::string err = ExtentError(e, dst, s);
-            if (!err.empty()) {
-              absl::MutexLock l(&pending->mu);
-              pending->bad.push_back(Describe(lease->object_, v, e, err));
-            }
-            if (pending->left.fetch_sub(1) != 1) return;
-            Unpin({lease->object_, v});
-            if (!pending->bad.empty())
-              promise->set_value(BadExtentStatus(pending->bad.front()));
-            else
-              promise->set_value(lease);
-          });
-        });
-  }
+  ReadRecord(object, rec, lease->buf_.data(),
+             [this, lease, promise, v = rec.version](std::vector<BadExtent> bad) {
+               Unpin({lease->object_, v});
+               if (!bad.empty())
+                 promise->set_value(BadExtentStatus(bad.front()));
+               else
+                 promise->set_value(lease);
+             });
   return fut;
 }
 

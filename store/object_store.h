@@ -87,10 +87,15 @@ struct BadExtent {
   std::string path, file;  // path root; segment file
   uint64_t file_offset = 0, length = 0;
   std::string error;  // checksum mismatch or I/O error text
+  // DataLoss for a checksum mismatch; for an I/O error the errno's code
+  // (ENOENT -> NotFound, EACCES -> PermissionDenied, EIO -> Internal, ...).
+  absl::StatusCode code = absl::StatusCode::kDataLoss;
 };
 
-// The status for a bad extent: DataLoss for a checksum mismatch, Internal
-// for an I/O error; the message names object, version, path, file, offset.
+// The status for a bad extent, with its code (DataLoss for a checksum
+// mismatch, the errno's for an I/O error); the message names object,
+// version, path, file and offset. Checkout, ReadVersion and Verify all read
+// through one function and report through this one.
 absl::Status BadExtentStatus(const BadExtent& b);
 
 struct VerifyReport {
@@ -290,11 +295,18 @@ class ObjectStore {
   void Unpin(const VKey& k);
   void FreeExtents(const std::vector<ExtentRef>& e);
   absl::Status SyncAllPaths();
-  // Reads `rec`'s extents into `buf`; collects every failing extent.
+  // The one read path: reads `rec`'s extents into `buf` striped over the
+  // paths, verifies each on the hashing thread, and calls `done` with every
+  // failing extent (empty when all hold). Checkout, ReadVersion and Verify
+  // use it.
+  void ReadRecord(const std::string& object, const VersionRecord& rec,
+                  char* buf, std::function<void(std::vector<BadExtent>)> done);
+  // ReadRecord, waited for; failing extents are appended to `bad`.
   void ReadExtents(const std::string& object, const VersionRecord& rec,
                    char* buf, std::vector<BadExtent>* bad);
   BadExtent Describe(const std::string& object, uint64_t version,
-                     const ExtentRef& e, const std::string& error) const;
+                     const ExtentRef& e, const std::string& error,
+                     absl::StatusCode code) const;
 
   StoreOptions options_;
   std::string store_uuid_;

@@ -288,6 +288,39 @@ TEST(ObjectStoreTest, RecordedBandwidthSetsTheFractionsWhenNoneAreGiven) {
   EXPECT_EQ((*s)->fractions(), (std::vector<double>{0.5, 0.5}));
 }
 
+// One read path, one error mapping: a read that fails with an errno keeps
+// the errno's code (here EACCES -> PermissionDenied) in Checkout,
+// ReadVersion and Verify alike, naming object, version, path and file.
+TEST(ObjectStoreTest, ReadErrorsKeepTheErrnoCodeOnEveryReadPath) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  FaultInjectionFileSystem fsys;
+  o.fs = &fsys;
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->Declare("r", TestLayout(50000)).ok());
+  ASSERT_TRUE(CommitVersion(s->get(), "r", 3).ok());
+  fsys.FailWhile(FaultInjectionFileSystem::Op::kRead, EACCES,
+                 o.paths[1].path.root);
+  auto l = (*s)->Checkout("r").get();
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), absl::StatusCode::kPermissionDenied)
+      << l.status();
+  EXPECT_NE(l.status().message().find("object r version 3"), std::string::npos)
+      << l.status();
+  EXPECT_NE(l.status().message().find(o.paths[1].path.root), std::string::npos);
+  auto rv = (*s)->ReadVersion("r", 3);
+  EXPECT_EQ(rv.status().code(), absl::StatusCode::kPermissionDenied);
+  auto rep = (*s)->Verify();
+  ASSERT_TRUE(rep.ok());
+  ASSERT_FALSE(rep->bad.empty());
+  EXPECT_EQ(rep->bad[0].code, absl::StatusCode::kPermissionDenied);
+  fsys.ClearFaults();
+  l = (*s)->Checkout("r").get();
+  ASSERT_TRUE(l.ok());
+  EXPECT_TRUE(Matches(**l, 3));
+}
+
 TEST(StripeTest, SharesFollowFractionsInPagesAndSkipExcludedPaths) {
   std::vector<double> f = NormaliseFractions({2, 1, 1});
   EXPECT_DOUBLE_EQ(f[0], 0.5);
