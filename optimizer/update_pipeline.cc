@@ -77,9 +77,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(
   for (int k = 0; k < n; ++k)
     rep.order.push_back(options_.alternate_order && (t % 2 == 0) ? n - 1 - k
                                                                   : k);
-  std::vector<PathCounters> before;
-  for (size_t p = 0; p < store_->num_paths(); ++p)
-    before.push_back(store_->path(p)->Counters());
+  std::vector<PathCounters> before = store_->PathTraffic();
   absl::Time start = absl::Now();
   const int depth = std::max(1, options_.prefetch_depth);
   struct Fetch {
@@ -157,9 +155,11 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(
   if (error.ok()) error = commit_error;
   rep.write_wait_s = commits.wait_s();
   rep.total_s = absl::ToDoubleSeconds(absl::Now() - start);
-  for (size_t p = 0; p < store_->num_paths(); ++p) {
-    PathCounters c = store_->path(p)->Counters();
-    PathBytes b{store_->path(p)->root(), c.bytes_read - before[p].bytes_read,
+  std::vector<PathCounters> after = store_->PathTraffic();
+  for (size_t p = 0; p < after.size(); ++p) {
+    const PathCounters& c = after[p];
+    PathBytes b{store_->options().paths[p].path.root,
+                c.bytes_read - before[p].bytes_read,
                 c.bytes_written - before[p].bytes_written};
     rep.bytes_read += b.read;
     rep.bytes_written += b.written;

@@ -223,6 +223,9 @@ class ObjectStore {
   const std::string& store_uuid() const { return store_uuid_; }
   StoragePath* path(size_t i) { return paths_[i].get(); }
   size_t num_paths() const { return paths_.size(); }
+  // Bytes each path has read and written since open, and its busy time (in
+  // path order): what the update pipeline reports per step.
+  std::vector<PathCounters> PathTraffic() const;
   // The normalised stripe fractions in use: the options' when any is set,
   // else the mixed bandwidths `mlpo profile --store` recorded, else equal.
   std::vector<double> fractions() const { return fractions_; }

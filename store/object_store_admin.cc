@@ -236,6 +236,12 @@ absl::StatusOr<VerifyReport> ObjectStore::Verify(
   return rep;
 }
 
+std::vector<PathCounters> ObjectStore::PathTraffic() const {
+  std::vector<PathCounters> out;
+  for (auto& p : paths_) out.push_back(p->Counters());
+  return out;
+}
+
 std::vector<double> ObjectStore::UpdateBandwidthEstimates() {
   absl::MutexLock l(&estimate_mu_);
   last_counters_.resize(paths_.size());

@@ -40,7 +40,7 @@ absl::StatusOr<std::unique_ptr<IoEngine>> IoEngine::Create(
 
 absl::StatusOr<int> IoEngine::RegisterFile(int fd, std::string name,
                                            bool direct) {
-  std::lock_guard<std::mutex> l(files_mu_);
+  absl::MutexLock l(&files_mu_);
   int handle = -1;
   for (size_t i = 0; i < files_.size(); ++i) {
     if (!files_[i].in_use) {
@@ -64,7 +64,7 @@ absl::StatusOr<int> IoEngine::RegisterFile(int fd, std::string name,
 }
 
 absl::Status IoEngine::UnregisterFile(int handle) {
-  std::lock_guard<std::mutex> l(files_mu_);
+  absl::MutexLock l(&files_mu_);
   if (handle < 0 || static_cast<size_t>(handle) >= files_.size() ||
       !files_[handle].in_use) {
     return absl::InvalidArgumentError(
@@ -77,7 +77,7 @@ absl::Status IoEngine::UnregisterFile(int handle) {
 }
 
 IoEngine::FileEntry IoEngine::FileAt(int handle) const {
-  std::lock_guard<std::mutex> l(files_mu_);
+  absl::MutexLock l(&files_mu_);
   if (handle < 0 || static_cast<size_t>(handle) >= files_.size()) return {};
   return files_[handle];
 }
@@ -164,19 +164,20 @@ IoEngineStats IoEngine::Stats() const {
 }
 
 void IoLatch::Add(int n) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   pending_ += n;
 }
 
 void IoLatch::Done(const absl::Status& s) {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   if (!s.ok() && first_error_.ok()) first_error_ = s;
-  if (--pending_ == 0) cv_.notify_all();
+  --pending_;
 }
 
 absl::Status IoLatch::Wait() {
-  std::unique_lock<std::mutex> l(mu_);
-  cv_.wait(l, [this] { return pending_ == 0; });
+  absl::MutexLock l(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int* n) { return *n == 0; }, &pending_));
   return first_error_;
 }
 

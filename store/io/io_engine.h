@@ -29,7 +29,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace mlpo {
@@ -139,7 +141,8 @@ class IoEngine {
   virtual void SubmitImpl(std::vector<IoRequest> reqs) = 0;
   // Hooks for the implementations: the file table is shared state.
   FileEntry FileAt(int handle) const;
-  virtual void OnFileRegistered(int handle, int fd) {}
+  virtual void OnFileRegistered(int handle, int fd)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(files_mu_) {}
   // Finishes a transfer result; applies the filter. Returns bytes or -errno.
   int FilterResult(const IoRequest& r, uint64_t off, size_t len,
                    int result) const;
@@ -149,8 +152,8 @@ class IoEngine {
   void CountDone(const IoRequest& r, bool ok);
 
   IoEngineOptions options_;
-  mutable std::mutex files_mu_;
-  std::vector<FileEntry> files_;  // guarded by files_mu_
+  mutable absl::Mutex files_mu_;
+  std::vector<FileEntry> files_ ABSL_GUARDED_BY(files_mu_);
 
   std::atomic<uint64_t> reads_{0}, writes_{0}, bytes_read_{0},
       bytes_written_{0}, errors_{0}, retries_{0}, short_resubmits_{0};
@@ -169,10 +172,9 @@ class IoLatch {
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int pending_ = 0;
-  absl::Status first_error_;
+  absl::Mutex mu_;
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status first_error_ ABSL_GUARDED_BY(mu_);
 };
 
 // Opens `path` for I/O, with O_DIRECT when `want_direct` and the filesystem

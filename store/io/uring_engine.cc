@@ -136,7 +136,8 @@ class UringEngine final : public IoEngine {
     Wake();
   }
 
-  void OnFileRegistered(int handle, int fd) override {
+  void OnFileRegistered(int handle, int fd) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(files_mu_) {
     // Called with files_mu_ held; the ring thread picks the change up.
     if (static_cast<size_t>(handle) >= generation_.size())
       generation_.resize(handle + 1, 0);
@@ -192,7 +193,7 @@ class UringEngine final : public IoEngine {
     FileEntry f;
     uint64_t gen;
     {
-      std::lock_guard<std::mutex> l(files_mu_);
+      absl::MutexLock l(&files_mu_);
       if (handle < 0 || static_cast<size_t>(handle) >= files_.size() ||
           !files_[handle].in_use)
         return false;
@@ -396,7 +397,7 @@ class UringEngine final : public IoEngine {
   std::deque<std::unique_ptr<Op>> ready_[2];  // [0] reads, [1] writes
   std::vector<uint64_t> ring_gen_;
   std::map<uintptr_t, std::pair<uintptr_t, int>> regions_;  // base->(end,idx)
-  std::vector<uint64_t> generation_;  // guarded by files_mu_
+  std::vector<uint64_t> generation_ ABSL_GUARDED_BY(files_mu_);
 };
 
 }  // namespace
