@@ -12,7 +12,7 @@
 #include "nlohmann/json.hpp"
 #include "optimizer/adam_kernel.h"
 #include "optimizer/parallel.h"
-#include "store/io/io_engine.h"
+#include "base/aligned_buffer.h"
 
 namespace mlpo {
 namespace {

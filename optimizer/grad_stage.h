@@ -16,7 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "optimizer/adam_kernel.h"
 #include "optimizer/partition.h"
-#include "store/io/io_engine.h"
+#include "base/aligned_buffer.h"
 
 namespace mlpo {
 

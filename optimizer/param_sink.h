@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "optimizer/partition.h"
 #include "base/dtype.h"
-#include "store/io/io_engine.h"
+#include "base/aligned_buffer.h"
 
 namespace mlpo {
 

@@ -204,33 +204,4 @@ absl::StatusOr<int> OpenForIo(const std::string& path, bool create,
   return fd;
 }
 
-AlignedBuffer::AlignedBuffer(size_t size, bool huge_pages) : size_(size) {
-  // Large buffers get 2 MiB alignment and transparent huge pages: a step
-  // touches gigabytes of fresh buffers, and 4 KiB page faults would cost
-  // seconds of CPU per step.
-  constexpr size_t kHuge = size_t{2} << 20;
-  size_t align = huge_pages && size >= 2 * kHuge ? kHuge : kIoAlignment;
-  size_t rounded = (size + align - 1) / align * align;
-  if (rounded == 0) rounded = kIoAlignment;
-  data_ = static_cast<char*>(std::aligned_alloc(align, rounded));
-  if (data_ == nullptr) throw std::bad_alloc();
-  if (align == kHuge) ::madvise(data_, rounded, MADV_HUGEPAGE);
-}
-AlignedBuffer::~AlignedBuffer() { std::free(data_); }
-AlignedBuffer::AlignedBuffer(AlignedBuffer&& o) noexcept
-    : data_(o.data_), size_(o.size_) {
-  o.data_ = nullptr;
-  o.size_ = 0;
-}
-AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
-  if (this != &o) {
-    std::free(data_);
-    data_ = o.data_;
-    size_ = o.size_;
-    o.data_ = nullptr;
-    o.size_ = 0;
-  }
-  return *this;
-}
-
 }  // namespace mlpo

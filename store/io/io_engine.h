@@ -20,7 +20,6 @@
 #include <sys/uio.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -30,13 +29,13 @@
 
 #include "absl/status/status.h"
 #include "absl/base/thread_annotations.h"
+#include "base/aligned_buffer.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace mlpo {
 
-inline constexpr size_t kIoAlignment = 4096;
 
 enum class IoOp { kRead, kWrite };
 
@@ -182,26 +181,6 @@ class IoLatch {
 absl::StatusOr<int> OpenForIo(const std::string& path, bool create,
                               bool want_direct, bool* direct,
                               bool read_only = false);
-
-// An aligned heap buffer (kIoAlignment) for O_DIRECT I/O. Move-only.
-class AlignedBuffer {
- public:
-  AlignedBuffer() = default;
-  // Buffers of 4 MiB and more are 2 MiB aligned and backed by transparent
-  // huge pages unless `huge_pages` is false: a request then spans a few
-  // physical segments instead of one per 4 KiB page, which virtual disks
-  // with a small segment limit (254 here) otherwise split.
-  explicit AlignedBuffer(size_t size, bool huge_pages = true);
-  ~AlignedBuffer();
-  AlignedBuffer(AlignedBuffer&& o) noexcept;
-  AlignedBuffer& operator=(AlignedBuffer&& o) noexcept;
-  char* data() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  char* data_ = nullptr;
-  size_t size_ = 0;
-};
 
 }  // namespace mlpo
 

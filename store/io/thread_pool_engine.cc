@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
 #include <deque>
 #include <thread>
 
@@ -32,11 +31,10 @@ class ThreadPoolEngine final : public IoEngine {
 
   void Close() override {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      absl::MutexLock l(&mu_);
       if (closing_) return;
       closing_ = true;
     }
-    cv_.notify_all();
     for (auto& t : workers_) t.join();
   }
 
@@ -45,7 +43,7 @@ class ThreadPoolEngine final : public IoEngine {
  protected:
   void SubmitImpl(std::vector<IoRequest> reqs) override {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      absl::MutexLock l(&mu_);
       if (!closing_) {
         for (auto& r : reqs) queue_.push_back(std::move(r));
         reqs.clear();
@@ -56,19 +54,19 @@ class ThreadPoolEngine final : public IoEngine {
       if (r.done) r.done(absl::FailedPreconditionError(
           absl::StrCat("io engine '", options_.name, "' is closed")));
     }
-    cv_.notify_all();
   }
 
  private:
   void Admit(const IoRequest& r) {
     if (options_.admission == nullptr) return;
-    std::unique_lock<std::mutex> l(admit_mu_);
     for (;;) {
-      absl::Duration d = options_.admission->Admit(r);
+      absl::Duration d;
+      {
+        absl::MutexLock l(&admit_mu_);
+        d = options_.admission->Admit(r);
+      }
       if (d <= absl::ZeroDuration()) return;
-      l.unlock();
       absl::SleepFor(d);
-      l.lock();
     }
   }
 
@@ -112,8 +110,8 @@ class ThreadPoolEngine final : public IoEngine {
     for (;;) {
       IoRequest r;
       {
-        std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [this] { return closing_ || !queue_.empty(); });
+        absl::MutexLock l(&mu_);
+        mu_.Await(absl::Condition(this, &ThreadPoolEngine::HasWorkOrClosing));
         if (queue_.empty()) return;  // closing and drained
         r = std::move(queue_.front());
         queue_.pop_front();
@@ -125,22 +123,25 @@ class ThreadPoolEngine final : public IoEngine {
       if (r.done) r.done(s);
       bool idle;
       {
-        std::lock_guard<std::mutex> l(mu_);
+        absl::MutexLock l(&mu_);
         idle = --active_ == 0 && queue_.empty();
       }
       if (idle && options_.admission != nullptr) {
-        std::lock_guard<std::mutex> l(admit_mu_);
+        absl::MutexLock l(&admit_mu_);
         options_.admission->Idle();
       }
     }
   }
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<IoRequest> queue_;  // guarded by mu_
-  int active_ = 0;               // guarded by mu_
-  bool closing_ = false;         // guarded by mu_
-  std::mutex admit_mu_;          // serialises IoAdmission calls
+  bool HasWorkOrClosing() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closing_ || !queue_.empty();
+  }
+
+  absl::Mutex mu_;
+  std::deque<IoRequest> queue_ ABSL_GUARDED_BY(mu_);
+  int active_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex admit_mu_;  // serialises IoAdmission calls
   std::vector<std::thread> workers_;
 };
 
