@@ -1,12 +1,12 @@
 // Helpers for optimizer tests: deterministic parameters and gradients, and an
 // in-memory reference that runs the same kernel on whole arrays.
-#ifndef MLPO_TESTS_OPTIMIZER_TEST_UTIL_H_
-#define MLPO_TESTS_OPTIMIZER_TEST_UTIL_H_
+#ifndef MLPO_TESTS_OPTIMIZER_OPTIMIZER_TEST_UTIL_H_
+#define MLPO_TESTS_OPTIMIZER_OPTIMIZER_TEST_UTIL_H_
 
 #include <vector>
 
 #include "optimizer/optimizer.h"
-#include "tests/store_test_util.h"
+#include "tests/store/store_test_util.h"
 
 namespace mlpo {
 
@@ -92,4 +92,4 @@ struct InMemoryRef {
 
 }  // namespace mlpo
 
-#endif  // MLPO_TESTS_OPTIMIZER_TEST_UTIL_H_
+#endif  // MLPO_TESTS_OPTIMIZER_OPTIMIZER_TEST_UTIL_H_

@@ -14,7 +14,7 @@
 
 #include "gtest/gtest.h"
 #include "store/fs/fault_injection_fs.h"
-#include "tests/store_test_util.h"
+#include "tests/store/store_test_util.h"
 
 namespace mlpo {
 namespace {

@@ -10,7 +10,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
-#include "tests/store_test_util.h"
+#include "tests/store/store_test_util.h"
 
 namespace mlpo {
 namespace {

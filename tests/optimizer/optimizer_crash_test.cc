@@ -8,7 +8,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
-#include "tests/optimizer_test_util.h"
+#include "tests/optimizer/optimizer_test_util.h"
 
 namespace mlpo {
 namespace {

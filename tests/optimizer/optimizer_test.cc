@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "gtest/gtest.h"
-#include "tests/optimizer_test_util.h"
+#include "tests/optimizer/optimizer_test_util.h"
 
 namespace mlpo {
 namespace {

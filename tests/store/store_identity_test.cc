@@ -12,7 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "store/fs/file_util.h"
-#include "tests/store_test_util.h"
+#include "tests/store/store_test_util.h"
 
 namespace mlpo {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/store_test_util.h"
+#include "tests/store/store_test_util.h"
 
 namespace mlpo {
 namespace {

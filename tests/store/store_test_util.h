@@ -1,6 +1,6 @@
 // Fixture helpers for object store tests: a store over N temp paths.
-#ifndef MLPO_TESTS_STORE_TEST_UTIL_H_
-#define MLPO_TESTS_STORE_TEST_UTIL_H_
+#ifndef MLPO_TESTS_STORE_STORE_TEST_UTIL_H_
+#define MLPO_TESTS_STORE_STORE_TEST_UTIL_H_
 
 #include <string>
 #include <vector>
@@ -57,4 +57,4 @@ inline void ExpectNoLeak(ObjectStore* s) {
 
 }  // namespace mlpo
 
-#endif  // MLPO_TESTS_STORE_TEST_UTIL_H_
+#endif  // MLPO_TESTS_STORE_STORE_TEST_UTIL_H_
