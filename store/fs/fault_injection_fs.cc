@@ -128,31 +128,17 @@ class RocksFs final : public rocksdb::FileSystemWrapper {
                                     const rocksdb::FileOptions& o,
                                     std::unique_ptr<rocksdb::FSWritableFile>* r,
                                     rocksdb::IODebugContext* g) override {
-    auto s = ToIo(owner_->Check(Op::kOpen));
-    if (!s.ok()) return s;
-    std::error_code ec;
-    bool existed = fs::exists(f, ec);
-    std::unique_ptr<rocksdb::FSWritableFile> t;
-    s = target()->NewWritableFile(f, o, &t, g);
-    if (!s.ok()) return s;
-    owner_->Track(Normal(f), !existed);
-    *r = std::make_unique<RocksFile>(std::move(t), Normal(f), owner_);
-    return s;
+    return Tracked(f, r, [&](std::unique_ptr<rocksdb::FSWritableFile>* t) {
+      return target()->NewWritableFile(f, o, t, g);
+    });
   }
   rocksdb::IOStatus ReopenWritableFile(
       const std::string& f, const rocksdb::FileOptions& o,
       std::unique_ptr<rocksdb::FSWritableFile>* r,
       rocksdb::IODebugContext* g) override {
-    auto s = ToIo(owner_->Check(Op::kOpen));
-    if (!s.ok()) return s;
-    std::error_code ec;
-    bool existed = fs::exists(f, ec);
-    std::unique_ptr<rocksdb::FSWritableFile> t;
-    s = target()->ReopenWritableFile(f, o, &t, g);
-    if (!s.ok()) return s;
-    owner_->Track(Normal(f), !existed);
-    *r = std::make_unique<RocksFile>(std::move(t), Normal(f), owner_);
-    return s;
+    return Tracked(f, r, [&](std::unique_ptr<rocksdb::FSWritableFile>* t) {
+      return target()->ReopenWritableFile(f, o, t, g);
+    });
   }
   rocksdb::IOStatus ReuseWritableFile(const std::string&, const std::string&,
                                       const rocksdb::FileOptions&,
@@ -189,6 +175,24 @@ class RocksFs final : public rocksdb::FileSystemWrapper {
   }
 
  private:
+  // Opens a writable file through `open` and wraps it so that its appends
+  // and syncs go through the owner's bookkeeping.
+  template <typename Open>
+  rocksdb::IOStatus Tracked(const std::string& f,
+                            std::unique_ptr<rocksdb::FSWritableFile>* r,
+                            Open open) {
+    auto s = ToIo(owner_->Check(Op::kOpen));
+    if (!s.ok()) return s;
+    std::error_code ec;
+    bool existed = fs::exists(f, ec);
+    std::unique_ptr<rocksdb::FSWritableFile> t;
+    s = open(&t);
+    if (!s.ok()) return s;
+    owner_->Track(Normal(f), !existed);
+    *r = std::make_unique<RocksFile>(std::move(t), Normal(f), owner_);
+    return s;
+  }
+
   FaultInjectionFileSystem* owner_;
 };
 

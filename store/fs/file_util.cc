@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "store/fs/file_system.h"
 
 namespace mlpo {
 
@@ -40,36 +41,7 @@ absl::Status SyncDir(const std::string& dir) {
 }
 
 absl::Status WriteFileAtomic(const std::string& file, absl::string_view data) {
-  std::string tmp = file + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                  kPrivateFileMode);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("create ", tmp));
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = n < 0 ? errno : EIO;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return ErrnoStatus(err, absl::StrCat("write ", tmp));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fdatasync(fd) != 0) {
-    int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return ErrnoStatus(err, absl::StrCat("fdatasync ", tmp));
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), file.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoStatus(err, absl::StrCat("rename ", tmp, " to ", file));
-  }
-  std::string dir = std::filesystem::path(file).parent_path().string();
-  return SyncDir(dir.empty() ? "." : dir);
+  return DefaultFileSystem()->WriteFileAtomic(file, data);
 }
 
 absl::StatusOr<std::string> ReadSmallFile(const std::string& file,

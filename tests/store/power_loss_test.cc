@@ -116,15 +116,7 @@ TEST_P(PowerLossTest, AcknowledgedStateSurvivesEveryCut) {
           << Obj(i) << " version " << (*l)->version();
       acked[Obj(i)] = (*l)->version();
     }
-    ExpectNoLeak(s->get());
-    auto rep = (*s)->Verify();
-    ASSERT_TRUE(rep.ok());
-    EXPECT_TRUE(rep->bad.empty()) << rep->bad.size() << " bad extents";
-    for (auto& [tag, objs] : (*s)->Tags()) {
-      auto tr = (*s)->Verify(tag);
-      ASSERT_TRUE(tr.ok());
-      EXPECT_TRUE(tr->bad.empty()) << "tag " << tag;
-    }
+    ExpectStoreVerifies(s->get());
     if (!step) {
       // Start the next round from a tag of what survived.
       acked_tag = "base" + std::to_string(iter);

@@ -79,15 +79,7 @@ TEST(StoreCrashTest, SigkillDuringCommitsLosesNothingCommitted) {
       last_head[name] = v;
       next_version = std::max(next_version, v + 1);
     }
-    ExpectNoLeak(s->get());
-    auto rep = (*s)->Verify();
-    ASSERT_TRUE(rep.ok());
-    EXPECT_TRUE(rep->bad.empty()) << rep->bad.size() << " bad extents";
-    for (auto& [tag, objs] : (*s)->Tags()) {
-      auto tr = (*s)->Verify(tag);
-      ASSERT_TRUE(tr.ok());
-      EXPECT_TRUE(tr->bad.empty()) << "tag " << tag;
-    }
+    ExpectStoreVerifies(s->get());
   }
   EXPECT_EQ(kills, iterations);
   EXPECT_GT(next_version, 3u) << "the child hardly committed anything";

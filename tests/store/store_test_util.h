@@ -55,6 +55,20 @@ inline void ExpectNoLeak(ObjectStore* s) {
         << "path " << p.root;
 }
 
+// Every head and every tag reads back with good checksums, and nothing
+// leaks: what the crash and power-loss loops check after each reopen.
+inline void ExpectStoreVerifies(ObjectStore* s) {
+  ExpectNoLeak(s);
+  auto rep = s->Verify();
+  ASSERT_TRUE(rep.ok());
+  EXPECT_TRUE(rep->bad.empty()) << rep->bad.size() << " bad extents";
+  for (auto& [tag, objs] : s->Tags()) {
+    auto tr = s->Verify(tag);
+    ASSERT_TRUE(tr.ok());
+    EXPECT_TRUE(tr->bad.empty()) << "tag " << tag;
+  }
+}
+
 }  // namespace mlpo
 
 #endif  // MLPO_TESTS_STORE_STORE_TEST_UTIL_H_
