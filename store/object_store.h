@@ -170,7 +170,8 @@ class ObjectStore {
   static absl::StatusOr<RecoverReport> Recover(const StoreOptions& options,
                                                bool discard);
   // The pid holding the writer lock of the store in `meta_dir`, or 0.
-  static int WriterPid(const std::string& meta_dir);
+  static int WriterPid(const std::string& meta_dir,
+                       FileSystem* fs = nullptr);
   ~ObjectStore();  // waits for commits in flight
 
   // Declares an object's layout. Idempotent; a different layout for an
@@ -261,7 +262,6 @@ class ObjectStore {
   FileSystem* fs() const {
     return options_.fs ? options_.fs : DefaultFileSystem();
   }
-  rocksdb::Env* Env() const { return fs()->RocksEnv(); }
   // "store N rank R (index DIR)", for messages.
   std::string Where() const;
   // Every root exists and no two are one directory.

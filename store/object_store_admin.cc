@@ -2,7 +2,6 @@
 #include <algorithm>
 
 #include <cstdio>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "store/fs/file_util.h"
@@ -20,22 +19,19 @@ void ObjectStore::BackupIndex() {
   for (auto& p : paths_) {
     std::string dir = p->dir() + "/" + kIndexBackupDir;
     std::string tmp = dir + ".tmp", old = dir + ".old";
-    std::error_code ec;
     // Leftovers of a backup cut short (RocksDB stages a checkpoint in
     // "<dir>.tmp") would block every later one.
-    std::filesystem::remove_all(tmp, ec);
-    std::filesystem::remove_all(tmp + ".tmp", ec);
-    absl::Status st = meta_->Checkpoint(tmp);
+    absl::Status st = fs()->RemoveTree(tmp);
+    if (st.ok()) st = fs()->RemoveTree(tmp + ".tmp");
+    if (st.ok()) st = meta_->Checkpoint(tmp);
     if (st.ok()) {
       // Keep a complete copy at every instant: meta-backup or, during the
       // swap, meta-backup.old.
-      std::filesystem::remove_all(old, ec);
-      if (std::filesystem::exists(dir, ec))
-        std::filesystem::rename(dir, old, ec);
-      if (!ec) std::filesystem::rename(tmp, dir, ec);
-      if (ec) st = ErrnoStatus(ec.value(), "rename " + tmp + " to " + dir);
-      if (st.ok()) st = SyncDir(p->dir());
-      std::filesystem::remove_all(old, ec);
+      st = fs()->RemoveTree(old);
+      if (st.ok() && fs()->Exists(dir)) st = fs()->Rename(dir, old);
+      if (st.ok()) st = fs()->Rename(tmp, dir);
+      if (st.ok()) st = fs()->SyncDir(p->dir());
+      if (st.ok()) st = fs()->RemoveTree(old);
     }
     if (!st.ok())
       std::fprintf(stderr, "mlpo: %s: index backup on %s failed: %s\n",
@@ -208,7 +204,8 @@ absl::StatusOr<VerifyReport> ObjectStore::Verify(
     // A writer may have replaced a version (and reused its space) after this
     // view was opened: read the index again, and a version that is no longer
     // the head (or no longer in the tag) was superseded, not corrupted.
-    auto now = MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kReadOnly);
+    auto now =
+        MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kReadOnly, fs());
     absl::StatusOr<MetaSnapshot> snap =
         now.ok() ? (*now)->Load() : absl::StatusOr<MetaSnapshot>(now.status());
     if (snap.ok()) {

@@ -61,12 +61,15 @@ absl::StatusOr<std::unique_ptr<ObjectStore>> ObjectStore::Open(
   return s;
 }
 
-int ObjectStore::WriterPid(const std::string& meta_dir) {
+int ObjectStore::WriterPid(const std::string& meta_dir, FileSystem* fsys) {
+  if (fsys == nullptr) fsys = DefaultFileSystem();
   std::string file = absl::StrCat(meta_dir, "/", kLockFile);
-  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
+  auto opened = fsys->OpenLockFile(file, /*create=*/false);
+  if (!opened.ok()) return 0;
+  int fd = *opened;
   int pid = 0;
-  if (::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+  auto got = fsys->TryLock(fd, file, /*exclusive=*/false);
+  if (got.ok() && !*got) {
     char buf[32] = {0};
     if (::pread(fd, buf, sizeof(buf) - 1, 0) > 0) pid = std::atoi(buf);
     if (pid == 0) pid = -1;  // held, holder unknown
@@ -77,27 +80,26 @@ int ObjectStore::WriterPid(const std::string& meta_dir) {
 
 absl::Status ObjectStore::LockStore() {
   std::string file = absl::StrCat(options_.meta_dir, "/", kLockFile);
-  lock_fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, kPrivateFileMode);
-  if (lock_fd_ < 0) return ErrnoStatus(errno, absl::StrCat("open ", file));
-  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-    int err = errno;
+  MLPO_ASSIGN_OR_RETURN(lock_fd_, fs()->OpenLockFile(file, /*create=*/true));
+  auto got = fs()->TryLock(lock_fd_, file, /*exclusive=*/true);
+  if (!got.ok() || !*got) {
     char buf[64] = {0};
     ssize_t n = ::pread(lock_fd_, buf, sizeof(buf) - 1, 0);
     ::close(lock_fd_);
     lock_fd_ = -1;
-    if (err == EWOULDBLOCK)
+    if (got.ok())
       return absl::FailedPreconditionError(absl::StrCat(
           "store ", options_.meta_dir, " is already open by ",
           n > 0 ? absl::StrCat("pid ", std::string(buf, strcspn(buf, "\n")))
                 : "another process",
           " (one writer per store)"));
-    return ErrnoStatus(err, absl::StrCat("lock ", file));
+    return got.status();
   }
+  // Who holds it, for the message above; padded so no older pid's digits
+  // outlive it.
   std::string me = absl::StrCat(getpid(), "\n");
-  if (::ftruncate(lock_fd_, 0) != 0 ||
-      ::pwrite(lock_fd_, me.data(), me.size(), 0) < 0)
-    return ErrnoStatus(errno, absl::StrCat("write ", file));
-  return absl::OkStatus();
+  me.resize(32, ' ');
+  return fs()->WriteAt(lock_fd_, file, me, 0);
 }
 
 std::string ObjectStore::Where() const {
@@ -106,22 +108,22 @@ std::string ObjectStore::Where() const {
 }
 
 absl::Status ObjectStore::CheckRoots() const {
-  std::vector<std::pair<dev_t, ino_t>> ids;
+  std::vector<std::pair<uint64_t, uint64_t>> ids;
   for (size_t i = 0; i < options_.paths.size(); ++i) {
     const std::string& root = options_.paths[i].path.root;
-    struct stat st;
-    if (::stat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    auto st = fs()->Stat(root);
+    if (!st.ok() || !st->is_dir)
       return absl::NotFoundError(absl::StrCat(
           "store ", options_.name, ": path[", i, "] ", root,
           " does not exist or is not a directory"));
     for (size_t j = 0; j < ids.size(); ++j)
-      if (ids[j] == std::make_pair(st.st_dev, st.st_ino))
+      if (ids[j] == std::make_pair(st->dev, st->ino))
         return absl::InvalidArgumentError(absl::StrCat(
             "store ", options_.name, ": path[", j, "] ",
             options_.paths[j].path.root, " and path[", i, "] ", root,
             " are the same directory (a link or bind mount?); each path must "
             "be a distinct directory"));
-    ids.emplace_back(st.st_dev, st.st_ino);
+    ids.emplace_back(st->dev, st->ino);
   }
   return absl::OkStatus();
 }
@@ -129,7 +131,8 @@ absl::Status ObjectStore::CheckRoots() const {
 // Refuses to create an index when the store's directories show that one
 // existed: segment files, or descriptors naming another index.
 static absl::Status CheckNoStoreData(const StoreOptions& o, const Survey& sv,
-                                     const std::string& where) {
+                                     const std::string& where,
+                                     FileSystem* fsys) {
   std::string other;
   for (auto& p : sv.paths)
     if (!p.meta_dir.empty() && Abs(p.meta_dir) != Abs(o.meta_dir))
@@ -146,8 +149,7 @@ static absl::Status CheckNoStoreData(const StoreOptions& o, const Survey& sv,
         ". mlpo never starts a store afresh over existing data: fix "
         "meta_dir, put the index back from a backup, or run `mlpo recover "
         "STORE` to see what can be done"));
-  std::error_code ec;
-  if (!other.empty() && fs::exists(other + "/CURRENT", ec))
+  if (!other.empty() && fsys->Exists(other + "/CURRENT"))
     return absl::FailedPreconditionError(absl::StrCat(
         where, ": there is no index, but the store's directories belong to "
         "the index at ", other, ": is meta_dir misspelt?"));
@@ -156,8 +158,9 @@ static absl::Status CheckNoStoreData(const StoreOptions& o, const Survey& sv,
 
 absl::Status ObjectStore::PreparePaths(const std::string& uuid) {
   for (auto& pc : options_.paths) {
-    MLPO_RETURN_IF_ERROR(PathUuid(pc.path.root, /*create=*/true).status());
-    MLPO_RETURN_IF_ERROR(MakePrivateDirs(
+    MLPO_RETURN_IF_ERROR(
+        PathUuid(pc.path.root, /*create=*/true, fs()).status());
+    MLPO_RETURN_IF_ERROR(fs()->CreateDirs(
         absl::StrCat(pc.path.root, "/", StoreNamespace(options_))));
   }
   return WriteDescriptors(uuid);
@@ -167,7 +170,7 @@ absl::Status ObjectStore::WriteDescriptors(const std::string& uuid) {
   std::string text = StoreDescriptorJson(options_, uuid) + "\n";
   for (auto& pc : options_.paths) {
     std::string dir = absl::StrCat(pc.path.root, "/", StoreNamespace(options_));
-    auto old = ReadSmallFile(dir + "/STORE", kMaxConfigBytes);
+    auto old = fs()->ReadFile(dir + "/STORE", kMaxConfigBytes);
     if (old.ok() && *old == text) continue;
     MLPO_RETURN_IF_ERROR(fs()->WriteFileAtomic(dir + "/STORE", text));
   }
@@ -180,7 +183,7 @@ absl::Status ObjectStore::InitializeIndex(MetaIndex* m,
   b.PutStoreUuid(uuid);
   for (size_t i = 0; i < options_.paths.size(); ++i) {
     const auto& po = options_.paths[i].path;
-    MLPO_ASSIGN_OR_RETURN(std::string path_uuid, PathUuid(po.root, false));
+    MLPO_ASSIGN_OR_RETURN(std::string path_uuid, PathUuid(po.root, false, fs()));
     b.PutPath(static_cast<uint32_t>(i),
               {path_uuid, Abs(po.root), PathKindName(po.kind),
                po.segment_bytes});
@@ -196,7 +199,7 @@ absl::Status ObjectStore::CheckIndex(const MetaSnapshot& snap, uint64_t seq,
                                      const StoreSurvey& sv, bool* empty) const {
   *empty = false;
   const std::string& uuid = snap.store_uuid;
-  MLPO_ASSIGN_OR_RETURN(uint64_t seal, ReadSeal(options_.meta_dir, uuid));
+  MLPO_ASSIGN_OR_RETURN(uint64_t seal, ReadSeal(options_.meta_dir, fs(), uuid));
   if (seal > seq)
     return absl::DataLossError(absl::StrCat(
         Where(), " has lost acknowledged writes: it opens at index sequence ",
@@ -232,23 +235,22 @@ absl::Status ObjectStore::OpenImpl() {
   const bool ro = options_.read_only;
   MLPO_RETURN_IF_ERROR(CheckRoots());
   for (auto& pc : options_.paths) pc.path.read_only = ro;
-  std::error_code ec;
-  if (!ro && fs::is_directory(options_.meta_dir, ec))
+  if (!ro && fs()->IsDirectory(options_.meta_dir))
     MLPO_RETURN_IF_ERROR(LockStore());
   Survey sv = SurveyStore(options_);
   if (sv.index == IndexState::kAbsent) {
-    MLPO_RETURN_IF_ERROR(CheckNoStoreData(options_, sv, Where()));
+    MLPO_RETURN_IF_ERROR(CheckNoStoreData(options_, sv, Where(), fs()));
     if (ro || !options_.create_if_missing)
       return absl::NotFoundError(absl::StrCat(
           "store ", options_.name, " rank ", options_.rank,
           " has no index in ", options_.meta_dir));
     if (lock_fd_ < 0) {
-      MLPO_RETURN_IF_ERROR(MakePrivateDirs(options_.meta_dir));
+      MLPO_RETURN_IF_ERROR(fs()->CreateDirs(options_.meta_dir));
       MLPO_RETURN_IF_ERROR(LockStore());
       sv = SurveyStore(options_);  // someone may have created it meanwhile
     }
     if (sv.index == IndexState::kAbsent) {
-      MLPO_RETURN_IF_ERROR(CheckNoStoreData(options_, sv, Where()));
+      MLPO_RETURN_IF_ERROR(CheckNoStoreData(options_, sv, Where(), fs()));
       // Adopt the identity of a creation cut short (descriptors, no data).
       std::string uuid;
       for (auto& p : sv.paths)
@@ -256,7 +258,7 @@ absl::Status ObjectStore::OpenImpl() {
       if (uuid.empty()) uuid = NewUuid();
       MLPO_RETURN_IF_ERROR(PreparePaths(uuid));
       MLPO_ASSIGN_OR_RETURN(
-          auto m, MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kCreate, Env()));
+          auto m, MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kCreate, fs()));
       MLPO_RETURN_IF_ERROR(InitializeIndex(m.get(), uuid));
       sv = SurveyStore(options_);
     }
@@ -271,7 +273,7 @@ absl::Status ObjectStore::OpenImpl() {
   // pass.
   MLPO_ASSIGN_OR_RETURN(
       std::unique_ptr<MetaIndex> view,
-      MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kReadOnly, Env()));
+      MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kReadOnly, fs()));
   MLPO_ASSIGN_OR_RETURN(MetaSnapshot snap, view->Load());
   bool empty = false;
   MLPO_RETURN_IF_ERROR(CheckIndex(snap, view->sequence(), sv, &empty));
@@ -283,7 +285,7 @@ absl::Status ObjectStore::OpenImpl() {
   } else {
     view.reset();
     MLPO_ASSIGN_OR_RETURN(
-        meta_, MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kWrite, Env()));
+        meta_, MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kWrite, fs()));
     if (empty) {
       std::string uuid;
       for (auto& p : sv.paths)
@@ -312,7 +314,7 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
   for (size_t i = 0; i < options_.paths.size(); ++i) {
     auto& po = options_.paths[i].path;
     const PathRecord& rec = snap.paths[i];
-    auto uuid = PathUuid(po.root, false);
+    auto uuid = PathUuid(po.root, false, fs());
     if (!uuid.ok())
       return absl::FailedPreconditionError(absl::StrCat(
           "path ", i, " (", po.root, ") is not the store's path ", rec.root,
@@ -325,7 +327,7 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
     // The store knows its own segment size; the config's is only for new
     // stores.
     std::string dir = absl::StrCat(po.root, "/", StoreNamespace(options_));
-    MLPO_ASSIGN_OR_RETURN(uint64_t on_disk, ExistingSegmentBytes(dir));
+    MLPO_ASSIGN_OR_RETURN(uint64_t on_disk, ExistingSegmentBytes(dir, fs()));
     if (rec.segment_bytes != 0 && on_disk != 0 && on_disk != rec.segment_bytes)
       return absl::DataLossError(absl::StrCat(
           "path ", po.root, ": segment file ", dir, "/seg-000000 is ", on_disk,

@@ -2,7 +2,6 @@
 // and says what was lost (see object_store.h and the README's identity and
 // recovery rules).
 #include <ctime>
-#include <filesystem>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -13,11 +12,14 @@
 #include "store/store_survey.h"
 
 namespace mlpo {
-namespace fs = std::filesystem;
 
 namespace {
 
 using Survey = StoreSurvey;
+
+// An index backup's files are RocksDB's (a few SSTs, a WAL, a manifest);
+// anything larger is not one of ours.
+constexpr size_t kMaxBackupFileBytes = size_t{1} << 30;
 
 struct Backup {
   std::string dir;
@@ -27,14 +29,14 @@ struct Backup {
 
 // The newest index backup in the store's directories that belongs to store
 // `uuid` (any when empty); dir is empty when there is none.
-Backup FindBackup(const Survey& sv, const std::string& uuid) {
+Backup FindBackup(const Survey& sv, const std::string& uuid,
+                  FileSystem* fsys) {
   Backup best;
-  std::error_code ec;
   for (auto& p : sv.paths) {
     for (const char* name : {"", ".old"}) {
       std::string dir = absl::StrCat(p.dir, "/", kIndexBackupDir, name);
-      if (!fs::exists(dir + "/CURRENT", ec)) continue;
-      auto m = MetaIndex::Open(dir, MetaIndex::Mode::kReadOnly);
+      if (!fsys->Exists(dir + "/CURRENT")) continue;
+      auto m = MetaIndex::Open(dir, MetaIndex::Mode::kReadOnly, fsys);
       if (!m.ok()) continue;
       auto snap = (*m)->Load();
       if (!snap.ok() || snap->store_uuid.empty()) continue;
@@ -54,25 +56,28 @@ Backup FindBackup(const Survey& sv, const std::string& uuid) {
 // Replaces the index in `meta` with a copy of `backup`, keeping what was
 // there as <meta>.damaged-<time>. The caller holds the store's lock.
 absl::Status RebuildFromBackup(const std::string& meta,
-                               const std::string& backup,
-                               std::string* kept) {
-  std::error_code ec;
-  if (fs::exists(meta, ec)) {
+                               const std::string& backup, std::string* kept,
+                               FileSystem* fsys) {
+  if (fsys->Exists(meta)) {
     *kept = absl::StrCat(meta, ".damaged-", ::time(nullptr));
-    fs::rename(meta, *kept, ec);
-    if (ec) return ErrnoStatus(ec.value(), "rename " + meta + " to " + *kept);
+    MLPO_RETURN_IF_ERROR(fsys->Rename(meta, *kept));
   }
-  MLPO_RETURN_IF_ERROR(MakePrivateDirs(meta));
-  for (fs::directory_iterator it(backup, ec), end; !ec && it != end;
-       it.increment(ec)) {
-    if (!it->is_regular_file()) continue;
-    fs::copy_file(it->path(), fs::path(meta) / it->path().filename(), ec);
-    if (ec)
-      return ErrnoStatus(ec.value(), "copy " + it->path().string() + " to " +
-                                         meta);
+  MLPO_RETURN_IF_ERROR(fsys->CreateDirs(meta));
+  MLPO_ASSIGN_OR_RETURN(std::vector<std::string> names, fsys->ListDir(backup));
+  for (const std::string& n : names) {
+    std::string from = absl::StrCat(backup, "/", n);
+    auto info = fsys->Stat(from);
+    if (!info.ok() || !info->is_regular) continue;
+    // Every copied file synced, then the directory: the rebuilt index is
+    // durable before anything is opened on it.
+    MLPO_ASSIGN_OR_RETURN(std::string data,
+                          fsys->ReadFile(from, kMaxBackupFileBytes));
+    MLPO_RETURN_IF_ERROR(
+        fsys->WriteFileSynced(absl::StrCat(meta, "/", n), data));
   }
-  if (ec) return ErrnoStatus(ec.value(), "read " + backup);
-  MLPO_ASSIGN_OR_RETURN(auto m, MetaIndex::Open(meta, MetaIndex::Mode::kWrite));
+  MLPO_RETURN_IF_ERROR(fsys->SyncDir(meta));
+  MLPO_ASSIGN_OR_RETURN(auto m,
+                        MetaIndex::Open(meta, MetaIndex::Mode::kWrite, fsys));
   MLPO_ASSIGN_OR_RETURN(MetaSnapshot snap, m->Load());
   return m->SetSealUuid(snap.store_uuid);
 }
@@ -89,23 +94,24 @@ absl::StatusOr<RecoverReport> ObjectStore::Recover(const StoreOptions& options,
     if (o.meta_dir.empty()) o.meta_dir = DefaultMetaDir(o);
     rep.meta_dir = o.meta_dir;
     MLPO_RETURN_IF_ERROR(s->CheckRoots());
-    std::error_code ec;
-    if (fs::is_directory(o.meta_dir, ec)) MLPO_RETURN_IF_ERROR(s->LockStore());
+    FileSystem* fsys = s->fs();
+    if (fsys->IsDirectory(o.meta_dir)) MLPO_RETURN_IF_ERROR(s->LockStore());
     Survey sv = SurveyStore(o);
     absl::Status unrecoverable;
     std::set<std::string> recovered_tags;
     if (sv.index == IndexState::kPresent) {
       std::string uuid;
       {
-        auto view = MetaIndex::Open(o.meta_dir, MetaIndex::Mode::kReadOnly);
+        auto view =
+            MetaIndex::Open(o.meta_dir, MetaIndex::Mode::kReadOnly, fsys);
         if (view.ok()) {
           auto snap = (*view)->Load();
           if (snap.ok()) uuid = snap->store_uuid;
         }
       }
-      auto seal = ReadSeal(o.meta_dir, uuid);
+      auto seal = ReadSeal(o.meta_dir, fsys, uuid);
       if (!seal.ok()) return seal.status();
-      auto m = MetaIndex::Open(o.meta_dir, MetaIndex::Mode::kRecover);
+      auto m = MetaIndex::Open(o.meta_dir, MetaIndex::Mode::kRecover, fsys);
       if (m.ok()) {
         auto snap = (*m)->Load();
         if (!snap.ok()) return snap.status();
@@ -142,17 +148,18 @@ absl::StatusOr<RecoverReport> ObjectStore::Recover(const StoreOptions& options,
     std::string uuid;
     for (auto& p : sv.paths)
       if (!p.uuid.empty()) uuid = p.uuid;
-    Backup backup = FindBackup(sv, uuid);
+    Backup backup = FindBackup(sv, uuid, fsys);
     bool lost_tags = false;
     for (auto& t : backup.tags) lost_tags |= !recovered_tags.count(t);
     if (!backup.dir.empty() &&
         (!unrecoverable.ok() || (rep.rolled_back && lost_tags))) {
-      if (!fs::is_directory(o.meta_dir, ec)) {
-        MLPO_RETURN_IF_ERROR(MakePrivateDirs(o.meta_dir));
+      if (!fsys->IsDirectory(o.meta_dir)) {
+        MLPO_RETURN_IF_ERROR(fsys->CreateDirs(o.meta_dir));
         MLPO_RETURN_IF_ERROR(s->LockStore());
       }
       MLPO_RETURN_IF_ERROR(
-          RebuildFromBackup(o.meta_dir, backup.dir, &rep.damaged_index_kept));
+          RebuildFromBackup(o.meta_dir, backup.dir, &rep.damaged_index_kept,
+                            fsys));
       rep.rebuilt_from = backup.dir;
       unrecoverable = absl::OkStatus();
     }
@@ -166,26 +173,34 @@ absl::StatusOr<RecoverReport> ObjectStore::Recover(const StoreOptions& options,
           "so that it can start afresh"));
     if (!unrecoverable.ok()) {
       // Discard, as asked: the store's own files only.
-      auto remove = [&](const fs::path& f) {
-        std::error_code e;
-        uint64_t size = fs::is_regular_file(f, e) ? fs::file_size(f, e) : 0;
-        if (fs::remove(f, e)) {
-          ++rep.discarded_files;
-          rep.discarded_bytes += size;
-        }
+      auto remove = [&](const std::string& dir,
+                        const std::string& name) -> absl::Status {
+        std::string f = absl::StrCat(dir, "/", name);
+        auto info = fsys->Stat(f);
+        if (info.ok() && info->is_dir) return fsys->RemoveTree(f);
+        uint64_t size = info.ok() ? info->size : 0;
+        MLPO_RETURN_IF_ERROR(fsys->Unlink(f));
+        ++rep.discarded_files;
+        rep.discarded_bytes += size;
+        return absl::OkStatus();
       };
       for (auto& p : sv.paths) {
-        for (fs::directory_iterator it(p.dir, ec), end; !ec && it != end;
-             it.increment(ec)) {
-          std::string n = it->path().filename().string();
-          if (n.rfind("seg-", 0) == 0 || n == "STORE") remove(it->path());
-        }
+        auto names = fsys->ListDir(p.dir);
+        if (names.ok())
+          for (auto& n : *names)
+            if (n.rfind("seg-", 0) == 0 || n == "STORE")
+              MLPO_RETURN_IF_ERROR(remove(p.dir, n));
         for (const char* b : {"", ".old", ".tmp"})
-          fs::remove_all(absl::StrCat(p.dir, "/", kIndexBackupDir, b), ec);
+          MLPO_RETURN_IF_ERROR(fsys->RemoveTree(
+              absl::StrCat(p.dir, "/", kIndexBackupDir, b)));
+        MLPO_RETURN_IF_ERROR(fsys->SyncDir(p.dir));
       }
-      for (fs::directory_iterator it(o.meta_dir, ec), end; !ec && it != end;
-           it.increment(ec))
-        if (it->path().filename() != kLockFile) remove(it->path());
+      auto names = fsys->ListDir(o.meta_dir);
+      if (names.ok()) {
+        for (auto& n : *names)
+          if (n != kLockFile) MLPO_RETURN_IF_ERROR(remove(o.meta_dir, n));
+        MLPO_RETURN_IF_ERROR(fsys->SyncDir(o.meta_dir));
+      }
       rep.discarded = true;
       return rep;
     }

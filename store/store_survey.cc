@@ -1,6 +1,5 @@
 #include "store/store_survey.h"
 
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -8,7 +7,6 @@
 #include "store/path/storage_path.h"
 
 namespace mlpo {
-namespace fs = std::filesystem;
 
 int StoreSurvey::segments() const {
   int n = 0;
@@ -25,14 +23,12 @@ std::string StoreSurvey::SegmentSummary() const {
 
 StoreSurvey SurveyStore(const StoreOptions& o) {
   StoreSurvey sv;
-  std::error_code ec;
-  bool current = fs::exists(o.meta_dir + "/CURRENT", ec);
-  if (current) {
+  FileSystem* fsys = o.fs != nullptr ? o.fs : DefaultFileSystem();
+  if (fsys->Exists(o.meta_dir + "/CURRENT")) {
     sv.index = IndexState::kPresent;
   } else {
-    for (fs::directory_iterator it(o.meta_dir, ec), end; !ec && it != end;
-         it.increment(ec)) {
-      std::string n = it->path().filename().string();
+    auto names = fsys->ListDir(o.meta_dir);
+    for (auto& n : names.ok() ? *names : std::vector<std::string>()) {
       if (n == kLockFile) continue;
       sv.index_files.push_back(n);
     }
@@ -42,8 +38,8 @@ StoreSurvey SurveyStore(const StoreOptions& o) {
   for (auto& pc : o.paths) {
     PathSurvey ps;
     ps.dir = absl::StrCat(pc.path.root, "/", ns);
-    ps.segments = CountSegmentFiles(ps.dir);
-    auto text = ReadSmallFile(ps.dir + "/STORE", kMaxConfigBytes);
+    ps.segments = CountSegmentFiles(ps.dir, fsys);
+    auto text = fsys->ReadFile(ps.dir + "/STORE", kMaxConfigBytes);
     if (text.ok()) {
       ps.has_descriptor = true;
       auto d = StoreOptionsFromDescriptor(*text);

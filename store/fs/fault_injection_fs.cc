@@ -168,8 +168,10 @@ class RocksFs final : public rocksdb::FileSystemWrapper {
   rocksdb::IOStatus DeleteFile(const std::string& f,
                                const rocksdb::IOOptions& io,
                                rocksdb::IODebugContext* g) override {
+    auto s = ToIo(owner_->Check(Op::kUnlink, f));
+    if (!s.ok()) return s;
     owner_->BeforeDelete(Normal(f));
-    auto s = target()->DeleteFile(f, io, g);
+    s = target()->DeleteFile(f, io, g);
     if (s.ok()) owner_->Deleted(Normal(f));
     return s;
   }
@@ -286,7 +288,9 @@ void FaultInjectionFileSystem::TrackLocked(const std::string& path,
                                            bool created) {
   if (created) {
     files_[path] = File{};
-    pending_[DirOf(path)].push_back({false, false, "", path, std::nullopt});
+    EntryOp op;
+    op.to = path;
+    AddPending(DirOf(path), std::move(op));
     return;
   }
   if (files_.count(path)) return;
@@ -316,8 +320,19 @@ void FaultInjectionFileSystem::DirSynced(const std::string& dir) {
 
 void FaultInjectionFileSystem::Renamed(const std::string& from,
                                        const std::string& to) {
+  std::error_code ec;
+  bool dir = fs::is_directory(to, ec);
   absl::MutexLock l(&mu_);
-  EntryOp op{true, false, from, to, std::nullopt};
+  EntryOp op;
+  op.rename = true;
+  op.dir = dir;
+  op.from = from;
+  op.to = to;
+  if (dir) {
+    RekeyLocked(from, to);
+    AddPending(DirOf(to), std::move(op));
+    return;
+  }
   auto t = files_.find(to);
   if (t != files_.end()) {
     op.displaced = t->second;
@@ -332,7 +347,7 @@ void FaultInjectionFileSystem::Renamed(const std::string& from,
   auto f = files_.find(from);
   files_[to] = f != files_.end() ? f->second : File{};
   if (f != files_.end()) files_.erase(f);
-  pending_[DirOf(to)].push_back(std::move(op));
+  AddPending(DirOf(to), std::move(op));
 }
 
 void FaultInjectionFileSystem::BeforeRename(const std::string& to) {
@@ -375,7 +390,131 @@ void FaultInjectionFileSystem::Deleted(const std::string& path) {
     before_delete_.erase(b);
   }
   files_.erase(path);
-  pending_[DirOf(path)].push_back(std::move(op));
+  AddPending(DirOf(path), std::move(op));
+}
+
+void FaultInjectionFileSystem::AddPending(const std::string& dir, EntryOp op) {
+  op.seq = next_seq_++;
+  pending_[dir].push_back(std::move(op));
+}
+
+namespace {
+bool Under(const std::string& path, const std::string& dir) {
+  return path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+         path[dir.size()] == '/';
+}
+template <typename Map>
+void Rekey(Map* m, const std::string& from, const std::string& to) {
+  Map moved;
+  for (auto it = m->begin(); it != m->end();) {
+    if (it->first == from || Under(it->first, from)) {
+      moved[to + it->first.substr(from.size())] = std::move(it->second);
+      it = m->erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& [k, v] : moved) (*m)[k] = std::move(v);
+}
+}  // namespace
+
+void FaultInjectionFileSystem::RekeyLocked(const std::string& from,
+                                           const std::string& to) {
+  Rekey(&files_, from, to);
+  Rekey(&pending_, from, to);
+}
+
+absl::StatusOr<FileInfo> FaultInjectionFileSystem::Stat(
+    const std::string& path) {
+  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kStat, path), "stat " + path));
+  return DefaultFileSystem()->Stat(path);
+}
+
+absl::Status FaultInjectionFileSystem::CreateDirs(const std::string& dir) {
+  MLPO_RETURN_IF_ERROR(
+      Annotate(Check(Op::kMkdir, dir), "create directory " + dir));
+  return DefaultFileSystem()->CreateDirs(dir);
+}
+
+absl::StatusOr<std::vector<std::string>> FaultInjectionFileSystem::ListDir(
+    const std::string& dir) {
+  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kList, dir), "list " + dir));
+  return DefaultFileSystem()->ListDir(dir);
+}
+
+absl::Status FaultInjectionFileSystem::Unlink(const std::string& path) {
+  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kUnlink, path), "remove " + path));
+  std::string p = Normal(path);
+  BeforeDelete(p);
+  MLPO_RETURN_IF_ERROR(DefaultFileSystem()->Unlink(path));
+  Deleted(p);
+  return absl::OkStatus();
+}
+
+absl::Status FaultInjectionFileSystem::RemoveTree(const std::string& path) {
+  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kUnlink, path), "remove " + path));
+  MLPO_RETURN_IF_ERROR(DefaultFileSystem()->RemoveTree(path));
+  std::string p = Normal(path);
+  absl::MutexLock l(&mu_);
+  for (auto it = files_.begin(); it != files_.end();)
+    it = it->first == p || Under(it->first, p) ? files_.erase(it) : ++it;
+  for (auto it = pending_.begin(); it != pending_.end();)
+    it = it->first == p || Under(it->first, p) ? pending_.erase(it) : ++it;
+  return absl::OkStatus();
+}
+
+absl::Status FaultInjectionFileSystem::Link(const std::string& from,
+                                            const std::string& to) {
+  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kLink, to), "link " + to));
+  std::string content;
+  bool there = ReadAll(from, &content);
+  MLPO_RETURN_IF_ERROR(DefaultFileSystem()->Link(from, to));
+  absl::MutexLock l(&mu_);
+  std::string f = Normal(from), t = Normal(to);
+  TrackLocked(t, /*created=*/true);
+  auto it = files_.find(f);
+  if (it != files_.end()) {
+    files_[t] = it->second;
+  } else if (there) {
+    files_[t].synced = std::move(content);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> FaultInjectionFileSystem::ReadFile(
+    const std::string& path, size_t max_bytes) {
+  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kReadFile, path), "read " + path));
+  return DefaultFileSystem()->ReadFile(path, max_bytes);
+}
+
+absl::StatusOr<int> FaultInjectionFileSystem::OpenLockFile(
+    const std::string& path, bool create) {
+  if (create) MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kOpen, path),
+                                            "open " + path));
+  std::error_code ec;
+  bool existed = fs::exists(path, ec);
+  MLPO_ASSIGN_OR_RETURN(int fd,
+                        DefaultFileSystem()->OpenLockFile(path, create));
+  if (create) Track(Normal(path), !existed);
+  return fd;
+}
+
+absl::StatusOr<bool> FaultInjectionFileSystem::TryLock(int fd,
+                                                       const std::string& path,
+                                                       bool exclusive) {
+  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kLock, path), "lock " + path));
+  return DefaultFileSystem()->TryLock(fd, path, exclusive);
+}
+
+void FaultInjectionFileSystem::Unlock(int fd) {
+  DefaultFileSystem()->Unlock(fd);
+}
+
+absl::Status FaultInjectionFileSystem::WriteAt(int fd, const std::string& path,
+                                               absl::string_view data,
+                                               uint64_t offset) {
+  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kWriteFile, path), "write " + path));
+  return DefaultFileSystem()->WriteAt(fd, path, data, offset);
 }
 
 absl::StatusOr<int> FaultInjectionFileSystem::OpenForIo(
@@ -453,26 +592,35 @@ rocksdb::Env* FaultInjectionFileSystem::RocksEnv() { return env_.get(); }
 absl::Status FaultInjectionFileSystem::RestoreToLastSync() {
   absl::MutexLock l(&mu_);
   std::error_code ec;
-  // Directory entries that never became durable, newest first.
-  for (auto& [dir, ops] : pending_) {
-    for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
-      if (it->deleted) {
-        // The deletion never became durable: the file comes back.
-        if (it->displaced) files_[it->to] = *it->displaced;
-        continue;
-      }
-      if (!it->rename) {
-        fs::remove(it->to, ec);
-        files_.erase(it->to);
-        continue;
-      }
+  // Directory entries that never became durable, undone newest first
+  // across all directories, so each is undone on the tree it was made in.
+  std::vector<EntryOp*> undo;
+  for (auto& [dir, ops] : pending_)
+    for (EntryOp& op : ops) undo.push_back(&op);
+  std::sort(undo.begin(), undo.end(),
+            [](const EntryOp* a, const EntryOp* b) { return a->seq > b->seq; });
+  for (EntryOp* it : undo) {
+    if (it->deleted) {
+      // The deletion never became durable: the file comes back.
+      if (it->displaced) files_[it->to] = *it->displaced;
+      continue;
+    }
+    if (!it->rename) {
+      fs::remove(it->to, ec);
+      files_.erase(it->to);
+      continue;
+    }
+    if (it->dir) {
       if (fs::exists(it->to, ec)) fs::rename(it->to, it->from, ec);
-      files_[it->from] = files_[it->to];
-      if (it->displaced) {
-        files_[it->to] = *it->displaced;
-      } else {
-        files_.erase(it->to);
-      }
+      RekeyLocked(it->to, it->from);
+      continue;
+    }
+    if (fs::exists(it->to, ec)) fs::rename(it->to, it->from, ec);
+    files_[it->from] = files_[it->to];
+    if (it->displaced) {
+      files_[it->to] = *it->displaced;
+    } else {
+      files_.erase(it->to);
     }
   }
   pending_.clear();

@@ -13,8 +13,10 @@
 //    instant can become durable. RestoreToLastSync() then makes the files
 //    what a reboot would find: every file as of its last successful
 //    fdatasync (a file never synced is empty), and every file created or
-//    renamed since its directory's last sync gone or renamed back, and every
-//    file RocksDB deleted since then back as it was durable.
+//    renamed since its directory's last sync gone or renamed back (files and
+//    directories alike), and every file deleted since then back as it was
+//    durable. Directories made by CreateDirs and trees removed by RemoveTree
+//    are durable on return (the POSIX file system syncs their parent).
 //
 // Content is tracked per file by copying it at each successful sync, so it
 // suits small test stores (a few MiB of segments), not benchmarks.
@@ -46,6 +48,13 @@ class FaultInjectionFileSystem final : public FileSystem {
     kWriteFile,    // WriteFileSynced, RocksDB appends
     kRead,         // an extent read's completion (the I/O engine)
     kWrite,        // an extent write's completion (the I/O engine)
+    kStat,
+    kMkdir,
+    kList,
+    kUnlink,       // Unlink, RemoveTree, RocksDB deletions
+    kLink,
+    kLock,         // TryLock (the writer lock, I/O slots)
+    kReadFile,     // ReadFile: descriptors, identity files, the seal
   };
   FaultInjectionFileSystem();
   ~FaultInjectionFileSystem() override;
@@ -65,6 +74,22 @@ class FaultInjectionFileSystem final : public FileSystem {
   bool power_cut() const;
   int injected() const;  // faults injected so far (FailNth, budget)
 
+  absl::StatusOr<FileInfo> Stat(const std::string& path) override;
+  absl::Status CreateDirs(const std::string& dir) override;
+  absl::StatusOr<std::vector<std::string>> ListDir(
+      const std::string& dir) override;
+  absl::Status Unlink(const std::string& path) override;
+  absl::Status RemoveTree(const std::string& path) override;
+  absl::Status Link(const std::string& from, const std::string& to) override;
+  absl::StatusOr<std::string> ReadFile(const std::string& path,
+                                       size_t max_bytes) override;
+  absl::StatusOr<int> OpenLockFile(const std::string& path,
+                                   bool create) override;
+  absl::StatusOr<bool> TryLock(int fd, const std::string& path,
+                               bool exclusive) override;
+  void Unlock(int fd) override;
+  absl::Status WriteAt(int fd, const std::string& path, absl::string_view data,
+                       uint64_t offset) override;
   absl::StatusOr<int> OpenForIo(const std::string& path, bool create,
                                 bool want_direct, bool* direct,
                                 bool read_only) override;
@@ -99,12 +124,19 @@ class FaultInjectionFileSystem final : public FileSystem {
     std::optional<std::string> synced;  // content at the last sync
   };
   struct EntryOp {
-    bool rename = false, deleted = false;
+    uint64_t seq = 0;  // order of all entry changes, for undoing them
+    bool rename = false, deleted = false, dir = false;
     std::string from, to;           // create: `to` only
     std::optional<File> displaced;  // what `to` was before a rename
   };
   int ErrnoOf(const absl::Status& s) ABSL_LOCKS_EXCLUDED(mu_);
   void TrackLocked(const std::string& path, bool created)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddPending(const std::string& dir, EntryOp op)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the bookkeeping of everything under `from`/ to `to`/ (a directory
+  // renamed).
+  void RekeyLocked(const std::string& from, const std::string& to)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
@@ -112,6 +144,7 @@ class FaultInjectionFileSystem final : public FileSystem {
   std::map<std::string, std::vector<EntryOp>> pending_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, File> before_rename_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, File> before_delete_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   struct Fault {
     int left = 0, err = 0;
   };

@@ -6,9 +6,13 @@
 // loss.
 //
 // What goes through it: segment files (open, preallocate, fdatasync),
-// directory syncs, renames and the store's small metadata files, and every
-// file of the RocksDB index (RocksEnv()). The transfers of extents go
-// through the I/O engine (io_uring) on the descriptors opened here.
+// directory creation, listing and syncs, stat, renames, links and unlinks,
+// the store's small metadata files (descriptors, identity files, the index
+// seal, the writer lock and slot files with their flocks), index backups, and
+// every file of the RocksDB index (RocksEnv()). The transfers of extents go
+// through the I/O engine (io_uring) on the descriptors opened here. Users'
+// config files (StoreOptions loaders) and the tools' own output are not the
+// store's files and are read directly.
 //
 // Thread-safe.
 // Layer store/fs: may include base/ and store/io (to open files for the
@@ -18,6 +22,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -29,9 +34,49 @@ class Env;
 
 namespace mlpo {
 
+struct FileInfo {
+  bool is_dir = false;
+  bool is_regular = false;
+  uint64_t size = 0;
+  uint64_t dev = 0, ino = 0;  // identity: the same file seen through links
+};
+
 class FileSystem {
  public:
   virtual ~FileSystem() = default;
+
+  // NotFound when `path` does not exist (following symlinks).
+  virtual absl::StatusOr<FileInfo> Stat(const std::string& path) = 0;
+  // mkdir -p: each directory it creates gets mode 0700 and is durable on
+  // return (its parent is synced). Existing ones are left as they are; a
+  // non-directory in the way is FailedPrecondition.
+  virtual absl::Status CreateDirs(const std::string& dir) = 0;
+  // The names in `dir` (no "." or ".."), sorted.
+  virtual absl::StatusOr<std::vector<std::string>> ListDir(
+      const std::string& dir) = 0;
+  // Removes a file. Durable once its directory is synced.
+  virtual absl::Status Unlink(const std::string& path) = 0;
+  // rm -rf `path` (missing is fine). For the index backups' staging
+  // directories and `recover --discard`; durable on return.
+  virtual absl::Status RemoveTree(const std::string& path) = 0;
+  // A hard link `to` for `from`; AlreadyExists when `to` exists (so the first
+  // of several racing creators wins). Durable once `to`'s directory is synced.
+  virtual absl::Status Link(const std::string& from, const std::string& to) = 0;
+  // Reads a regular file of at most `max_bytes` (a device, FIFO or larger
+  // file is InvalidArgument naming it; a missing file NotFound).
+  virtual absl::StatusOr<std::string> ReadFile(const std::string& path,
+                                               size_t max_bytes) = 0;
+  // Opens (creating 0600 when `create`) a file used for flock: the writer
+  // lock and the paths' I/O slots. The caller owns the descriptor.
+  virtual absl::StatusOr<int> OpenLockFile(const std::string& path,
+                                           bool create) = 0;
+  // flock(LOCK_NB): true when taken, false when another holder has it.
+  virtual absl::StatusOr<bool> TryLock(int fd, const std::string& path,
+                                       bool exclusive) = 0;
+  virtual void Unlock(int fd) = 0;
+  // Writes `data` at `offset` of an open file (not synced).
+  virtual absl::Status WriteAt(int fd, const std::string& path,
+                               absl::string_view data, uint64_t offset) = 0;
 
   // Opens `path` for the I/O engine: O_DIRECT when `want_direct` and the
   // filesystem allows it (reported in *direct), owner-only when created,
@@ -57,6 +102,10 @@ class FileSystem {
   // result through (empty: nothing). The fault-injecting file system fails
   // or shortens chosen reads and writes here.
   virtual IoCompletionFilter CompletionFilter() { return nullptr; }
+
+  // Stat() said so (any error, e.g. EACCES, counts as no).
+  bool Exists(const std::string& path);
+  bool IsDirectory(const std::string& path);
 
   // <file>.tmp written and synced, renamed over `file`, directory synced: a
   // crash leaves the old or the new content, never a torn one.

@@ -18,7 +18,8 @@ namespace mlpo {
 inline constexpr int kPrivateDirMode = 0700;
 inline constexpr int kPrivateFileMode = 0600;
 
-// mkdir -p; each directory it creates gets mode 0700. Existing ones are left
+// DefaultFileSystem()->CreateDirs: mkdir -p; each directory it creates gets
+// mode 0700 and is durable on return. Existing ones are left
 // as they are.
 absl::Status MakePrivateDirs(const std::string& dir);
 

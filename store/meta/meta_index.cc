@@ -53,10 +53,11 @@ absl::Status RocksStatus(const rocksdb::Status& s, absl::string_view what) {
 
 }  // namespace
 
-absl::StatusOr<uint64_t> ReadSeal(const std::string& dir,
+absl::StatusOr<uint64_t> ReadSeal(const std::string& dir, FileSystem* fs,
                                   const std::string& uuid) {
   std::string file = absl::StrCat(dir, "/", kSealFile);
-  auto text = ReadSmallFile(file, 2 * kSealSlot);
+  if (fs == nullptr) fs = DefaultFileSystem();
+  auto text = fs->ReadFile(file, 2 * kSealSlot);
   if (absl::IsNotFound(text.status())) return 0;
   if (!text.ok()) return text.status();
   uint64_t best = 0;
@@ -82,9 +83,10 @@ absl::StatusOr<uint64_t> ReadSeal(const std::string& dir,
 }
 
 absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
-    const std::string& dir, Mode mode, rocksdb::Env* env) {
+    const std::string& dir, Mode mode, FileSystem* fs) {
+  if (fs == nullptr) fs = DefaultFileSystem();
   rocksdb::DBOptions opts;
-  if (env != nullptr) opts.env = env;
+  opts.env = fs->RocksEnv();
   opts.create_if_missing = mode == Mode::kCreate;
   opts.error_if_exists = mode == Mode::kCreate;
   opts.create_missing_column_families = mode == Mode::kCreate;
@@ -99,6 +101,7 @@ absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
     cfs.emplace_back(n, rocksdb::ColumnFamilyOptions());
   std::unique_ptr<MetaIndex> m(new MetaIndex());
   m->dir_ = dir;
+  m->fs_ = fs;
   m->read_only_ = mode == Mode::kReadOnly;
   rocksdb::DB* db = nullptr;
   rocksdb::Status s =
@@ -140,16 +143,17 @@ absl::Status MetaIndex::SetSealUuid(const std::string& uuid) {
   seal_uuid_ = uuid;
   if (seal_fd_ < 0) {
     std::string file = absl::StrCat(dir_, "/", kSealFile);
-    seal_fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC,
-                      kPrivateFileMode);
-    if (seal_fd_ < 0) return ErrnoStatus(errno, absl::StrCat("open ", file));
+    bool direct = false;
+    MLPO_ASSIGN_OR_RETURN(seal_fd_, fs_->OpenForIo(file, /*create=*/true,
+                                                   /*want_direct=*/false,
+                                                   &direct, false));
   }
   // Both slots: a stale slot from an older sequence must not outlive this.
   MLPO_RETURN_IF_ERROR(WriteSeal());
   MLPO_RETURN_IF_ERROR(WriteSeal());
-  if (::fdatasync(seal_fd_) != 0)
-    return ErrnoStatus(errno, absl::StrCat("fdatasync ", dir_, "/", kSealFile));
-  return SyncDir(dir_);
+  MLPO_RETURN_IF_ERROR(
+      fs_->Fdatasync(seal_fd_, absl::StrCat(dir_, "/", kSealFile)));
+  return fs_->SyncDir(dir_);
 }
 
 absl::Status MetaIndex::WriteSeal() {
@@ -161,10 +165,8 @@ absl::Status MetaIndex::WriteSeal() {
       "\n");
   slot.resize(kSealSlot, '\0');
   off_t off = static_cast<off_t>((seal_writes_++ % 2) * kSealSlot);
-  if (::pwrite(seal_fd_, slot.data(), slot.size(), off) !=
-      static_cast<ssize_t>(slot.size()))
-    return ErrnoStatus(errno, absl::StrCat("write ", dir_, "/", kSealFile));
-  return absl::OkStatus();
+  return fs_->WriteAt(seal_fd_, absl::StrCat(dir_, "/", kSealFile), slot,
+                      static_cast<uint64_t>(off));
 }
 
 MetaIndex::~MetaIndex() {

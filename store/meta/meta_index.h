@@ -37,6 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "rocksdb/db.h"
 #include "rocksdb/write_batch.h"
+#include "store/fs/file_system.h"
 #include "store/meta/layout.h"
 
 namespace mlpo {
@@ -62,7 +63,7 @@ struct MetaSnapshot {
 // The newest valid sequence number recorded in <dir>/MLPO-SEAL for `uuid`
 // (0 when there is no seal). A seal of another store is FailedPrecondition;
 // an empty `uuid` accepts any.
-absl::StatusOr<uint64_t> ReadSeal(const std::string& dir,
+absl::StatusOr<uint64_t> ReadSeal(const std::string& dir, FileSystem* fs,
                                   const std::string& uuid);
 
 class MetaIndex {
@@ -75,9 +76,10 @@ class MetaIndex {
   };
   // Opens the index in `dir`. A format other than kStoreFormat is
   // FailedPrecondition.
-  // `env`: where RocksDB's files go (nullptr = the default).
+  // `fs`: where the index's files (RocksDB's, through fs->RocksEnv(), and
+  // the seal) go; nullptr = DefaultFileSystem().
   static absl::StatusOr<std::unique_ptr<MetaIndex>> Open(
-      const std::string& dir, Mode mode, rocksdb::Env* env = nullptr);
+      const std::string& dir, Mode mode, FileSystem* fs = nullptr);
   ~MetaIndex();
 
   absl::StatusOr<MetaSnapshot> Load();
@@ -128,6 +130,7 @@ class MetaIndex {
   absl::Mutex seal_mu_;
   std::string seal_uuid_ ABSL_GUARDED_BY(seal_mu_);
   int seal_fd_ ABSL_GUARDED_BY(seal_mu_) = -1;
+  FileSystem* fs_ = nullptr;
   uint64_t seal_writes_ ABSL_GUARDED_BY(seal_mu_) = 0;
 };
 

@@ -4,7 +4,6 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "store/fs/file_util.h"
@@ -31,14 +30,18 @@ absl::Duration TokenBucket::Take(uint64_t bytes, absl::Time now) {
 }
 
 absl::StatusOr<std::unique_ptr<IoSlots>> IoSlots::Open(const std::string& dir,
-                                                       int count) {
-  MLPO_RETURN_IF_ERROR(MakePrivateDirs(dir));
+                                                       int count,
+                                                       FileSystem* fs) {
+  if (fs == nullptr) fs = DefaultFileSystem();
+  MLPO_RETURN_IF_ERROR(fs->CreateDirs(dir));
   std::unique_ptr<IoSlots> s(new IoSlots());
+  s->fs_ = fs;
   for (int i = 0; i < count; ++i) {
     std::string f = absl::StrCat(dir, "/slot-", i);
-    int fd = ::open(f.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, kPrivateFileMode);
-    if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open slot ", f));
-    s->fds_.push_back(fd);
+    auto fd = fs->OpenLockFile(f, /*create=*/true);
+    if (!fd.ok()) return Annotate(fd.status(), "I/O slot");
+    s->fds_.push_back(*fd);
+    s->files_.push_back(f);
   }
   return s;
 }
@@ -51,7 +54,11 @@ IoSlots::~IoSlots() {
 bool IoSlots::TryAcquire() {
   if (held_ >= 0) return true;
   for (size_t i = 0; i < fds_.size(); ++i) {
-    if (::flock(fds_[i], LOCK_EX | LOCK_NB) == 0) {
+    auto got = fs_->TryLock(fds_[i], files_[i], /*exclusive=*/true);
+    // A lock that cannot be taken at all (ENOLCK, a fault) must not stall
+    // the path forever: go ahead without a slot, as if slots were off.
+    if (!got.ok()) return true;
+    if (*got) {
       held_ = static_cast<int>(i);
       return true;
     }
@@ -61,7 +68,7 @@ bool IoSlots::TryAcquire() {
 
 void IoSlots::Release() {
   if (held_ < 0) return;
-  ::flock(fds_[held_], LOCK_UN);
+  fs_->Unlock(fds_[held_]);
   held_ = -1;
 }
 

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "store/fs/file_system.h"
 #include "store/io/io_engine.h"
 
 namespace mlpo {
@@ -42,8 +43,10 @@ class TokenBucket {
 // so a killed holder never blocks the others. Thread-compatible.
 class IoSlots {
  public:
+  // `fs`: where the slot files and their locks go (nullptr: the default).
   static absl::StatusOr<std::unique_ptr<IoSlots>> Open(const std::string& dir,
-                                                       int count);
+                                                       int count,
+                                                       FileSystem* fs = nullptr);
   ~IoSlots();
   bool TryAcquire();  // non-blocking
   void Release();
@@ -54,6 +57,8 @@ class IoSlots {
   IoSlots() = default;
   std::vector<int> fds_;
   int held_ = -1;
+  FileSystem* fs_ = nullptr;
+  std::vector<std::string> files_;
 };
 
 // Combines both for one path's engine. Not thread-safe on its own: engines

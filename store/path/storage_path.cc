@@ -40,10 +40,12 @@ std::string NewUuid() {
   return absl::StrFormat("%08x%08x%08x%08x", rd(), rd(), rd(), rd());
 }
 
-absl::StatusOr<std::string> PathUuid(const std::string& root, bool create) {
+absl::StatusOr<std::string> PathUuid(const std::string& root, bool create,
+                                     FileSystem* fs) {
+  if (fs == nullptr) fs = DefaultFileSystem();
   std::string dir = root + "/.mlpo";
   std::string file = dir + "/uuid";
-  auto text = ReadSmallFile(file, 4096);
+  auto text = fs->ReadFile(file, 4096);
   if (text.ok()) {
     std::string id(absl::StripAsciiWhitespace(*text));
     bool hex = id.size() == 32 &&
@@ -64,38 +66,37 @@ absl::StatusOr<std::string> PathUuid(const std::string& root, bool create) {
   if (!create)
     return absl::NotFoundError(
         absl::StrCat("path ", root, " has no identity file ", file));
-  MLPO_RETURN_IF_ERROR(MakePrivateDirs(dir));
+  MLPO_RETURN_IF_ERROR(fs->CreateDirs(dir));
   // Ranks of a node open their stores on the same roots at once: the first
   // to link its identity file in place wins, the others read the winner's.
   std::string id = NewUuid();
   std::string tmp = absl::StrCat(file, ".", id, ".tmp");
-  MLPO_RETURN_IF_ERROR(WriteFileAtomic(tmp, id + "\n"));
-  int r = ::link(tmp.c_str(), file.c_str());
-  int err = errno;
-  ::unlink(tmp.c_str());
-  if (r != 0 && err != EEXIST)
-    return ErrnoStatus(err, absl::StrCat("create ", file));
-  if (r != 0) return PathUuid(root, /*create=*/false);
-  MLPO_RETURN_IF_ERROR(SyncDir(dir));
+  MLPO_RETURN_IF_ERROR(fs->WriteFileAtomic(tmp, id + "\n"));
+  absl::Status linked = fs->Link(tmp, file);
+  fs->Unlink(tmp).IgnoreError();  // a leftover tmp file is harmless
+  if (absl::IsAlreadyExists(linked))
+    return PathUuid(root, /*create=*/false, fs);
+  MLPO_RETURN_IF_ERROR(Annotate(linked, absl::StrCat("create ", file)));
+  MLPO_RETURN_IF_ERROR(fs->SyncDir(dir));
   return id;
 }
 
-absl::StatusOr<uint64_t> ExistingSegmentBytes(const std::string& dir) {
-  struct stat st;
-  std::string f = dir + "/seg-000000";
-  if (::stat(f.c_str(), &st) != 0) {
-    if (errno == ENOENT) return 0;
-    return ErrnoStatus(errno, absl::StrCat("stat ", f));
-  }
-  return static_cast<uint64_t>(st.st_size);
+absl::StatusOr<uint64_t> ExistingSegmentBytes(const std::string& dir,
+                                              FileSystem* fs) {
+  if (fs == nullptr) fs = DefaultFileSystem();
+  auto st = fs->Stat(dir + "/seg-000000");
+  if (absl::IsNotFound(st.status())) return 0;
+  if (!st.ok()) return st.status();
+  return st->size;
 }
 
-int CountSegmentFiles(const std::string& dir) {
-  std::error_code ec;
+int CountSegmentFiles(const std::string& dir, FileSystem* fs) {
+  if (fs == nullptr) fs = DefaultFileSystem();
+  auto names = fs->ListDir(dir);
+  if (!names.ok()) return 0;
   int n = 0;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end;
-       it.increment(ec))
-    if (it->path().filename().string().rfind("seg-", 0) == 0) ++n;
+  for (auto& name : *names)
+    if (name.rfind("seg-", 0) == 0) ++n;
   return n;
 }
 
@@ -105,19 +106,19 @@ absl::StatusOr<std::unique_ptr<StoragePath>> StoragePath::Open(
     return absl::InvalidArgumentError(absl::StrCat(
         "path ", options.root, ": segment_bytes ", options.segment_bytes,
         " is not a positive multiple of 4096"));
-  std::error_code ec;
-  if (!fs::is_directory(options.root, ec))
+  FileSystem* fsys = options.fs != nullptr ? options.fs : DefaultFileSystem();
+  if (!fsys->IsDirectory(options.root))
     return absl::NotFoundError(absl::StrCat(
         "path root ", options.root, " does not exist or is not a directory"));
   if (create && options.read_only)
     return absl::InvalidArgumentError(absl::StrCat(
         "path ", options.root, ": cannot create a store read-only"));
   std::unique_ptr<StoragePath> p(new StoragePath(options));
-  MLPO_ASSIGN_OR_RETURN(p->uuid_, PathUuid(options.root, create));
+  MLPO_ASSIGN_OR_RETURN(p->uuid_, PathUuid(options.root, create, fsys));
   p->dir_ = absl::StrCat(options.root, "/", ns);
   if (create) {
-    MLPO_RETURN_IF_ERROR(MakePrivateDirs(p->dir_));
-  } else if (!fs::is_directory(p->dir_, ec)) {
+    MLPO_RETURN_IF_ERROR(fsys->CreateDirs(p->dir_));
+  } else if (!fsys->IsDirectory(p->dir_)) {
     return absl::NotFoundError(
         absl::StrCat("store directory ", p->dir_, " is missing"));
   }
@@ -127,7 +128,7 @@ absl::StatusOr<std::unique_ptr<StoragePath>> StoragePath::Open(
   std::unique_ptr<IoSlots> slot_set;
   if (slots > 0) {
     MLPO_ASSIGN_OR_RETURN(
-        slot_set, IoSlots::Open(options.root + "/.mlpo/slots", slots));
+        slot_set, IoSlots::Open(options.root + "/.mlpo/slots", slots, fsys));
   }
   // Nothing to enforce (no caps, no slots): no admission on the hot path.
   if (options.read_cap > 0 || options.write_cap > 0 || slot_set != nullptr)
@@ -146,7 +147,7 @@ absl::StatusOr<std::unique_ptr<StoragePath>> StoragePath::Open(
   // Reopen existing segments in order; a gap means a lost file.
   for (uint64_t n = 0;; ++n) {
     std::string f = absl::StrFormat("%s/seg-%06d", p->dir_, n);
-    if (!fs::exists(f, ec)) break;
+    if (!fsys->Exists(f)) break;
     bool direct;
     MLPO_ASSIGN_OR_RETURN(int fd, p->fs()->OpenForIo(f, false, options.direct,
                                                      &direct,
@@ -186,14 +187,14 @@ absl::Status StoragePath::AddSegment() {
   if (made.ok()) made = fs()->Fdatasync(fd, f);
   if (!made.ok()) {
     ::close(fd);
-    ::unlink(f.c_str());
+    fs()->Unlink(f).IgnoreError();  // the error that matters is `made`
     return Annotate(made, absl::StrCat("path ", options_.root, ": segment"));
   }
   // The new file's directory entry must be durable before extents in it are.
   absl::Status synced = fs()->SyncDir(dir_);
   if (!synced.ok()) {
     ::close(fd);
-    ::unlink(f.c_str());
+    fs()->Unlink(f).IgnoreError();
     return Annotate(synced, absl::StrCat("path ", options_.root));
   }
   auto h = engine_->RegisterFile(fd, f, direct);

@@ -143,13 +143,15 @@ class StoragePath {
 // Reads (creating when `create`) the identity file <root>/.mlpo/uuid. A
 // missing file is NotFound; one whose content is not 32 hex digits is
 // DataLoss naming the file and what it holds.
-absl::StatusOr<std::string> PathUuid(const std::string& root, bool create);
+absl::StatusOr<std::string> PathUuid(const std::string& root, bool create,
+                                     FileSystem* fs = nullptr);
 
 // The size of the segment files already in `dir` (that of seg-000000), or 0
 // when there is none.
-absl::StatusOr<uint64_t> ExistingSegmentBytes(const std::string& dir);
+absl::StatusOr<uint64_t> ExistingSegmentBytes(const std::string& dir,
+                                              FileSystem* fs = nullptr);
 // How many segment files (seg-*) `dir` holds; 0 when `dir` does not exist.
-int CountSegmentFiles(const std::string& dir);
+int CountSegmentFiles(const std::string& dir, FileSystem* fs = nullptr);
 
 // A random 128-bit identity as 32 hex digits.
 std::string NewUuid();
