@@ -43,6 +43,7 @@ struct ModeResult {
   double step_s = 0, backward_s = 0, read_wait_s = 0, compute_s = 0,
          write_wait_s = 0;
   double bytes_read = 0, bytes_written = 0;
+  double cache_hit_bytes = 0;  // reads the DRAM tier saved, per step
   std::vector<PathBytes> paths;
   double lower_bound_s = 0;
 };
@@ -84,12 +85,17 @@ ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
                    const std::string& dir, uint64_t params, uint64_t subgroup,
                    int steps, int prefetch, int commits, int threads,
                    const std::vector<uint16_t>& grads, bool keep,
-                   Durability durability, double u_scale) {
+                   Durability durability, double u_scale,
+                   const std::string& cache) {
   bool baseline = mode == "baseline";
   OptimizerOptions o;
-  o.store.name = "step-" + mode;
+  o.store.name = mode == "mlpo+cache" ? "step-mlpo-cache" : "step-" + mode;
   o.store.extent_bytes = 4 << 20;
   o.store.durability = durability;
+  if (mode == "mlpo+cache" &&
+      !ParseCacheBudget(cache, &o.store.cache_bytes, &o.store.cache_percent)
+           .ok())
+    Die("--cache", absl::InvalidArgumentError(cache));
   size_t np = baseline ? 1 : paths.size();
   for (size_t i = 0; i < np; ++i) {
     StorePathConfig pc;
@@ -152,6 +158,7 @@ ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
     r.write_wait_s += rep->write_wait_s / steps;
     r.bytes_read += static_cast<double>(rep->bytes_read) / steps;
     r.bytes_written += static_cast<double>(rep->bytes_written) / steps;
+    r.cache_hit_bytes += static_cast<double>(rep->cache_hit_bytes) / steps;
     if (r.paths.empty()) r.paths = rep->paths;
   }
   double sum_u = 0;
@@ -178,6 +185,7 @@ void AddStepBench(CLI::App& app) {
     std::string paths;
     int steps = 3;
     std::string modes = "baseline,mlpo";
+    std::string cache = "25%";
     int prefetch = 2, commits = 2, threads = 0;
     double probe_s = 2;
     std::string durability = "step";
@@ -198,8 +206,20 @@ void AddStepBench(CLI::App& app) {
   cmd->add_option("--steps", a->steps, "Timed steps per mode (after one "
                                        "untimed step that creates the state)")
       ->capture_default_str();
-  cmd->add_option("--modes", a->modes, "Modes to run: baseline, mlpo")
+  cmd->add_option("--modes", a->modes,
+                  "Modes to run: baseline, mlpo, mlpo+cache (mlpo with the "
+                  "DRAM tier of --cache)")
       ->capture_default_str();
+  cmd->add_option("--cache", a->cache,
+                  "DRAM tier budget of mode mlpo+cache: a size (\"2G\") or a "
+                  "percentage of the state (\"25%\")")
+      ->capture_default_str()
+      ->check([](const std::string& v) {
+        uint64_t b = 0;
+        double p = 0;
+        absl::Status st = ParseCacheBudget(v, &b, &p);
+        return st.ok() ? std::string() : std::string(st.message());
+      });
   cmd->add_option("--prefetch", a->prefetch, "mlpo prefetch depth")
       ->capture_default_str();
   cmd->add_option("--commits", a->commits, "mlpo commits in flight")
@@ -245,9 +265,9 @@ void AddStepBench(CLI::App& app) {
     }
     std::vector<std::string> modes = absl::StrSplit(a->modes, ',');
     for (auto& m : modes)
-      if (m != "baseline" && m != "mlpo") {
+      if (m != "baseline" && m != "mlpo" && m != "mlpo+cache") {
         std::cerr << "mlpo-bench: --modes: unknown mode '" << m
-                  << "' (baseline, mlpo)\n";
+                  << "' (baseline, mlpo, mlpo+cache)\n";
         throw CLI::RuntimeError(2);
       }
     json out;
@@ -292,7 +312,7 @@ void AddStepBench(CLI::App& app) {
                              a->prefetch, a->commits, a->threads, grads, f.keep,
                              a->durability == "tag" ? Durability::kTag
                                                     : Durability::kStep,
-                             u_scale);
+                             u_scale, a->cache);
       r.lower_bound_s = std::max(r.lower_bound_s, a->params / r_adam);
       json pj = json::array();
       for (auto& p : r.paths)
@@ -311,6 +331,7 @@ void AddStepBench(CLI::App& app) {
                          {"params_per_s", a->params / r.step_s},
                          {"lower_bound_s", r.lower_bound_s},
                          {"bound_efficiency", r.lower_bound_s / r.step_s},
+                         {"cache_hit_bytes", r.cache_hit_bytes},
                          {"paths", pj}};
       res[m] = r;
     }
@@ -324,6 +345,10 @@ void AddStepBench(CLI::App& app) {
       if (res.count("mlpo"))
         out["speedup_vs_baseline"] = res["baseline"].step_s / res["mlpo"].step_s;
     }
+    if (res.count("mlpo") && res.count("mlpo+cache"))
+      out["speedup_cache_vs_mlpo"] =
+          res["mlpo"].step_s / res["mlpo+cache"].step_s;
+    out["cache"] = a->cache;
     out["params"] = a->params;
     out["subgroup"] = a->subgroup;
     out["steps"] = a->steps;
@@ -347,11 +372,11 @@ void AddStepBench(CLI::App& app) {
                       ? FormatRate(p["cap_bps"].get<double>()).c_str()
                       : "none",
                   FormatRate(p["mixed_bps"].get<double>()).c_str());
-    std::printf("%-9s %8s %8s %8s %8s %8s %7s %9s %9s %8s %8s\n", "mode",
+    std::printf("%-10s %8s %8s %8s %8s %8s %7s %9s %9s %8s %8s\n", "mode",
                 "step s", "bwd s", "rd wait", "compute", "wr wait", "B/param",
                 "GB/s", "Mparam/s", "bound s", "bound/s");
     for (auto& [m, j] : out["modes"].items())
-      std::printf("%-9s %8.2f %8.2f %8.2f %8.2f %8.2f %7.1f %9.2f %9.1f %8.2f "
+      std::printf("%-10s %8.2f %8.2f %8.2f %8.2f %8.2f %7.1f %9.2f %9.1f %8.2f "
                   "%8.3f\n",
                   m.c_str(), j["step_s"].get<double>(),
                   j["backward_s"].get<double>(), j["read_wait_s"].get<double>(),
@@ -366,6 +391,13 @@ void AddStepBench(CLI::App& app) {
                   "phase %.2fx\n",
                   out["speedup_vs_baseline"].get<double>(),
                   out["modes"]["mlpo"]["total_ratio_to_baseline"].get<double>());
+    if (out.contains("speedup_cache_vs_mlpo"))
+      std::printf("mlpo+cache (cache %s): %.2fx mlpo's update phase, %s of "
+                  "reads per step served from DRAM\n",
+                  a->cache.c_str(), out["speedup_cache_vs_mlpo"].get<double>(),
+                  FormatBytes(out["modes"]["mlpo+cache"]["cache_hit_bytes"]
+                                  .get<double>())
+                      .c_str());
   });
 }
 

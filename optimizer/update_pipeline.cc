@@ -77,6 +77,23 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(
   for (int k = 0; k < n; ++k)
     rep.order.push_back(options_.alternate_order && (t % 2 == 0) ? n - 1 - k
                                                                   : k);
+  {
+    // This step's order, then the next step's: the DRAM tier keeps what is
+    // used soonest (with the alternating order, the subgroups updated last
+    // now are the first of the next step).
+    std::vector<std::string> coming;
+    for (int k = 0; k < n; ++k) {
+      const Subgroup& s = (*subgroups_)[rep.order[k]];
+      if (options_.grad_offload) coming.push_back(GradObject(s));
+      coming.push_back(s.object);
+    }
+    for (int k = 0; k < n; ++k) {
+      int next = options_.alternate_order && ((t + 1) % 2 == 0) ? n - 1 - k : k;
+      coming.push_back((*subgroups_)[next].object);
+    }
+    store_->DeclareAccessOrder(coming);
+  }
+  CacheStats cache_before = store_->cache_stats();
   std::vector<PathCounters> before = store_->PathTraffic();
   absl::Time start = absl::Now();
   const int depth = std::max(1, options_.prefetch_depth);
@@ -112,7 +129,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(
       error = glease.status();
       break;
     }
-    Lease lease = *state;
+    Lease lease = std::move(*state);
     const void* g = options_.grad_offload ? (*glease)->Section<float>("g")
                                           : grads.Data(s.index);
     DType gdt = options_.grad_offload ? DType::kF32 : grads.dtype();
@@ -139,7 +156,8 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(
       AdamUpdate(sl, c);
     });
     rep.compute_s += absl::ToDoubleSeconds(absl::Now() - cs);
-    commits.Push(store_->Commit(lease, t));
+    // Handed over: a lease only the store holds can stay in the DRAM tier.
+    commits.Push(store_->Commit(std::move(lease), t));
     if (sink) {
       absl::Status ps = sink->Publish(s);
       if (!ps.ok()) error = ps;
@@ -165,6 +183,9 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(
     rep.bytes_written += b.written;
     rep.paths.push_back(b);
   }
+  CacheStats cache_after = store_->cache_stats();
+  rep.cache_hits = cache_after.hits - cache_before.hits;
+  rep.cache_hit_bytes = cache_after.hit_bytes - cache_before.hit_bytes;
   double moved = static_cast<double>(rep.bytes_read + rep.bytes_written);
   if (rep.total_s > 0) rep.achieved_bps = moved / rep.total_s;
   if (options_.path_mixed_bps.size() == store_->num_paths()) {

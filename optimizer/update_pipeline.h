@@ -59,6 +59,8 @@ struct StepReport {
   double total_s = 0, read_wait_s = 0, compute_s = 0, write_wait_s = 0;
   uint64_t params = 0;
   uint64_t bytes_read = 0, bytes_written = 0;
+  // Checkouts the DRAM tier served (no I/O), and the bytes they saved.
+  uint64_t cache_hits = 0, cache_hit_bytes = 0;
   std::vector<PathBytes> paths;
   std::vector<int> order;  // subgroups in the order they were updated
   double achieved_bps = 0;  // (bytes_read + bytes_written) / total_s

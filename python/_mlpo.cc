@@ -185,6 +185,8 @@ class Engine {
     d["compute_s"] = r.compute_s;
     d["write_wait_s"] = r.write_wait_s;
     d["bytes_read"] = r.bytes_read;
+    d["cache_hits"] = r.cache_hits;
+    d["cache_hit_bytes"] = r.cache_hit_bytes;
     d["bytes_written"] = r.bytes_written;
     py::list paths;
     for (auto& p : r.paths) {

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "store/placement/stripe.h"
@@ -73,7 +74,29 @@ absl::Status ObjectStore::Declare(const std::string& object,
   MLPO_RETURN_IF_ERROR(
       meta_->Apply(&b, options_.durability == Durability::kStep));
   objects_[object].layout = layout;
+  ResizeCache();
   return absl::OkStatus();
+}
+
+void ObjectStore::ResizeCache() {
+  if (cache_ == nullptr || options_.cache_bytes != 0) return;
+  uint64_t state = 0;
+  for (auto& [name, os] : objects_) state += os.layout.total_bytes();
+  std::vector<AlignedBuffer> released;
+  cache_->SetBudget(
+      static_cast<uint64_t>(static_cast<double>(state) *
+                            options_.cache_percent / 100.0),
+      &released);
+  Recycle(&released);
+}
+
+void ObjectStore::Recycle(std::vector<AlignedBuffer>* released) {
+  for (AlignedBuffer& b : *released) pool_->Put(std::move(b));
+  released->clear();
+}
+
+void ObjectStore::DeclareAccessOrder(const std::vector<std::string>& objects) {
+  if (cache_) cache_->DeclareOrder(objects);
 }
 
 std::vector<uint64_t> ObjectStore::StripeBytes(uint64_t total) const {
@@ -238,6 +261,8 @@ std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
   auto lease = std::make_shared<CheckoutLease>();
   lease->object_ = object;
   VersionRecord rec;
+  std::optional<AlignedBuffer> cached;
+  std::vector<AlignedBuffer> released;
   {
     absl::MutexLock l(&mu_);
     auto it = objects_.find(object);
@@ -249,12 +274,23 @@ std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
     ++checkouts_;
     lease->layout_ = it->second.layout;
     if (it->second.has_head) {
-      VersionState& vs = versions_[{object, it->second.head}];
-      ++vs.pins;
-      rec = vs.rec;
       lease->version_ = it->second.head;
       lease->is_new_ = false;
+      if (cache_) cached = cache_->Take(object, it->second.head, &released);
+      if (!cached) {
+        VersionState& vs = versions_[{object, it->second.head}];
+        ++vs.pins;
+        rec = vs.rec;
+      }
     }
+  }
+  Recycle(&released);
+  if (cached) {
+    // The DRAM tier had this very version (written through at its commit).
+    lease->buf_ = std::move(*cached);
+    lease->pool_ = pool_;
+    promise->set_value(lease);
+    return fut;
   }
   lease->buf_ = pool_->Get(lease->layout_.total_bytes());
   lease->pool_ = pool_;
@@ -309,16 +345,19 @@ struct ObjectStore::CommitOp {
 std::future<absl::Status> ObjectStore::Commit(Lease lease, uint64_t version) {
   auto op = std::make_shared<CommitOp>();
   auto fut = op->promise.get_future();
-  op->lease = lease;
+  // Moved, not copied: the parameter lives until the caller's full
+  // expression ends (often a .get() on this future), and a lease only op
+  // holds can move into the DRAM tier at the end.
+  op->lease = std::move(lease);
   op->version = version;
-  const std::string& object = lease->object();
+  const std::string& object = op->lease->object();
   {
     absl::MutexLock l(&mu_);
     auto it = objects_.find(object);
     absl::Status bad;
     if (it == objects_.end())
       bad = absl::NotFoundError(absl::StrCat("object ", object, " is not declared"));
-    else if (!(it->second.layout == lease->layout()))
+    else if (!(it->second.layout == op->lease->layout()))
       bad = absl::FailedPreconditionError(absl::StrCat(
           "commit of ", object, ": lease layout differs from the declared one"));
     else if (options_.read_only)
@@ -333,7 +372,7 @@ std::future<absl::Status> ObjectStore::Commit(Lease lease, uint64_t version) {
     }
     ++commits_in_flight_;
   }
-  uint64_t total = lease->size();
+  uint64_t total = op->lease->size();
   op->rec.version = version;
   op->rec.blob_bytes = total;
   op->touched.assign(paths_.size(), false);
@@ -427,6 +466,13 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
     st = Annotate(st, where);
   }
   FreeExtents(to_free);
+  if (st.ok() && cache_ && op->lease.use_count() == 1) {
+    // Nobody else can see this buffer any more: it moves into the DRAM tier
+    // as the version just made durable (no copy).
+    std::vector<AlignedBuffer> released;
+    cache_->Offer(object, op->version, std::move(op->lease->buf_), &released);
+    Recycle(&released);
+  }
   op->lease.reset();
   {
     // Before the promise: a caller woken by it may Restore at once.

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "store/buffer_pool.h"
+#include "store/cache/object_cache.h"
 #include "store/fs/file_system.h"
 #include "store/meta/layout.h"
 #include "store/meta/meta_index.h"
@@ -144,6 +145,7 @@ struct StorePathStats {
 struct StoreStats {
   uint64_t objects = 0, objects_with_head = 0, versions = 0, tags = 0;
   uint64_t commits = 0, checkouts = 0;
+  CacheStats cache;  // all zero when the DRAM tier is off
   std::vector<StorePathStats> paths;
 };
 
@@ -179,7 +181,8 @@ class ObjectStore {
   absl::Status Declare(const std::string& object, const ObjectLayout& layout);
 
   // Reads the newest version (striped reads from every path, checksums
-  // verified), or the initializer's blob for a new object.
+  // verified), or the initializer's blob for a new object. With the DRAM
+  // tier on, a version kept since its commit is handed over with no I/O.
   std::future<absl::StatusOr<Lease>> Checkout(const std::string& object);
   // A lease for writing a whole new version without reading the old one
   // (contents unspecified). NotFound for an undeclared object.
@@ -187,6 +190,11 @@ class ObjectStore {
   // Writes `lease`'s blob as `version` (greater than the head's) to new
   // extents, then moves the head. On error the previous head stays.
   std::future<absl::Status> Commit(Lease lease, uint64_t version);
+
+  // The coming checkouts, in order (the update pipeline declares this step's
+  // and the next step's): the DRAM tier keeps the blobs used soonest. A
+  // no-op when the tier is off.
+  void DeclareAccessOrder(const std::vector<std::string>& objects);
 
   absl::Status Tag(const std::string& name);
   absl::Status Restore(const std::string& name);
@@ -209,6 +217,10 @@ class ObjectStore {
   absl::StatusOr<std::string> GetAttribute(const std::string& key) const;
 
   StoreStats Stats() const;
+  // The DRAM tier's counters alone (cheap; all zero when it is off).
+  CacheStats cache_stats() const {
+    return cache_ ? cache_->stats() : CacheStats{};
+  }
   std::vector<ObjectInfo> List() const;
   // The record of one version (head when version == 0).
   absl::StatusOr<VersionRecord> GetVersion(const std::string& object,
@@ -296,6 +308,11 @@ class ObjectStore {
   // with every tag. A failure is reported on stderr; the tag stands.
   void BackupIndex();
   void Unpin(const VKey& k);
+  // Returns buffers the cache let go to the pool.
+  void Recycle(std::vector<AlignedBuffer>* released);
+  // The cache budget for cache_percent: that share of every declared
+  // object's bytes.
+  void ResizeCache() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeExtents(const std::vector<ExtentRef>& e);
   absl::Status SyncAllPaths();
   // The one read path: reads `rec`'s extents into `buf` striped over the
@@ -319,6 +336,8 @@ class ObjectStore {
   std::vector<double> estimates_ ABSL_GUARDED_BY(estimate_mu_);
   std::vector<std::unique_ptr<StoragePath>> paths_;
   std::shared_ptr<BufferPool> pool_;
+  // The DRAM tier; null when off (and always for read-only opens).
+  std::unique_ptr<ObjectCache> cache_;
   std::unique_ptr<MetaIndex> meta_;
   int lock_fd_ = -1;
 

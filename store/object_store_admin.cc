@@ -103,6 +103,11 @@ absl::Status ObjectStore::Restore(const std::string& name) {
       if (tagged) ++versions_[{obj, want->second}].refs;
     }
   }
+  if (cache_) {  // heads went back: nothing cached is a head any more
+    std::vector<AlignedBuffer> released;
+    cache_->Clear(&released);
+    Recycle(&released);
+  }
   FreeExtents(to_free);
   return absl::OkStatus();
 }
@@ -291,6 +296,7 @@ StoreStats ObjectStore::Stats() const {
   s.tags = tags_.size();
   s.commits = commits_;
   s.checkouts = checkouts_;
+  if (cache_) s.cache = cache_->stats();
   for (auto& p : paths_) {
     StorePathStats ps;
     ps.root = p->root();

@@ -415,6 +415,10 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
     }
   }
   pool_ = std::make_shared<BufferPool>(options_.buffer_pool_bytes);
+  if (!ro && (options_.cache_bytes > 0 || options_.cache_percent > 0)) {
+    cache_ = std::make_unique<ObjectCache>(options_.cache_bytes);
+    ResizeCache();  // mu_ is held (above)
+  }
   hasher_ = std::make_unique<WorkQueue>();
   finalizer_ = std::make_unique<WorkQueue>();
   return absl::OkStatus();

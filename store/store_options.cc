@@ -8,6 +8,8 @@
 #include <toml++/toml.h>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "store/fs/file_util.h"
@@ -86,6 +88,9 @@ std::string DefaultMetaDir(const StoreOptions& o) {
 
 absl::Status ValidateStoreOptions(const StoreOptions& o) {
   MLPO_RETURN_IF_ERROR(ValidateName("store", o.name));
+  if (!(o.cache_percent >= 0 && o.cache_percent <= 100))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cache_percent ", o.cache_percent, " is not in 0..100"));
   if (o.rank < 0)
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", o.rank, " is out of range 0..", kMaxRank));
@@ -136,6 +141,29 @@ absl::Status ValidateStoreOptions(const StoreOptions& o) {
   return absl::OkStatus();
 }
 
+absl::Status ParseCacheBudget(absl::string_view text, uint64_t* bytes,
+                              double* percent) {
+  absl::string_view t = absl::StripAsciiWhitespace(text);
+  if (absl::EndsWith(t, "%")) {
+    double pc = 0;
+    if (!absl::SimpleAtod(t.substr(0, t.size() - 1), &pc) || !(pc >= 0) ||
+        pc > 100)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cache budget '", text, "': a percentage must be 0..100%"));
+    *percent = pc;
+    *bytes = 0;
+    return absl::OkStatus();
+  }
+  auto b = ParseSize(t);
+  if (!b.ok())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cache budget '", text, "': expected a size (\"4G\") or a "
+        "percentage of the state (\"25%\"): ", b.status().message()));
+  *bytes = *b;
+  *percent = 0;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
                                                const std::string& base) {
   toml::table t;
@@ -171,6 +199,16 @@ absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
                             SizeValue(v, key, 64 << 10, 64 << 20));
     } else if (key == "buffer_pool_bytes") {
       MLPO_ASSIGN_OR_RETURN(o.buffer_pool_bytes, SizeValue(v, key));
+    } else if (key == "cache") {
+      if (v.is_string()) {
+        MLPO_RETURN_IF_ERROR(Annotate(
+            ParseCacheBudget(*v.value<std::string>(), &o.cache_bytes,
+                             &o.cache_percent),
+            "config key 'cache'"));
+      } else {
+        MLPO_ASSIGN_OR_RETURN(o.cache_bytes, SizeValue(v, key));
+        o.cache_percent = 0;
+      }
     } else if (key == "path") {
       auto* arr = v.as_array();
       if (arr == nullptr)

@@ -6,6 +6,8 @@
 //   meta_dir = "..."         # default: <first nvme path>/<name>/rank-<r>/meta
 //   extent_bytes = "1M"      # largest single extent (one I/O request)
 //   buffer_pool_bytes = "2G" # idle lease buffers kept for reuse
+//   cache = "25%"            # DRAM tier: a size ("4G") or a percentage of
+//                            # the declared state; 0 = off (the default)
 //   [[path]]                 # one table per storage path, in order
 //   root = "var/nvme"        # relative paths: relative to the TOML file
 //   kind = "nvme"            # nvme | pfs | other
@@ -61,6 +63,12 @@ struct StoreOptions {
   // Idle lease buffers kept for reuse (bytes). Steady-state checkouts then
   // reuse memory instead of faulting in fresh pages; 0 disables.
   uint64_t buffer_pool_bytes = uint64_t{2} << 30;
+  // The DRAM tier (store/cache): a byte budget for whole blobs kept between
+  // a commit and the next checkout of the same object. cache_bytes when
+  // not 0, else cache_percent of the declared objects' bytes; both 0: off.
+  // Read-only opens never cache (they read what is on disk).
+  uint64_t cache_bytes = 0;
+  double cache_percent = 0;
   bool create_if_missing = true;
   // Open without the writer lock and without writing anything, e.g. to
   // inspect a store a training job holds. The view is the index as of open;
@@ -87,6 +95,12 @@ inline constexpr double kMaxFraction = 1e18;  // weights, e.g. bytes/s
 absl::StatusOr<StoreOptions> LoadStoreOptions(const std::string& toml_file);
 absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& toml_text,
                                                const std::string& base_dir);
+
+// A cache budget as users write it: a size ("4G", "512MiB", 1073741824) or a
+// percentage of the state ("25%", 0..100). Sets one of the two and zeroes
+// the other; an error names what was wrong.
+absl::Status ParseCacheBudget(absl::string_view text, uint64_t* bytes,
+                              double* percent);
 
 // "<root>/<name>/rank-<r>": a store's directory on one path.
 std::string StoreNamespace(const StoreOptions& o);

@@ -91,3 +91,33 @@ def test_overflow_skips_the_step_and_clipping_applies(store_dir):
     opt.step()
     ropt.step()
     assert max_diff(model, ref) <= 1e-6
+
+
+def test_dram_tier_changes_nothing_but_reads(tmp_path):
+    """store={"cache": "50%"}: the same numbers as torch.optim, and the
+    DRAM tier serves part of every step after the first."""
+    store = {"path": [str(tmp_path / "nvme"), str(tmp_path / "pfs")],
+             "cache": "50%"}
+    model = make_model()
+    ref = copy.deepcopy(model)
+    opt = mt.AdamW(model.parameters(), lr=3e-3, store=store,
+                   subgroup_numel=64)
+    ropt = torch.optim.AdamW(ref.parameters(), lr=3e-3)
+    worst, hits = 0.0, 0
+    for step in range(12):
+        for m, o in ((model, opt), (ref, ropt)):
+            o.zero_grad(set_to_none=True)
+            loss_of(m, step).backward()
+            o.step()
+        worst = max(worst, max_diff(model, ref))
+        if step > 0:
+            hits += opt.last_report["cache_hit_bytes"]
+    assert worst <= 1e-6, worst
+    assert hits > 0, opt.last_report
+
+
+def test_bad_cache_budget_is_a_clear_error(tmp_path):
+    model = make_model()
+    with pytest.raises(Exception, match="cache"):
+        mt.AdamW(model.parameters(),
+                 store={"path": [str(tmp_path / "a")], "cache": "150%"})

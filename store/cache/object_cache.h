@@ -1,0 +1,112 @@
+// ObjectCache: the DRAM tier. Keeps whole object blobs, one version per
+// object, within a byte budget, and evicts the entry whose next use is
+// farthest away (Belady's rule) from the access order the update pipeline
+// declares; least recently used when nothing is declared.
+//
+// Entries are clean: the store writes every commit through to the paths
+// before the blob is offered here, so a dropped entry loses nothing and
+// what the cache holds is exactly what is on disk for that version.
+//
+// Buffers move in and out without copies: Take hands the cached buffer to a
+// checkout, Offer takes the buffer of a finished commit. Evicted and
+// refused buffers go back to the caller for its buffer pool.
+//
+// Thread-safe.
+// Layer store/cache: may include base/ only.
+#ifndef MLPO_STORE_CACHE_OBJECT_CACHE_H_
+#define MLPO_STORE_CACHE_OBJECT_CACHE_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "base/aligned_buffer.h"
+
+namespace mlpo {
+
+struct CacheStats {
+  uint64_t budget_bytes = 0, cached_bytes = 0, entries = 0;
+  uint64_t hits = 0, misses = 0;     // Take
+  uint64_t hit_bytes = 0;            // reads saved
+  uint64_t admitted = 0, refused = 0, evicted = 0;
+};
+
+class ObjectCache {
+ public:
+  explicit ObjectCache(uint64_t budget_bytes) : budget_(budget_bytes) {}
+  ObjectCache(const ObjectCache&) = delete;
+  ObjectCache& operator=(const ObjectCache&) = delete;
+
+  uint64_t budget() const;
+  // Changes the budget (e.g. a percentage of the state, recomputed as
+  // objects are declared); entries past it go to `released`.
+  void SetBudget(uint64_t bytes, std::vector<AlignedBuffer>* released);
+
+  // The cached blob of `object` at `version`: the entry leaves the cache and
+  // its buffer is the caller's. nullopt on a miss (no entry, or another
+  // version, which is dropped into `released`). Counts as a use of
+  // `object` in the declared order.
+  std::optional<AlignedBuffer> Take(const std::string& object,
+                                    uint64_t version,
+                                    std::vector<AlignedBuffer>* released);
+
+  // Offers the blob of `object` at `version` (in `buf`; what it occupies is
+  // buf.size()).
+  // Kept when it fits the budget after evicting entries used later than it
+  // (or, with no declared order, less recently); otherwise refused. Every
+  // buffer that leaves the cache (evicted, replaced, refused) goes to
+  // `released`.
+  void Offer(const std::string& object, uint64_t version, AlignedBuffer buf,
+             std::vector<AlignedBuffer>* released);
+
+  // Drops the entry of `object` / every entry (e.g. after a restore).
+  void Invalidate(const std::string& object,
+                  std::vector<AlignedBuffer>* released);
+  void Clear(std::vector<AlignedBuffer>* released);
+
+  // The coming accesses, in order (this step's rest, then the next step's).
+  // Replaces the previous declaration; each Take of an object consumes its
+  // first remaining position.
+  void DeclareOrder(const std::vector<std::string>& order);
+
+  CacheStats stats() const;
+  // Whether `object` at `version` is cached (for tests and reports).
+  bool Contains(const std::string& object, uint64_t version) const;
+
+ private:
+  static constexpr uint64_t kNever = UINT64_MAX;
+  struct Entry {
+    uint64_t version = 0;
+    uint64_t bytes = 0;
+    uint64_t last_use = 0;
+    AlignedBuffer buf;
+  };
+  uint64_t NextUseLocked(const std::string& object) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The entry to evict first: farthest next use, then least recently used.
+  std::map<std::string, Entry>::iterator VictimLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseLocked(std::map<std::string, Entry>::iterator it,
+                     std::vector<AlignedBuffer>* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ShrinkLocked(std::vector<AlignedBuffer>* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  uint64_t budget_ ABSL_GUARDED_BY(mu_);
+  uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t tick_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  // Declared positions of each object's coming uses, ascending.
+  std::map<std::string, std::deque<uint64_t>> next_ ABSL_GUARDED_BY(mu_);
+  CacheStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace mlpo
+
+#endif  // MLPO_STORE_CACHE_OBJECT_CACHE_H_
