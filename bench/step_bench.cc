@@ -12,6 +12,7 @@
 #include <iostream>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_common.h"
@@ -44,6 +45,7 @@ struct ModeResult {
          write_wait_s = 0;
   double bytes_read = 0, bytes_written = 0;
   double cache_hit_bytes = 0;  // reads the DRAM tier saved, per step
+  std::vector<std::vector<double>> fractions_per_step;  // after each step
   std::vector<PathBytes> paths;
   double lower_bound_s = 0;
 };
@@ -81,12 +83,19 @@ double ProbeMixed(const std::vector<PathSpec>& paths, double seconds) {
   return res->sum_of_rates();
 }
 
+// --cap-change ROOT@CAP:STEP: the path's cap becomes CAP from step STEP on.
+struct CapChange {
+  std::string root;
+  uint64_t cap = 0;
+  int step = 0;
+};
+
 ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
                    const std::string& dir, uint64_t params, uint64_t subgroup,
                    int steps, int prefetch, int commits, int threads,
                    const std::vector<uint16_t>& grads, bool keep,
                    Durability durability, double u_scale,
-                   const std::string& cache) {
+                   const std::string& cache, const CapChange& change) {
   bool baseline = mode == "baseline";
   OptimizerOptions o;
   o.store.name = mode == "mlpo+cache" ? "step-mlpo-cache" : "step-" + mode;
@@ -136,6 +145,14 @@ ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
   r.mode = mode;
   // Step 0 (untimed) creates the state on the store; then `steps` timed.
   for (int s = 0; s <= steps; ++s) {
+    if (!change.root.empty() && s == change.step)
+      for (size_t i = 0; i < np; ++i)
+        if (paths[i].root == change.root) {
+          auto st = (*opt)->store()->path(i)->SetCaps(change.cap, change.cap);
+          if (!st.ok()) Die("--cap-change", st);
+          Progress(absl::StrFormat("%s: cap of %s now %s", mode, change.root,
+                                   FormatRate(double(change.cap))));
+        }
     absl::Time t0 = absl::Now();
     auto st = (*opt)->StageGrad(0, 0, grads.data(), DType::kF16, params);
     if (!st.ok()) Die(mode, st);
@@ -144,12 +161,16 @@ ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
     double bw = absl::ToDoubleSeconds(absl::Now() - t0);
     auto rep = (*opt)->Step(1024.0);
     if (!rep.ok()) Die(mode, rep.status());
+    std::string fr;
+    for (double x : rep->fractions) fr += absl::StrFormat(" %.2f", x);
     Progress(absl::StrFormat(
         "%s step %d/%d: %.2f s (read wait %.2f, compute %.2f, write wait "
-        "%.2f), %s moved",
+        "%.2f), %s moved; fractions now%s",
         mode, s, steps, rep->total_s, rep->read_wait_s, rep->compute_s,
         rep->write_wait_s,
-        FormatBytes(static_cast<double>(rep->bytes_read + rep->bytes_written))));
+        FormatBytes(static_cast<double>(rep->bytes_read + rep->bytes_written)),
+        fr));
+    r.fractions_per_step.push_back(rep->fractions);
     if (s == 0) continue;
     r.step_s += rep->total_s / steps;
     r.backward_s += bw / steps;
@@ -186,6 +207,7 @@ void AddStepBench(CLI::App& app) {
     int steps = 3;
     std::string modes = "baseline,mlpo";
     std::string cache = "25%";
+    std::string cap_change;
     int prefetch = 2, commits = 2, threads = 0;
     double probe_s = 2;
     std::string durability = "step";
@@ -230,6 +252,11 @@ void AddStepBench(CLI::App& app) {
                   "Store durability for both modes: step or tag")
       ->capture_default_str()
       ->check(CLI::IsMember({"step", "tag"}));
+  cmd->add_option("--cap-change", a->cap_change,
+                  "ROOT@CAP:STEP: the cap of path ROOT (given a cap in "
+                  "--paths) becomes CAP bytes/s from step STEP on, as a shared "
+                  "PFS slows down when other jobs start; the step lines show "
+                  "the fractions following it");
   cmd->add_option("--probe-seconds", a->probe_s,
                   "Seconds of each path's mixed-bandwidth probe")
       ->capture_default_str();
@@ -306,13 +333,31 @@ void AddStepBench(CLI::App& app) {
       gv = FloatToF16(static_cast<float>(static_cast<int>(x % 2001) - 1000) *
                       1e-3f);
     }
+    CapChange change;
+    if (!a->cap_change.empty()) {
+      std::vector<std::string> rs = absl::StrSplit(a->cap_change, '@');
+      std::vector<std::string> cs =
+          rs.size() == 2 ? absl::StrSplit(rs[1], ':')
+                         : std::vector<std::string>();
+      bool known = false;
+      for (auto& p : paths) known |= rs[0] == p.root && p.cap > 0;
+      if (cs.size() != 2 || !absl::SimpleAtoi(cs[1], &change.step) ||
+          change.step < 1 || !known) {
+        std::cerr << "mlpo-bench: --cap-change " << a->cap_change
+                  << ": expected ROOT@CAP:STEP with ROOT one of --paths "
+                     "given a cap (e.g. var/pfs@300MB) and STEP >= 1\n";
+        throw CLI::RuntimeError(2);
+      }
+      change.root = rs[0];
+      change.cap = SizeArg("--cap-change", cs[0]);
+    }
     std::map<std::string, ModeResult> res;
     for (auto& m : modes) {
       ModeResult r = RunMode(m, paths, f.dir, a->params, a->subgroup, a->steps,
                              a->prefetch, a->commits, a->threads, grads, f.keep,
                              a->durability == "tag" ? Durability::kTag
                                                     : Durability::kStep,
-                             u_scale, a->cache);
+                             u_scale, a->cache, change);
       r.lower_bound_s = std::max(r.lower_bound_s, a->params / r_adam);
       json pj = json::array();
       for (auto& p : r.paths)
@@ -332,6 +377,7 @@ void AddStepBench(CLI::App& app) {
                          {"lower_bound_s", r.lower_bound_s},
                          {"bound_efficiency", r.lower_bound_s / r.step_s},
                          {"cache_hit_bytes", r.cache_hit_bytes},
+                         {"fractions_per_step", r.fractions_per_step},
                          {"paths", pj}};
       res[m] = r;
     }

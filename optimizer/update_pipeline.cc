@@ -183,6 +183,8 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(
     rep.bytes_written += b.written;
     rep.paths.push_back(b);
   }
+  rep.fractions = options_.adaptive_placement ? store_->AdaptPlacement()
+                                             : store_->fractions();
   CacheStats cache_after = store_->cache_stats();
   rep.cache_hits = cache_after.hits - cache_before.hits;
   rep.cache_hit_bytes = cache_after.hit_bytes - cache_before.hit_bytes;

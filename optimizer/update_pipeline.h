@@ -35,6 +35,9 @@ struct PipelineOptions {
   int prefetch_depth = 2;         // checkouts in flight ahead, 1..64
   int max_commits_in_flight = 2;  // 1..64; each holds a subgroup's buffer
   bool alternate_order = true;    // cache-friendly order (DESIGN.md)
+  // Recompute the store's stripe fractions after every step from the
+  // paths' observed rates (ObjectStore::AdaptPlacement).
+  bool adaptive_placement = true;
   int threads = 0;                // kernel threads; 0 = hardware threads
   size_t tile_elems = size_t{1} << 16;
   bool grad_offload = false;      // baseline: fp32 grads via the store
@@ -59,6 +62,9 @@ struct StepReport {
   double total_s = 0, read_wait_s = 0, compute_s = 0, write_wait_s = 0;
   uint64_t params = 0;
   uint64_t bytes_read = 0, bytes_written = 0;
+  // The stripe fractions the next step's commits use (adaptive placement;
+  // else the store's fixed ones).
+  std::vector<double> fractions;
   // Checkouts the DRAM tier served (no I/O), and the bytes they saved.
   uint64_t cache_hits = 0, cache_hit_bytes = 0;
   std::vector<PathBytes> paths;

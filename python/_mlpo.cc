@@ -187,6 +187,7 @@ class Engine {
     d["bytes_read"] = r.bytes_read;
     d["cache_hits"] = r.cache_hits;
     d["cache_hit_bytes"] = r.cache_hit_bytes;
+    d["fractions"] = r.fractions;
     d["bytes_written"] = r.bytes_written;
     py::list paths;
     for (auto& p : r.paths) {

@@ -100,7 +100,26 @@ void ObjectStore::DeclareAccessOrder(const std::vector<std::string>& objects) {
 }
 
 std::vector<uint64_t> ObjectStore::StripeBytes(uint64_t total) const {
-  return SplitBytes(total, fractions_);
+  return SplitBytes(total, fractions());
+}
+
+std::vector<double> ObjectStore::AdaptPlacement() {
+  std::vector<double> rates = UpdateBandwidthEstimates();
+  for (double r : rates)
+    if (!(r > 0)) return fractions();  // not measured yet: keep as is
+  uint64_t demand = 0;
+  {
+    absl::MutexLock l(&mu_);
+    for (auto& [name, os] : objects_) demand += os.layout.total_bytes();
+  }
+  std::vector<uint64_t> room;
+  for (size_t k = 0; k < paths_.size(); ++k)
+    room.push_back(paths_[k]->options().capacity == 0 ? UINT64_MAX
+                                              : paths_[k]->Usage().free);
+  std::vector<double> f = WaterFill(rates, room, demand);
+  absl::MutexLock l(&placement_mu_);
+  fractions_ = f;
+  return f;
 }
 
 absl::Status ObjectStore::AllocateStripes(
@@ -109,7 +128,8 @@ absl::Status ObjectStore::AllocateStripes(
   const size_t n = paths_.size();
   ranges->assign(n, {});
   std::vector<bool> full(n, false);
-  std::vector<uint64_t> want = SplitBytes(total, fractions_);
+  const std::vector<double> fractions = this->fractions();
+  std::vector<uint64_t> want = SplitBytes(total, fractions);
   auto fail = [&](const absl::Status& st) {
     for (size_t p = 0; p < n; ++p)
       for (const Range& r : (*ranges)[p]) (void)paths_[p]->Free(r);
@@ -148,7 +168,7 @@ absl::Status ObjectStore::AllocateStripes(
         return fail(absl::ResourceExhaustedError(absl::StrCat(
             "every path is full (", roots, "): ", r.status().message())));
       }
-      std::vector<uint64_t> extra = SplitBytes(spill, fractions_, full);
+      std::vector<uint64_t> extra = SplitBytes(spill, fractions, full);
       for (size_t q = 0; q < n; ++q) want[q] += extra[q];
       again = true;
     }

@@ -241,10 +241,21 @@ class ObjectStore {
   std::vector<PathCounters> PathTraffic() const;
   // The normalised stripe fractions in use: the options' when any is set,
   // else the mixed bandwidths `mlpo profile --store` recorded, else equal.
-  std::vector<double> fractions() const { return fractions_; }
+  std::vector<double> fractions() const {
+    absl::MutexLock l(&placement_mu_);
+    return fractions_;
+  }
+  // Adaptive placement, once a step: fractions f_k proportional to each
+  // path's observed rate (UpdateBandwidthEstimates), water-filled over the
+  // paths' free capacity for one step's bytes (every declared object).
+  // New versions follow at once; nothing already written moves. Paths that
+  // moved nothing yet keep the fractions as they are. Returns the fractions
+  // now in use.
+  std::vector<double> AdaptPlacement();
   // Each path's observed transfer rate (bytes moved / busy time) over the
-  // interval since the last call, exponentially weighted (alpha 0.3) with
-  // the earlier intervals; call once a step. 0 for a path that moved nothing
+  // interval since the last call, exponentially weighted (alpha 0.5, so a
+  // path whose speed changes shows within a few steps) with the earlier
+  // intervals; call once a step (AdaptPlacement does). 0 for a path that moved nothing
   // yet.
   std::vector<double> UpdateBandwidthEstimates();
   // Bytes of a blob of `total` bytes placed on each path when every path
@@ -330,7 +341,8 @@ class ObjectStore {
 
   StoreOptions options_;
   std::string store_uuid_;
-  std::vector<double> fractions_;
+  mutable absl::Mutex placement_mu_;
+  std::vector<double> fractions_ ABSL_GUARDED_BY(placement_mu_);
   absl::Mutex estimate_mu_;
   std::vector<PathCounters> last_counters_ ABSL_GUARDED_BY(estimate_mu_);
   std::vector<double> estimates_ ABSL_GUARDED_BY(estimate_mu_);

@@ -256,7 +256,7 @@ std::vector<double> ObjectStore::UpdateBandwidthEstimates() {
     double busy = now.busy_s - was.busy_s;
     if (busy > 0 && bytes > 0) {
       double rate = bytes / busy;
-      estimates_[i] = estimates_[i] > 0 ? 0.7 * estimates_[i] + 0.3 * rate
+      estimates_[i] = estimates_[i] > 0 ? 0.5 * estimates_[i] + 0.5 * rate
                                         : rate;
     }
     last_counters_[i] = now;

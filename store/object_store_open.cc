@@ -375,7 +375,10 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
       // A damaged figure is no reason to refuse the store: equal shares.
     }
   }
-  fractions_ = NormaliseFractions(weights);
+  {
+    absl::MutexLock l(&placement_mu_);
+    fractions_ = NormaliseFractions(weights);
+  }
 
   absl::MutexLock l(&mu_);
   for (auto& [name, layout] : snap.objects) objects_[name].layout = layout;

@@ -15,7 +15,8 @@ TokenBucket::TokenBucket(uint64_t rate, absl::Duration burst)
     : rate_(rate), burst_(burst) {}
 
 absl::Duration TokenBucket::Take(uint64_t bytes, absl::Time now) {
-  if (rate_ == 0) return absl::ZeroDuration();
+  const uint64_t rate = rate_.load(std::memory_order_relaxed);
+  if (rate == 0) return absl::ZeroDuration();
   if (reserved_) {
     // The refused request asks again; it was charged when refused.
     if (now < paid_until_) return paid_until_ - now;
@@ -23,7 +24,7 @@ absl::Duration TokenBucket::Take(uint64_t bytes, absl::Time now) {
     return absl::ZeroDuration();
   }
   if (paid_until_ < now - burst_) paid_until_ = now - burst_;
-  paid_until_ += absl::Seconds(static_cast<double>(bytes) / rate_);
+  paid_until_ += absl::Seconds(static_cast<double>(bytes) / rate);
   if (paid_until_ <= now) return absl::ZeroDuration();
   reserved_ = true;
   return paid_until_ - now;

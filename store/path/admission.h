@@ -6,6 +6,7 @@
 #ifndef MLPO_STORE_PATH_ADMISSION_H_
 #define MLPO_STORE_PATH_ADMISSION_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,10 +30,13 @@ class TokenBucket {
   TokenBucket(uint64_t rate_bytes_per_s, absl::Duration burst);
   // Zero when admitted (and charged), else how long to wait.
   absl::Duration Take(uint64_t bytes, absl::Time now);
-  uint64_t rate() const { return rate_; }
+  uint64_t rate() const { return rate_.load(std::memory_order_relaxed); }
+  // A new rate from now on (e.g. other jobs started on a shared PFS); safe
+  // while another thread takes.
+  void SetRate(uint64_t rate) { rate_.store(rate, std::memory_order_relaxed); }
 
  private:
-  uint64_t rate_;
+  std::atomic<uint64_t> rate_;
   absl::Duration burst_;
   absl::Time paid_until_ = absl::InfinitePast();
   bool reserved_ = false;
@@ -69,6 +73,11 @@ class PathAdmission final : public IoAdmission {
                 std::unique_ptr<IoSlots> slots);
   absl::Duration Admit(const IoRequest& req) override;
   void Idle() override;
+  // Changes the caps while the engine runs (0 = unlimited).
+  void SetCaps(uint64_t read_cap, uint64_t write_cap) {
+    read_.SetRate(read_cap);
+    write_.SetRate(write_cap);
+  }
 
  private:
   TokenBucket read_, write_;

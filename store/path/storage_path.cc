@@ -306,6 +306,15 @@ absl::Status StoragePath::Sync() {
   return absl::OkStatus();
 }
 
+absl::Status StoragePath::SetCaps(uint64_t read_cap, uint64_t write_cap) {
+  if (admission_ == nullptr)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "path ", options_.root, " was opened without a cap; give it one at "
+        "open to change it later"));
+  admission_->SetCaps(read_cap, write_cap);
+  return absl::OkStatus();
+}
+
 PathUsage StoragePath::Usage() const {
   absl::MutexLock l(&mu_);
   PathUsage u;

@@ -107,6 +107,10 @@ class StoragePath {
   }
   PathUsage Usage() const;
   PathCounters Counters() const;
+  // Changes the path's bandwidth caps from now on (bytes/s, 0 = none).
+  // FailedPrecondition when the path was opened without caps or slots (its
+  // engine then runs without admission).
+  absl::Status SetCaps(uint64_t read_cap, uint64_t write_cap);
   IoEngine* engine() { return engine_.get(); }
 
  private:

@@ -47,4 +47,58 @@ std::vector<uint64_t> SplitBytes(uint64_t total,
   return out;
 }
 
+std::vector<double> WaterFill(const std::vector<double>& rates,
+                              const std::vector<uint64_t>& room,
+                              uint64_t demand) {
+  const size_t n = rates.size();
+  std::vector<double> w = NormaliseFractions(rates);
+  if (demand == 0 || room.size() != n) return w;
+  std::vector<double> f(n, 0.0);
+  std::vector<bool> capped(n, false);
+  double left = 1.0;  // share of demand still to place
+  for (size_t round = 0; round < n && left > 1e-12; ++round) {
+    double wsum = 0;
+    for (size_t k = 0; k < n; ++k)
+      if (!capped[k]) wsum += w[k];
+    if (wsum <= 0) break;
+    bool newly_capped = false;
+    for (size_t k = 0; k < n; ++k) {
+      if (capped[k]) continue;
+      double share = left * w[k] / wsum;
+      double fits = room[k] == UINT64_MAX
+                        ? 1.0
+                        : static_cast<double>(room[k]) /
+                              static_cast<double>(demand);
+      if (f[k] + share > fits) {
+        capped[k] = true;
+        newly_capped = true;
+      }
+    }
+    if (!newly_capped) {
+      for (size_t k = 0; k < n; ++k)
+        if (!capped[k]) f[k] += left * w[k] / wsum;
+      left = 0;
+      break;
+    }
+    // Give each newly full path what fits, then spread the rest again.
+    for (size_t k = 0; k < n; ++k) {
+      if (!capped[k] || f[k] > 0) continue;
+      double fits = static_cast<double>(room[k]) / static_cast<double>(demand);
+      f[k] = fits;
+      left -= fits;
+      w[k] = 0;
+    }
+  }
+  double total = 0;
+  for (double x : f) total += x;
+  if (total <= 0) {
+    // Nothing has room for its share: shares follow the room itself.
+    std::vector<double> r(n);
+    for (size_t k = 0; k < n; ++k)
+      r[k] = room[k] == UINT64_MAX ? 1e30 : static_cast<double>(room[k]);
+    return NormaliseFractions(r);
+  }
+  return NormaliseFractions(f);
+}
+
 }  // namespace mlpo

@@ -25,6 +25,16 @@ std::vector<uint64_t> SplitBytes(uint64_t total,
                                  const std::vector<double>& fractions,
                                  const std::vector<bool>& excluded = {});
 
+// Stripe fractions for one step (DESIGN.md "Performance model"): f_k
+// proportional to each path's rate U_k, water-filled over free capacity: a
+// path whose share of `demand` bytes would not fit in room[k] gets exactly
+// what fits and the rest goes to the others in proportion to their rates.
+// room[k] == UINT64_MAX: no limit. When the rates are all zero the
+// shares are equal; when nothing fits, shares follow the room.
+std::vector<double> WaterFill(const std::vector<double>& rates,
+                              const std::vector<uint64_t>& room,
+                              uint64_t demand);
+
 }  // namespace mlpo
 
 #endif  // MLPO_STORE_PLACEMENT_STRIPE_H_

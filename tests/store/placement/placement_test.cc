@@ -1,0 +1,126 @@
+// Placement that follows the paths: water-filling against a double-precision
+// reference, and adaptive fractions that follow a path whose cap changes
+// while the optimizer steps.
+#include "store/placement/stripe.h"
+
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "optimizer/optimizer.h"
+#include "tests/optimizer/optimizer_test_util.h"
+
+namespace mlpo {
+namespace {
+
+TEST(WaterFillTest, SharesFollowRatesUntilAPathIsFull) {
+  const uint64_t kNoLimit = UINT64_MAX;
+  // Room everywhere: f_k = U_k / sum U.
+  auto f = WaterFill({3e9, 1e9}, {kNoLimit, kNoLimit}, 1000);
+  EXPECT_NEAR(f[0], 0.75, 1e-12);
+  EXPECT_NEAR(f[1], 0.25, 1e-12);
+  // The fast path holds only 40% of a step: it gets 40%, the rest the others
+  // share by rate (2:1).
+  f = WaterFill({6e9, 2e9, 1e9}, {400, kNoLimit, kNoLimit}, 1000);
+  EXPECT_NEAR(f[0], 0.4, 1e-12);
+  EXPECT_NEAR(f[1], 0.4, 1e-12);
+  EXPECT_NEAR(f[2], 0.2, 1e-12);
+  // Nothing fits the whole step: shares follow the room.
+  f = WaterFill({1, 1}, {100, 300}, 1000);
+  EXPECT_NEAR(f[0], 0.25, 1e-12);
+  EXPECT_NEAR(f[1], 0.75, 1e-12);
+  // No rate known: equal shares.
+  f = WaterFill({0, 0, 0}, {kNoLimit, kNoLimit, kNoLimit}, 10);
+  for (double x : f) EXPECT_NEAR(x, 1.0 / 3, 1e-12);
+}
+
+TEST(WaterFillTest, RandomCasesMatchTheDefinition) {
+  // Reference: the fractions are the unique water level L with
+  // f_k = min(room_k / D, L * U_k) summing to 1 (when the room suffices).
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 500; ++trial) {
+    size_t n = 1 + rng() % 5;
+    std::vector<double> u(n);
+    std::vector<uint64_t> room(n);
+    const uint64_t demand = 1 << 20;
+    uint64_t total_room = 0;
+    for (size_t k = 0; k < n; ++k) {
+      u[k] = 1e8 * (1 + rng() % 50);
+      room[k] = rng() % 3 == 0 ? UINT64_MAX : (rng() % (2 * demand));
+      total_room += std::min<uint64_t>(room[k], 4 * demand);
+    }
+    if (total_room < demand) continue;  // the room-bound case is above
+    auto f = WaterFill(u, room, demand);
+    double lo = 0, hi = 1;
+    for (double x : u) hi = std::max(hi, 1.0 / x * 1e3);
+    auto sum_at = [&](double level) {
+      double s = 0;
+      for (size_t k = 0; k < n; ++k) {
+        double cap = room[k] == UINT64_MAX ? 1e300 : double(room[k]) / demand;
+        s += std::min(cap, level * u[k]);
+      }
+      return s;
+    };
+    for (int it = 0; it < 200; ++it) {
+      double mid = (lo + hi) / 2;
+      (sum_at(mid) < 1 ? lo : hi) = mid;
+    }
+    for (size_t k = 0; k < n; ++k) {
+      double cap = room[k] == UINT64_MAX ? 1e300 : double(room[k]) / demand;
+      EXPECT_NEAR(f[k], std::min(cap, hi * u[k]), 1e-9) << "trial " << trial;
+    }
+  }
+}
+
+// Two capped paths; path 1's cap drops to a quarter after step 2 (what a
+// shared PFS does when other jobs start): within three steps its fraction
+// follows, and the state stays bit-identical to the in-memory reference.
+TEST(AdaptivePlacementTest, FractionsFollowAChangedCapWithinThreeSteps) {
+  TempDir dir;
+  OptimizerOptions o = TestOptimizerOptions(dir, {262144}, 32768);
+  for (auto& pc : o.store.paths) {
+    pc.fraction = 0.5;
+    pc.path.read_cap = pc.path.write_cap = 40 << 20;
+    pc.path.cap_burst = absl::Milliseconds(1);
+  }
+  o.pipeline.adaptive_placement = true;
+  auto opt = Optimizer::Open(o);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  InMemoryRef ref(o);
+  std::vector<double> f1;
+  for (uint64_t t = 1; t <= 6; ++t) {
+    if (t == 3) {
+      ASSERT_TRUE((*opt)->store()->path(1)->SetCaps(10 << 20, 10 << 20).ok());
+    }
+    ASSERT_TRUE(StageAll(opt->get(), t).ok());
+    auto r = (*opt)->Step(1024.0);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ref.Step(o, t, 1.0 / 1024);
+    ASSERT_EQ(r->fractions.size(), 2u);
+    f1.push_back(r->fractions[1]);
+  }
+  // Equal caps: about equal shares.
+  EXPECT_NEAR(f1[1], 0.5, 0.15);
+  // A quarter of the bandwidth: the share goes toward 0.2 (1/(1+4)).
+  EXPECT_LT(f1[4], 0.30) << "after steps 3..5 at the lower cap";
+  EXPECT_LT(f1[5], 0.30);
+  EXPECT_GT(f1[5], 0.08);
+  for (size_t g = 0; g < ref.p.size(); ++g) {
+    std::vector<float> p, m, v;
+    ASSERT_TRUE((*opt)->ReadState(g, &p, &m, &v).ok());
+    EXPECT_EQ(0, std::memcmp(p.data(), ref.p[g].data(), p.size() * 4));
+    EXPECT_EQ(0, std::memcmp(v.data(), ref.v[g].data(), v.size() * 4));
+  }
+  // A path opened without a cap cannot get one later: a clear error.
+  TempDir d2;
+  StoreOptions so = TestStoreOptions(d2, {0.5, 0.5});
+  auto s = ObjectStore::Open(so);
+  ASSERT_TRUE(s.ok());
+  absl::Status st = (*s)->path(0)->SetCaps(1 << 20, 1 << 20);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find(so.paths[0].path.root), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mlpo
