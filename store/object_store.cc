@@ -36,6 +36,14 @@ void* CheckoutLease::SectionData(absl::string_view name) {
 }
 
 ObjectStore::~ObjectStore() {
+  if (cache_ && !options_.read_only) {
+    // Durability "tag": versions committed since the last tag live in DRAM;
+    // a clean close writes them as a close without the tier would have.
+    absl::Status st = WriteBack();
+    if (!st.ok())
+      std::fprintf(stderr, "mlpo: %s: closing: %s (the last tag is intact)\n",
+                   Where().c_str(), std::string(st.message()).c_str());
+  }
   {
     absl::MutexLock l(&mu_);
     mu_.Await(absl::Condition(
@@ -293,7 +301,22 @@ std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
     }
     ++checkouts_;
     lease->layout_ = it->second.layout;
-    if (it->second.has_head) {
+    if (it->second.dirty != 0) {
+      // The newest version is in DRAM only: copy it out (never hand over
+      // the only copy to a lease that may be dropped).
+      lease->version_ = it->second.dirty;
+      lease->is_new_ = false;
+      AlignedBuffer b = pool_->Get(lease->layout_.total_bytes());
+      if (cache_->CopyDirty(object, it->second.dirty, b.data(),
+                            lease->layout_.total_bytes())) {
+        cached = std::move(b);
+      } else {
+        promise->set_value(absl::InternalError(absl::StrCat(
+            Where(), ": object ", object, " version ", it->second.dirty,
+            " is missing from the DRAM tier")));
+        return fut;
+      }
+    } else if (it->second.has_head) {
       lease->version_ = it->second.head;
       lease->is_new_ = false;
       if (cache_) cached = cache_->Take(object, it->second.head, &released);
@@ -354,6 +377,7 @@ absl::StatusOr<Lease> ObjectStore::Blank(const std::string& object) {
 struct ObjectStore::CommitOp {
   Lease lease;
   uint64_t version;
+  bool write_back = false;  // a dirty version from the DRAM tier
   VersionRecord rec;
   std::vector<bool> touched;
   std::atomic<int> left{0};
@@ -363,7 +387,42 @@ struct ObjectStore::CommitOp {
 };
 
 std::future<absl::Status> ObjectStore::Commit(Lease lease, uint64_t version) {
+  return CommitImpl(std::move(lease), version, /*write_back=*/false);
+}
+
+absl::Status ObjectStore::WriteBack() {
+  if (cache_ == nullptr) return absl::OkStatus();
+  std::vector<std::future<absl::Status>> writes;
+  for (auto& [object, version] : cache_->DirtyEntries()) {
+    auto lease = std::make_shared<CheckoutLease>();
+    lease->object_ = object;
+    lease->version_ = version;
+    lease->is_new_ = false;
+    {
+      absl::MutexLock l(&mu_);
+      auto it = objects_.find(object);
+      if (it == objects_.end() || it->second.dirty != version) continue;
+      lease->layout_ = it->second.layout;
+    }
+    lease->buf_ = pool_->Get(lease->layout_.total_bytes());
+    lease->pool_ = pool_;
+    if (!cache_->CopyForWriteBack(object, version, lease->buf_.data(),
+                                  lease->layout_.total_bytes()))
+      continue;  // replaced meanwhile by a newer dirty version
+    writes.push_back(CommitImpl(std::move(lease), version, true));
+  }
+  absl::Status first;
+  for (auto& w : writes) {
+    absl::Status st = w.get();
+    if (first.ok() && !st.ok()) first = st;
+  }
+  return Annotate(first, "write-back of the DRAM tier's dirty versions");
+}
+
+std::future<absl::Status> ObjectStore::CommitImpl(Lease lease, uint64_t version,
+                                                  bool write_back) {
   auto op = std::make_shared<CommitOp>();
+  op->write_back = write_back;
   auto fut = op->promise.get_future();
   // Moved, not copied: the parameter lives until the caller's full
   // expression ends (often a .get() on this future), and a lease only op
@@ -382,13 +441,31 @@ std::future<absl::Status> ObjectStore::Commit(Lease lease, uint64_t version) {
           "commit of ", object, ": lease layout differs from the declared one"));
     else if (options_.read_only)
       bad = CheckWritable(absl::StrCat("commit of ", object));
-    else if (it->second.has_head && version <= it->second.head)
+    else if (!write_back &&
+             ((it->second.has_head && version <= it->second.head) ||
+              version <= it->second.dirty))
       bad = absl::FailedPreconditionError(absl::StrCat(
           "commit of ", object, " version ", version,
-          ": versions must grow (head is ", it->second.head, ")"));
+          ": versions must grow (head is ",
+          std::max(it->second.head, it->second.dirty), ")"));
     if (!bad.ok()) {
       op->promise.set_value(bad);
       return fut;
+    }
+    if (!write_back && cache_ && options_.durability == Durability::kTag &&
+        op->lease.use_count() == 1) {
+      // Write-back: the version stays in DRAM, dirty, until the next tag
+      // (or close) writes it, or a newer version replaces it unwritten.
+      std::vector<AlignedBuffer> released;
+      if (cache_->Offer(object, version, &op->lease->buf_, /*dirty=*/true,
+                        &released)) {
+        it->second.dirty = version;
+        ++commits_;
+        for (AlignedBuffer& b : released) pool_->Put(std::move(b));
+        op->promise.set_value(absl::OkStatus());
+        return fut;
+      }
+      for (AlignedBuffer& b : released) pool_->Put(std::move(b));
     }
     ++commits_in_flight_;
   }
@@ -477,7 +554,19 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
         nv.refs = 1;
         os.has_head = true;
         os.head = op->version;
-        ++commits_;
+        if (!op->write_back) ++commits_;
+        if (os.dirty != 0 && os.dirty <= op->version) {
+          // The dirty version is on disk now (write-back), or an older one
+          // was superseded by this write-through commit.
+          if (op->write_back) {
+            cache_->MarkClean(object, op->version);
+          } else {
+            std::vector<AlignedBuffer> released;
+            cache_->Invalidate(object, &released);
+            Recycle(&released);
+          }
+          os.dirty = 0;
+        }
       }
     }
   }
@@ -486,11 +575,12 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
     st = Annotate(st, where);
   }
   FreeExtents(to_free);
-  if (st.ok() && cache_ && op->lease.use_count() == 1) {
+  if (st.ok() && cache_ && !op->write_back && op->lease.use_count() == 1) {
     // Nobody else can see this buffer any more: it moves into the DRAM tier
-    // as the version just made durable (no copy).
+    // as the version just made durable (no copy), unless refused.
     std::vector<AlignedBuffer> released;
-    cache_->Offer(object, op->version, std::move(op->lease->buf_), &released);
+    cache_->Offer(object, op->version, &op->lease->buf_, /*dirty=*/false,
+                  &released);
     Recycle(&released);
   }
   op->lease.reset();

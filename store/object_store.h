@@ -190,6 +190,10 @@ class ObjectStore {
   // Writes `lease`'s blob as `version` (greater than the head's) to new
   // extents, then moves the head. On error the previous head stays.
   std::future<absl::Status> Commit(Lease lease, uint64_t version);
+  // Writes every version the DRAM tier holds dirty (durability "tag") to
+  // the paths and moves their heads; Tag and close do it first. A failure
+  // leaves the dirty versions in DRAM, untouched.
+  absl::Status WriteBack();
 
   // The coming checkouts, in order (the update pipeline declares this step's
   // and the next step's): the DRAM tier keeps the blobs used soonest. A
@@ -273,6 +277,9 @@ class ObjectStore {
     ObjectLayout layout;
     bool has_head = false;
     uint64_t head = 0;
+    // Durability "tag" with the DRAM tier: a committed version newer than
+    // `head` that lives only in the cache (dirty) until written back.
+    uint64_t dirty = 0;
   };
   using VKey = std::pair<std::string, uint64_t>;
   struct CommitOp;
@@ -301,6 +308,10 @@ class ObjectStore {
   // FailedPrecondition naming `what` when the store is open read-only.
   absl::Status CheckWritable(absl::string_view what) const;
   void FinalizeCommit(std::shared_ptr<CommitOp> op);
+  // Commit; `write_back`: the blob is the dirty version `version` from the
+  // DRAM tier, written through (it may equal the dirty version).
+  std::future<absl::Status> CommitImpl(Lease lease, uint64_t version,
+                                       bool write_back);
   // Writes `b` after adding the deletion of every record whose references
   // all go (when `free_now`), then drops the references in memory and
   // returns in `to_free` the extents to free now that `b` is durable.

@@ -41,6 +41,15 @@ void ObjectStore::BackupIndex() {
 }
 
 absl::Status ObjectStore::Tag(const std::string& name) {
+  MLPO_RETURN_IF_ERROR(CheckWritable("tag"));
+  MLPO_RETURN_IF_ERROR(ValidateName("tag", name));
+  {
+    absl::MutexLock l(&mu_);
+    if (tags_.count(name))
+      return absl::AlreadyExistsError(absl::StrCat("tag ", name, " exists"));
+  }
+  // Dirty versions in the DRAM tier first: the tag covers them.
+  MLPO_RETURN_IF_ERROR(Annotate(WriteBack(), absl::StrCat("tag ", name)));
   MLPO_RETURN_IF_ERROR(TagImpl(name));
   BackupIndex();
   return absl::OkStatus();
@@ -105,7 +114,11 @@ absl::Status ObjectStore::Restore(const std::string& name) {
   }
   if (cache_) {  // heads went back: nothing cached is a head any more
     std::vector<AlignedBuffer> released;
-    cache_->Clear(&released);
+    {
+      absl::MutexLock l(&mu_);
+      for (auto& [obj, st] : objects_) st.dirty = 0;  // dropped, unwritten
+      cache_->Clear(&released);
+    }
     Recycle(&released);
   }
   FreeExtents(to_free);

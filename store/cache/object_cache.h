@@ -3,13 +3,16 @@
 // farthest away (Belady's rule) from the access order the update pipeline
 // declares; least recently used when nothing is declared.
 //
-// Entries are clean: the store writes every commit through to the paths
-// before the blob is offered here, so a dropped entry loses nothing and
-// what the cache holds is exactly what is on disk for that version.
+// Entries are clean (the version is on disk: a dropped entry loses nothing)
+// or dirty (durability "tag": the version exists only here until the store
+// writes it back, at the next tag or on close). Dirty entries are never
+// evicted; a dirty version that does not fit is written through instead.
 //
-// Buffers move in and out without copies: Take hands the cached buffer to a
-// checkout, Offer takes the buffer of a finished commit. Evicted and
-// refused buffers go back to the caller for its buffer pool.
+// Clean buffers move in and out without copies: Take hands the cached
+// buffer to a checkout, Offer takes the buffer of a finished commit. A dirty
+// entry is copied out (CopyDirty), so the only copy of a version never
+// leaves the cache with a lease that may be dropped. Evicted and replaced
+// buffers go back to the caller for its buffer pool.
 //
 // Thread-safe.
 // Layer store/cache: may include base/ only.
@@ -34,6 +37,10 @@ struct CacheStats {
   uint64_t hits = 0, misses = 0;     // Take
   uint64_t hit_bytes = 0;            // reads saved
   uint64_t admitted = 0, refused = 0, evicted = 0;
+  uint64_t dirty_entries = 0, dirty_bytes = 0;
+  // Dirty versions replaced by a newer one before they were written back:
+  // writes the tier saved.
+  uint64_t writes_saved = 0, write_bytes_saved = 0;
 };
 
 class ObjectCache {
@@ -47,22 +54,37 @@ class ObjectCache {
   // objects are declared); entries past it go to `released`.
   void SetBudget(uint64_t bytes, std::vector<AlignedBuffer>* released);
 
-  // The cached blob of `object` at `version`: the entry leaves the cache and
-  // its buffer is the caller's. nullopt on a miss (no entry, or another
-  // version, which is dropped into `released`). Counts as a use of
-  // `object` in the declared order.
+  // The cached clean blob of `object` at `version`: the entry leaves the
+  // cache and its buffer is the caller's. nullopt on a miss (no entry, or
+  // another clean version, which is dropped into `released`; a dirty entry
+  // is left alone: see CopyDirty). Counts as a use of `object` in the
+  // declared order.
   std::optional<AlignedBuffer> Take(const std::string& object,
                                     uint64_t version,
                                     std::vector<AlignedBuffer>* released);
+  // Copies the dirty blob of `object` at `version` into `dst` (`n` bytes);
+  // the entry stays. False when there is no such dirty entry. Counts as a
+  // use, like Take.
+  bool CopyDirty(const std::string& object, uint64_t version, char* dst,
+                 size_t n);
 
-  // Offers the blob of `object` at `version` (in `buf`; what it occupies is
-  // buf.size()).
-  // Kept when it fits the budget after evicting entries used later than it
-  // (or, with no declared order, less recently); otherwise refused. Every
-  // buffer that leaves the cache (evicted, replaced, refused) goes to
-  // `released`.
-  void Offer(const std::string& object, uint64_t version, AlignedBuffer buf,
-             std::vector<AlignedBuffer>* released);
+  // Offers the blob of `object` at `version` (in `*buf`; what it occupies
+  // is buf->size()). Kept (and *buf moved from) when it fits the budget
+  // after evicting clean entries used later than it (or, with no declared
+  // order, less recently); otherwise refused and *buf left as it is. A
+  // `dirty` entry stays until TakeDirty. Replaced and evicted buffers go
+  // to `released`.
+  bool Offer(const std::string& object, uint64_t version, AlignedBuffer* buf,
+             bool dirty, std::vector<AlignedBuffer>* released);
+
+  // The dirty entries (object, version), for writing them back.
+  std::vector<std::pair<std::string, uint64_t>> DirtyEntries() const;
+  // Copies a dirty entry for its write-back (no use counted; the entry
+  // stays dirty until MarkClean, so a failed write-back loses nothing).
+  bool CopyForWriteBack(const std::string& object, uint64_t version,
+                        char* dst, size_t n) const;
+  // The version is on disk now: its entry (if still that version) is clean.
+  void MarkClean(const std::string& object, uint64_t version);
 
   // Drops the entry of `object` / every entry (e.g. after a restore).
   void Invalidate(const std::string& object,
@@ -84,11 +106,13 @@ class ObjectCache {
     uint64_t version = 0;
     uint64_t bytes = 0;
     uint64_t last_use = 0;
+    bool dirty = false;
     AlignedBuffer buf;
   };
   uint64_t NextUseLocked(const std::string& object) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The entry to evict first: farthest next use, then least recently used.
+  // The clean entry to evict first: farthest next use, then least recently
+  // used; end() when every entry is dirty.
   std::map<std::string, Entry>::iterator VictimLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLocked(std::map<std::string, Entry>::iterator it,
@@ -100,6 +124,7 @@ class ObjectCache {
   mutable absl::Mutex mu_;
   uint64_t budget_ ABSL_GUARDED_BY(mu_);
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t dirty_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of dirty entries
   uint64_t tick_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   // Declared positions of each object's coming uses, ascending.

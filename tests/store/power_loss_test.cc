@@ -10,6 +10,7 @@
 // A few cuts per durability in the default run; MLPO_CRASH_ITERATIONS=200
 // (the slow label) for the long loop.
 #include <random>
+#include <tuple>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -23,13 +24,18 @@ constexpr int kObjects = 4;
 
 std::string Obj(int i) { return "obj-" + std::to_string(i); }
 
-class PowerLossTest : public ::testing::TestWithParam<Durability> {};
+// (durability, DRAM tier on): with the tier and durability "tag", commits
+// stay dirty in DRAM until a tag writes them back.
+class PowerLossTest
+    : public ::testing::TestWithParam<std::tuple<Durability, bool>> {};
 
 TEST_P(PowerLossTest, AcknowledgedStateSurvivesEveryCut) {
-  const bool step = GetParam() == Durability::kStep;
+  const bool step = std::get<0>(GetParam()) == Durability::kStep;
+  const bool cached = std::get<1>(GetParam());
   TempDir dir;
   StoreOptions base = TestStoreOptions(dir, {0.6, 0.4});
-  base.durability = GetParam();
+  base.durability = std::get<0>(GetParam());
+  if (cached) base.cache_percent = 50;
   {
     auto s = ObjectStore::Open(base);
     ASSERT_TRUE(s.ok()) << s.status();
@@ -42,6 +48,7 @@ TEST_P(PowerLossTest, AcknowledgedStateSurvivesEveryCut) {
   uint64_t next = 1;
   const int iterations = CrashIterations(4);
   int cuts_mid_commit = 0;
+  uint64_t dirty_seen = 0;  // dirty versions in DRAM when a tag began
   for (int iter = 0; iter < iterations; ++iter) {
     FaultInjectionFileSystem fsys;
     StoreOptions o = base;
@@ -61,7 +68,8 @@ TEST_P(PowerLossTest, AcknowledgedStateSurvivesEveryCut) {
           auto l = (*s)->Checkout(Obj(i)).get();
           if (!l.ok()) break;
           FillFor(l->get(), v);
-          absl::Status st = (*s)->Commit(*l, v).get();
+          Lease lease = std::move(*l);  // handed over: it may stay in DRAM
+          absl::Status st = (*s)->Commit(std::move(lease), v).get();
           if (!st.ok()) {
             ++cuts_mid_commit;
             break;
@@ -70,6 +78,7 @@ TEST_P(PowerLossTest, AcknowledgedStateSurvivesEveryCut) {
           if (step) acked[Obj(i)] = v;  // acknowledged = durable
         }
         if (v % 5 == 0 && !fsys.power_cut()) {
+          dirty_seen += (*s)->cache_stats().dirty_entries;
           std::string t = "t" + std::to_string(v);
           if ((*s)->Tag(t).ok() && !step) {
             acked = committed;
@@ -125,14 +134,21 @@ TEST_P(PowerLossTest, AcknowledgedStateSurvivesEveryCut) {
     if (::testing::Test::HasFailure()) break;
   }
   RecordProperty("cuts_mid_commit", cuts_mid_commit);
+  if (cached && !step) {
+    EXPECT_GT(dirty_seen, 0u) << "write-back never held a dirty version";
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Durability, PowerLossTest,
-                         ::testing::Values(Durability::kStep, Durability::kTag),
-                         [](const auto& info) {
-                           return info.param == Durability::kStep ? "step"
-                                                                  : "tag";
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Durability, PowerLossTest,
+    ::testing::Combine(::testing::Values(Durability::kStep, Durability::kTag),
+                       ::testing::Bool()),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param) == Durability::kStep
+                             ? "step"
+                             : "tag") +
+             (std::get<1>(info.param) ? "_cache" : "");
+    });
 
 // Faults by kind through the same file system: each fails the operation
 // with a clear error, and the last committed state stays readable.

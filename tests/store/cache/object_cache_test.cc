@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <fstream>
 #include <random>
+#include <cstring>
 #include <set>
 
 #include "gtest/gtest.h"
@@ -58,7 +59,8 @@ int CacheHits(const std::vector<int>& seq, size_t slots, bool declare) {
     hits += b.has_value();
     // The object is used, then "committed" back (same version for the
     // test: the cache only compares versions).
-    c.Offer(o, 1, b ? std::move(*b) : Blob(), &released);
+    AlignedBuffer buf = b ? std::move(*b) : Blob();
+    c.Offer(o, 1, &buf, /*dirty=*/false, &released);
     EXPECT_LE(c.stats().cached_bytes, slots * kBlob);
   }
   return hits;
@@ -97,20 +99,62 @@ TEST(ObjectCacheTest, AlternatingOrderHitsWhatLruMisses) {
 TEST(ObjectCacheTest, BudgetVersionsAndInvalidation) {
   ObjectCache c(2 * kBlob);
   std::vector<AlignedBuffer> released;
-  c.Offer("a", 1, Blob(), &released);
-  c.Offer("b", 1, Blob(), &released);
+  auto offer = [&](const std::string& o, uint64_t v, AlignedBuffer b,
+                   bool dirty = false) {
+    return c.Offer(o, v, &b, dirty, &released);
+  };
+  EXPECT_TRUE(offer("a", 1, Blob()));
+  EXPECT_TRUE(offer("b", 1, Blob()));
   EXPECT_TRUE(released.empty());
-  c.Offer("a", 2, Blob(), &released);  // replaces a@1
+  EXPECT_TRUE(offer("a", 2, Blob()));  // replaces a@1
   EXPECT_EQ(released.size(), 1u);
   EXPECT_FALSE(c.Take("a", 1, &released).has_value());  // stale: dropped
   EXPECT_FALSE(c.Contains("a", 2));
   EXPECT_TRUE(c.Contains("b", 1));
-  c.Offer("big", 1, AlignedBuffer(3 * kBlob, false), &released);  // too big
+  EXPECT_FALSE(offer("big", 1, AlignedBuffer(3 * kBlob, false)));  // too big
   EXPECT_FALSE(c.Contains("big", 1));
   EXPECT_EQ(c.stats().refused, 1u);
   c.SetBudget(0, &released);
   EXPECT_EQ(c.stats().cached_bytes, 0u);
   EXPECT_EQ(c.stats().entries, 0u);
+}
+
+TEST(ObjectCacheTest, DirtyEntriesAreNeverEvictedOrHandedOut) {
+  ObjectCache c(2 * kBlob);
+  std::vector<AlignedBuffer> released;
+  auto offer = [&](const std::string& o, uint64_t v, bool dirty, char fill) {
+    AlignedBuffer b = Blob();
+    std::memset(b.data(), fill, kBlob);
+    return c.Offer(o, v, &b, dirty, &released);
+  };
+  EXPECT_TRUE(offer("a", 1, true, 'a'));
+  EXPECT_TRUE(offer("b", 1, true, 'b'));
+  // Full of dirty entries: a clean or dirty newcomer is refused, nothing
+  // dirty goes.
+  EXPECT_FALSE(offer("c", 1, false, 'c'));
+  EXPECT_FALSE(offer("c", 1, true, 'c'));
+  EXPECT_EQ(c.stats().dirty_entries, 2u);
+  // Not handed out: Take misses, CopyDirty copies and the entry stays.
+  EXPECT_FALSE(c.Take("a", 1, &released).has_value());
+  std::string out(kBlob, '\0');
+  EXPECT_TRUE(c.CopyDirty("a", 1, out.data(), kBlob));
+  EXPECT_EQ(out, std::string(kBlob, 'a'));
+  EXPECT_TRUE(c.Contains("a", 1));
+  // A newer dirty version replaces the older: a write saved.
+  EXPECT_TRUE(offer("a", 2, true, 'A'));
+  EXPECT_EQ(c.stats().writes_saved, 1u);
+  // An older or equal version never replaces a dirty one.
+  EXPECT_FALSE(offer("a", 2, false, 'x'));
+  // Write-back: copy, then mark clean; then it can be evicted.
+  auto dirty = c.DirtyEntries();
+  ASSERT_EQ(dirty.size(), 2u);
+  EXPECT_TRUE(c.CopyForWriteBack("a", 2, out.data(), kBlob));
+  EXPECT_EQ(out, std::string(kBlob, 'A'));
+  c.MarkClean("a", 2);
+  EXPECT_EQ(c.stats().dirty_entries, 1u);
+  EXPECT_TRUE(offer("c", 1, false, 'c'));  // evicts the clean a@2
+  EXPECT_FALSE(c.Contains("a", 2));
+  EXPECT_TRUE(c.Contains("b", 1));
 }
 
 // Through the store.
