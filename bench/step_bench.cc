@@ -5,16 +5,23 @@
 //                       params / R_adam)
 // where U_k is each path's mixed read+write bandwidth (probed here, with the
 // path's cap) and R_adam the fused kernel's params/s (measured here).
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/trace.h"
 #include "bench/bench_common.h"
 #include "bench/kernel_rate.h"
 #include "nlohmann/json.hpp"
@@ -90,27 +97,84 @@ struct CapChange {
   int step = 0;
 };
 
+// What a mode turns on. The ablation rows add one idea at a time on top of
+// the baseline, in the order of the design card.
+struct ModeConfig {
+  bool all_paths = true;
+  bool grad_offload = false;  // fp32 gradients written in backward
+  bool alternate = true;
+  bool cache = false;         // the DRAM tier of --cache
+  bool declare_order = true;  // next-use eviction (else LRU)
+  bool adaptive = true;       // placement recomputed every step
+  int prefetch = 1, commits = 1;
+  int paper_ratio = 0;        // whole subgroups: i % r == 0 on path 2
+};
+
+const char* const kAblation[] = {"+path2", "+fp16grad", "+order+cache",
+                                 "+adaptive", "+prefetch"};
+
+ModeConfig ConfigFor(const std::string& mode, int prefetch, int commits,
+                     int paper_ratio) {
+  ModeConfig c;
+  if (mode == "baseline" || mode[0] == '+') {
+    c.all_paths = false;
+    c.grad_offload = true;
+    c.alternate = false;
+    c.adaptive = false;
+    int row = -1;
+    for (int i = 0; i < 5; ++i)
+      if (mode == kAblation[i]) row = i;
+    if (row >= 0) c.all_paths = true;
+    if (row >= 1) c.grad_offload = false;
+    if (row >= 2) c.alternate = c.cache = true;
+    if (row >= 3) c.adaptive = true;
+    if (row >= 4) {
+      c.prefetch = prefetch;
+      c.commits = commits;
+    }
+    return c;
+  }
+  if (mode == "paper") {
+    c.cache = true;
+    c.declare_order = false;
+    c.adaptive = false;
+    c.paper_ratio = paper_ratio;
+    return c;
+  }
+  c.prefetch = prefetch;
+  c.commits = commits;
+  c.cache = mode == "mlpo+cache";
+  return c;
+}
+
 ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
                    const std::string& dir, uint64_t params, uint64_t subgroup,
                    int steps, int prefetch, int commits, int threads,
                    const std::vector<uint16_t>& grads, bool keep,
                    Durability durability, double u_scale,
-                   const std::string& cache, const CapChange& change) {
-  bool baseline = mode == "baseline";
+                   const std::string& cache, const CapChange& change,
+                   int paper_ratio) {
+  const ModeConfig mc = ConfigFor(mode, prefetch, commits, paper_ratio);
+  const bool baseline = mc.grad_offload;
   OptimizerOptions o;
-  o.store.name = mode == "mlpo+cache" ? "step-mlpo-cache" : "step-" + mode;
+  std::string store_name = "step-" + mode;
+  for (char& ch : store_name)
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '-')
+      ch = '-';
+  o.store.name = store_name;
   o.store.extent_bytes = 4 << 20;
   o.store.durability = durability;
-  if (mode == "mlpo+cache" &&
+  if (mc.cache &&
       !ParseCacheBudget(cache, &o.store.cache_bytes, &o.store.cache_percent)
            .ok())
     Die("--cache", absl::InvalidArgumentError(cache));
-  size_t np = baseline ? 1 : paths.size();
+  size_t np = mc.all_paths ? paths.size() : 1;
   for (size_t i = 0; i < np; ++i) {
     StorePathConfig pc;
     pc.path.root = paths[i].root;
     pc.path.kind = i == 0 ? PathKind::kNvme : PathKind::kPfs;
-    pc.path.slots = 0;
+    // MLP-Offload: one PFS writer per node.
+    pc.path.slots = mode == "paper" && i > 0 ? 1 : 0;
     pc.path.read_cap = pc.path.write_cap = paths[i].cap;
     pc.path.queue_depth = 16;
     pc.path.segment_bytes = uint64_t{1} << 30;
@@ -126,10 +190,12 @@ ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
   o.grad_dtype = DType::kF16;
   o.param_dtype = DType::kBF16;
   o.pipeline.threads = threads;
-  o.pipeline.grad_offload = baseline;
-  o.pipeline.alternate_order = !baseline;
-  o.pipeline.prefetch_depth = baseline ? 1 : prefetch;
-  o.pipeline.max_commits_in_flight = baseline ? 1 : commits;
+  o.pipeline.grad_offload = mc.grad_offload;
+  o.pipeline.alternate_order = mc.alternate;
+  o.pipeline.prefetch_depth = mc.prefetch;
+  o.pipeline.max_commits_in_flight = mc.commits;
+  o.pipeline.adaptive_placement = mc.adaptive;
+  o.pipeline.declare_order = mc.declare_order;
   // The paths' bandwidth as the bound sees it (scaled down when paths
   // share a device); fractions stay proportional to U_k.
   double scale = np > 1 ? u_scale : 1.0;
@@ -141,6 +207,15 @@ ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
   };
   auto opt = Optimizer::Open(o);
   if (!opt.ok()) Die(mode, opt.status());
+  if (mc.paper_ratio > 0 && np > 1) {
+    // Whole subgroups: every r-th on the second path, the rest on the first.
+    for (const Subgroup& sg : (*opt)->subgroups()) {
+      std::vector<double> f(np, 0.0);
+      f[sg.index % mc.paper_ratio == 0 ? 1 : 0] = 1.0;
+      auto st = (*opt)->store()->SetObjectFractions(sg.object, f);
+      if (!st.ok()) Die(mode, st);
+    }
+  }
   ModeResult r;
   r.mode = mode;
   // Step 0 (untimed) creates the state on the store; then `steps` timed.
@@ -208,6 +283,9 @@ void AddStepBench(CLI::App& app) {
     std::string modes = "baseline,mlpo";
     std::string cache = "25%";
     std::string cap_change;
+    int paper_ratio = 3;
+    bool ablation = false;
+    std::string trace, plot;
     int prefetch = 2, commits = 2, threads = 0;
     double probe_s = 2;
     std::string durability = "step";
@@ -229,11 +307,12 @@ void AddStepBench(CLI::App& app) {
                                        "untimed step that creates the state)")
       ->capture_default_str();
   cmd->add_option("--modes", a->modes,
-                  "Modes to run: baseline, mlpo, mlpo+cache (mlpo with the "
-                  "DRAM tier of --cache)")
+                  "Modes to run: baseline, paper (MLP-Offload as "
+                  "published), mlpo, mlpo+cache (mlpo with the DRAM tier of "
+                  "--cache)")
       ->capture_default_str();
   cmd->add_option("--cache", a->cache,
-                  "DRAM tier budget of mode mlpo+cache: a size (\"2G\") or a "
+                  "DRAM tier budget of modes mlpo+cache and paper and of the ablation's cached rows: a size (\"2G\") or a "
                   "percentage of the state (\"25%\")")
       ->capture_default_str()
       ->check([](const std::string& v) {
@@ -252,6 +331,27 @@ void AddStepBench(CLI::App& app) {
                   "Store durability for both modes: step or tag")
       ->capture_default_str()
       ->check(CLI::IsMember({"step", "tag"}));
+  cmd->add_option("--paper-ratio", a->paper_ratio,
+                  "Mode paper: subgroup i goes to the second path when "
+                  "i % R == 0 (the best integer for the measured bandwidths "
+                  "is reported as paper_best_ratio)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  cmd->add_flag("--ablation", a->ablation,
+                "Also run the ablation rows after the baseline, one idea "
+                "added per row: +path2 (second path), +fp16grad (gradients "
+                "kept in 16-bit), +order+cache (alternating order and the "
+                "DRAM tier), +adaptive (placement every step), +prefetch "
+                "(deeper prefetch and commits)");
+  cmd->add_option("--trace", a->trace,
+                  "Write a Chrome trace-event JSON of the timed run (opens in "
+                  "Perfetto or chrome://tracing): every extent read and write "
+                  "per path, DRAM-tier hits, kernel runs, read and write "
+                  "waits");
+  cmd->add_option("--plot", a->plot,
+                  "Draw the modes (the ablation rows in order) as stacked "
+                  "read-wait / compute / write-wait bars into this PNG "
+                  "(python3-matplotlib)");
   cmd->add_option("--cap-change", a->cap_change,
                   "ROOT@CAP:STEP: the cap of path ROOT (given a cap in "
                   "--paths) becomes CAP bytes/s from step STEP on, as a shared "
@@ -292,11 +392,32 @@ void AddStepBench(CLI::App& app) {
     }
     std::vector<std::string> modes = absl::StrSplit(a->modes, ',');
     for (auto& m : modes)
-      if (m != "baseline" && m != "mlpo" && m != "mlpo+cache") {
+      if (m != "baseline" && m != "paper" && m != "mlpo" &&
+          m != "mlpo+cache") {
         std::cerr << "mlpo-bench: --modes: unknown mode '" << m
-                  << "' (baseline, mlpo, mlpo+cache)\n";
+                  << "' (baseline, paper, mlpo, mlpo+cache)\n";
         throw CLI::RuntimeError(2);
       }
+    if (a->ablation) {
+      std::vector<std::string> with;
+      for (auto& m : modes) {
+        with.push_back(m);
+        if (m == "baseline")
+          for (const char* row : kAblation) with.push_back(row);
+      }
+      if (std::find(modes.begin(), modes.end(), "baseline") == modes.end()) {
+        with.insert(with.begin(), "baseline");
+        for (int i = 4; i >= 0; --i) with.insert(with.begin() + 1, kAblation[i]);
+      }
+      modes = with;
+    }
+    bool needs_two = false;
+    for (auto& m : modes) needs_two |= m == "paper" || m[0] == '+';
+    if (needs_two && paths.size() < 2) {
+      std::cerr << "mlpo-bench: modes paper and the ablation need two paths "
+                   "(--paths A,B)\n";
+      throw CLI::RuntimeError(2);
+    }
     json out;
     // U_k: each path's mixed bandwidth, with its cap, measured now; then all
     // paths driven together. Paths that share a device (two directories on
@@ -352,12 +473,13 @@ void AddStepBench(CLI::App& app) {
       change.cap = SizeArg("--cap-change", cs[0]);
     }
     std::map<std::string, ModeResult> res;
+    if (!a->trace.empty()) Trace::Get()->Start();
     for (auto& m : modes) {
       ModeResult r = RunMode(m, paths, f.dir, a->params, a->subgroup, a->steps,
                              a->prefetch, a->commits, a->threads, grads, f.keep,
                              a->durability == "tag" ? Durability::kTag
                                                     : Durability::kStep,
-                             u_scale, a->cache, change);
+                             u_scale, a->cache, change, a->paper_ratio);
       r.lower_bound_s = std::max(r.lower_bound_s, a->params / r_adam);
       json pj = json::array();
       for (auto& p : r.paths)
@@ -391,14 +513,71 @@ void AddStepBench(CLI::App& app) {
       if (res.count("mlpo"))
         out["speedup_vs_baseline"] = res["baseline"].step_s / res["mlpo"].step_s;
     }
+    if (paths.size() >= 2) {
+      // The integer a careful MLP-Offload user would pick: the share 1/r on
+      // the second path closest to balancing both paths' time.
+      double u1 = paths[0].mixed_bps, u2 = paths[1].mixed_bps;
+      int best = 1;
+      double best_t = 1e300;
+      for (int r = 1; r <= 64; ++r) {
+        double f2 = 1.0 / r;
+        double t = std::max((1 - f2) / u1, f2 / u2);
+        if (t < best_t) {
+          best_t = t;
+          best = r;
+        }
+      }
+      out["paper_ratio"] = a->paper_ratio;
+      out["paper_best_ratio"] = best;
+    }
+    if (res.count("paper")) {
+      const char* ours = res.count("mlpo+cache") ? "mlpo+cache" : "mlpo";
+      if (res.count(ours))
+        out["speedup_vs_paper"] = res["paper"].step_s / res[ours].step_s;
+    }
     if (res.count("mlpo") && res.count("mlpo+cache"))
       out["speedup_cache_vs_mlpo"] =
           res["mlpo"].step_s / res["mlpo+cache"].step_s;
     out["cache"] = a->cache;
+    out["mode_order"] = modes;
     out["params"] = a->params;
     out["subgroup"] = a->subgroup;
     out["steps"] = a->steps;
     out["durability"] = a->durability;
+    if (!a->trace.empty()) {
+      size_t n = Trace::Get()->events();
+      if (auto st = Trace::Get()->StopAndWrite(a->trace); !st.ok())
+        Die("--trace", st);
+      out["trace"] = a->trace;
+      out["trace_events"] = n;
+      Progress(absl::StrFormat("wrote %d trace events to %s", n, a->trace));
+    }
+    if (!a->plot.empty()) {
+      std::string tmp = a->plot + ".json";
+      {
+        std::ofstream j(tmp);
+        j << out.dump(2) << "\n";
+        if (!j) Die("--plot", absl::InternalError("cannot write " + tmp));
+      }
+      // No shell: the file names go to python as they are.
+      std::vector<std::string> argv = {"/usr/bin/python3", MLPO_PLOT_SCRIPT,
+                                       tmp, a->plot};
+      std::vector<char*> cargv;
+      for (auto& x : argv) cargv.push_back(x.data());
+      cargv.push_back(nullptr);
+      pid_t pid = 0;
+      int rc = ::posix_spawn(&pid, cargv[0], nullptr, nullptr, cargv.data(),
+                             environ);
+      int status = 0;
+      if (rc == 0 && ::waitpid(pid, &status, 0) < 0) rc = errno;
+      std::filesystem::remove(tmp);
+      if (rc != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        Die("--plot", absl::InternalError(absl::StrCat(
+                          "plotting failed: /usr/bin/python3 ",
+                          MLPO_PLOT_SCRIPT, rc != 0 ? " could not start" : "",
+                          " (exit ", WEXITSTATUS(status), ")")));
+      out["plot"] = a->plot;
+    }
     Progress("");
     if (f.json) {
       std::cout << out.dump(2) << "\n";
@@ -418,11 +597,12 @@ void AddStepBench(CLI::App& app) {
                       ? FormatRate(p["cap_bps"].get<double>()).c_str()
                       : "none",
                   FormatRate(p["mixed_bps"].get<double>()).c_str());
-    std::printf("%-10s %8s %8s %8s %8s %8s %7s %9s %9s %8s %8s\n", "mode",
+    std::printf("%-12s %8s %8s %8s %8s %8s %7s %9s %9s %8s %8s\n", "mode",
                 "step s", "bwd s", "rd wait", "compute", "wr wait", "B/param",
                 "GB/s", "Mparam/s", "bound s", "bound/s");
-    for (auto& [m, j] : out["modes"].items())
-      std::printf("%-10s %8.2f %8.2f %8.2f %8.2f %8.2f %7.1f %9.2f %9.1f %8.2f "
+    for (const std::string& m : modes) {
+      const json& j = out["modes"][m];
+      std::printf("%-12s %8.2f %8.2f %8.2f %8.2f %8.2f %7.1f %9.2f %9.1f %8.2f "
                   "%8.3f\n",
                   m.c_str(), j["step_s"].get<double>(),
                   j["backward_s"].get<double>(), j["read_wait_s"].get<double>(),
@@ -432,11 +612,18 @@ void AddStepBench(CLI::App& app) {
                   j["params_per_s"].get<double>() / 1e6,
                   j["lower_bound_s"].get<double>(),
                   j["bound_efficiency"].get<double>());
+    }
     if (out.contains("speedup_vs_baseline"))
       std::printf("speedup_vs_baseline (update phase) %.2fx; with the backward "
                   "phase %.2fx\n",
                   out["speedup_vs_baseline"].get<double>(),
                   out["modes"]["mlpo"]["total_ratio_to_baseline"].get<double>());
+    if (out.contains("speedup_vs_paper"))
+      std::printf("speedup_vs_paper %.2fx (paper ratio %d; the best integer "
+                  "for these bandwidths is %d)\n",
+                  out["speedup_vs_paper"].get<double>(),
+                  out["paper_ratio"].get<int>(),
+                  out["paper_best_ratio"].get<int>());
     if (out.contains("speedup_cache_vs_mlpo"))
       std::printf("mlpo+cache (cache %s): %.2fx mlpo's update phase, %s of "
                   "reads per step served from DRAM\n",

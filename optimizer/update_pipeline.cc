@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "base/trace.h"
 
 namespace mlpo {
 namespace {
@@ -31,7 +32,9 @@ class CommitWindow {
   void WaitOldest() {
     absl::Time w = absl::Now();
     absl::Status st = pending_.front().get();
-    wait_s_ += absl::ToDoubleSeconds(absl::Now() - w);
+    absl::Time done = absl::Now();
+    wait_s_ += absl::ToDoubleSeconds(done - w);
+    Trace::Get()->Complete("write wait", "wait", "pipeline", w, done);
     pending_.pop_front();
     if (first_error_.ok() && !st.ok()) first_error_ = st;
   }
@@ -77,7 +80,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(
   for (int k = 0; k < n; ++k)
     rep.order.push_back(options_.alternate_order && (t % 2 == 0) ? n - 1 - k
                                                                   : k);
-  {
+  if (options_.declare_order) {
     // This step's order, then the next step's: the DRAM tier keeps what is
     // used soonest (with the alternating order, the subgroups updated last
     // now are the first of the next step).
@@ -118,7 +121,9 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(
     absl::StatusOr<Lease> state = fetches.front().state.get();
     absl::StatusOr<Lease> glease = absl::UnknownError("unused");
     if (options_.grad_offload) glease = fetches.front().grad.get();
-    rep.read_wait_s += absl::ToDoubleSeconds(absl::Now() - w);
+    absl::Time got = absl::Now();
+    rep.read_wait_s += absl::ToDoubleSeconds(got - w);
+    Trace::Get()->Complete("read wait", "wait", "pipeline", w, got);
     fetches.pop_front();
     if (k + depth < n) issue(k + depth);
     if (!state.ok()) {
@@ -155,7 +160,10 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(
       sl.n = std::min(tile, s.numel - off);
       AdamUpdate(sl, c);
     });
-    rep.compute_s += absl::ToDoubleSeconds(absl::Now() - cs);
+    absl::Time ce = absl::Now();
+    rep.compute_s += absl::ToDoubleSeconds(ce - cs);
+    Trace::Get()->Complete("adam " + s.object, "kernel", "pipeline", cs, ce,
+                           s.numel);
     // Handed over: a lease only the store holds can stay in the DRAM tier.
     commits.Push(store_->Commit(std::move(lease), t));
     if (sink) {

@@ -38,6 +38,9 @@ struct PipelineOptions {
   // Recompute the store's stripe fractions after every step from the
   // paths' observed rates (ObjectStore::AdaptPlacement).
   bool adaptive_placement = true;
+  // Declare each step's access order to the DRAM tier (next-use eviction);
+  // off: the tier evicts least recently used (MLP-Offload's cache).
+  bool declare_order = true;
   int threads = 0;                // kernel threads; 0 = hardware threads
   size_t tile_elems = size_t{1} << 16;
   bool grad_offload = false;      // baseline: fp32 grads via the store

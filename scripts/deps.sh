@@ -9,6 +9,8 @@ PKGS=(build-essential cmake ninja-build pkg-config git
       # the PyTorch adapter, for Debian's own /usr/bin/python3
       python3-dev pybind11-dev python3-torch python3-numpy python3-pytest
       python3-tqdm
+      # `mlpo-bench step --plot`
+      python3-matplotlib
       # an optimised BLAS for torch's CPU matmuls (the reference one is ~7x
       # slower); it becomes the libblas.so.3 alternative
       libopenblas0-pthread)

@@ -24,6 +24,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "base/trace.h"
 #include "store/placement/stripe.h"
 #include "base/status_macros.h"
 
@@ -130,13 +131,32 @@ std::vector<double> ObjectStore::AdaptPlacement() {
   return f;
 }
 
+absl::Status ObjectStore::SetObjectFractions(const std::string& object,
+                                             std::vector<double> fractions) {
+  if (!fractions.empty() && fractions.size() != paths_.size())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fractions of ", object, ": ", fractions.size(), " given, the store has ",
+        paths_.size(), " paths"));
+  absl::MutexLock l(&placement_mu_);
+  if (fractions.empty())
+    object_fractions_.erase(object);
+  else
+    object_fractions_[object] = NormaliseFractions(fractions);
+  return absl::OkStatus();
+}
+
 absl::Status ObjectStore::AllocateStripes(
-    const std::string& where, uint64_t total,
+    const std::string& where, const std::string& object, uint64_t total,
     std::vector<std::vector<Range>>* ranges) {
   const size_t n = paths_.size();
   ranges->assign(n, {});
   std::vector<bool> full(n, false);
-  const std::vector<double> fractions = this->fractions();
+  std::vector<double> fractions;
+  {
+    absl::MutexLock l(&placement_mu_);
+    auto it = object_fractions_.find(object);
+    fractions = it != object_fractions_.end() ? it->second : fractions_;
+  }
   std::vector<uint64_t> want = SplitBytes(total, fractions);
   auto fail = [&](const absl::Status& st) {
     for (size_t p = 0; p < n; ++p)
@@ -329,7 +349,10 @@ std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
   }
   Recycle(&released);
   if (cached) {
-    // The DRAM tier had this very version (written through at its commit).
+    Trace::Get()->Instant("hit " + object, "cache", "DRAM tier", absl::Now(),
+                          lease->layout_.total_bytes());
+    // The DRAM tier had this very version (written through at its commit,
+    // or dirty and copied out).
     lease->buf_ = std::move(*cached);
     lease->pool_ = pool_;
     promise->set_value(lease);
@@ -475,7 +498,8 @@ std::future<absl::Status> ObjectStore::CommitImpl(Lease lease, uint64_t version,
   op->touched.assign(paths_.size(), false);
   std::vector<std::vector<Range>> ranges;
   absl::Status st = AllocateStripes(
-      absl::StrCat("commit of ", object, " version ", version), total, &ranges);
+      absl::StrCat("commit of ", object, " version ", version), object, total,
+      &ranges);
   if (!st.ok()) {
     {
       absl::MutexLock l(&mu_);

@@ -256,6 +256,11 @@ class ObjectStore {
   // moved nothing yet keep the fractions as they are. Returns the fractions
   // now in use.
   std::vector<double> AdaptPlacement();
+  // Pins `object`'s new versions to its own fractions (e.g. MLP-Offload's
+  // whole-subgroup split: {1, 0} or {0, 1}); an empty vector unpins it.
+  // Adaptive placement leaves pinned objects alone. In memory only.
+  absl::Status SetObjectFractions(const std::string& object,
+                                  std::vector<double> fractions);
   // Each path's observed transfer rate (bytes moved / busy time) over the
   // interval since the last call, exponentially weighted (alpha 0.5, so a
   // path whose speed changes shows within a few steps) with the earlier
@@ -323,7 +328,8 @@ class ObjectStore {
   // Allocates `total` bytes striped by the fractions; a full path's share
   // spills over to the paths with room. ResourceExhausted naming every path
   // when all are full (nothing stays allocated).
-  absl::Status AllocateStripes(const std::string& where, uint64_t total,
+  absl::Status AllocateStripes(const std::string& where,
+                               const std::string& object, uint64_t total,
                                std::vector<std::vector<Range>>* ranges);
   // Copies the index into <store dir>/meta-backup on every path (after each
   // tag and drop-tag), so that `Recover` can rebuild a lost or damaged index
@@ -354,6 +360,8 @@ class ObjectStore {
   std::string store_uuid_;
   mutable absl::Mutex placement_mu_;
   std::vector<double> fractions_ ABSL_GUARDED_BY(placement_mu_);
+  std::map<std::string, std::vector<double>> object_fractions_
+      ABSL_GUARDED_BY(placement_mu_);
   absl::Mutex estimate_mu_;
   std::vector<PathCounters> last_counters_ ABSL_GUARDED_BY(estimate_mu_);
   std::vector<double> estimates_ ABSL_GUARDED_BY(estimate_mu_);

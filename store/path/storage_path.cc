@@ -13,6 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/trace.h"
 #include "store/fs/file_util.h"
 #include "base/status_macros.h"
 
@@ -269,9 +270,15 @@ void StoragePath::Transfer(IoOp op, Range r, void* buf, IoCallback done) {
   req.offset = SegmentOffset(r.offset);
   req.buf = buf;
   req.len = r.length;
-  req.done = [this, op, len = r.length,
+  const absl::Time traced =
+      Trace::Get()->enabled() ? absl::Now() : absl::InfinitePast();
+  req.done = [this, op, len = r.length, traced,
               done = std::move(done)](const absl::Status& s) {
     if (s.ok()) (op == IoOp::kRead ? bytes_read_ : bytes_written_) += len;
+    if (traced != absl::InfinitePast())
+      Trace::Get()->Complete(op == IoOp::kRead ? "read" : "write", "io",
+                             "path " + options_.root, traced, absl::Now(),
+                             len);
     {
       absl::MutexLock l(&busy_mu_);
       if (--inflight_ == 0) busy_ += absl::Now() - busy_since_;
