@@ -268,6 +268,9 @@ absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
           } else if (n == "slots") {
             MLPO_ASSIGN_OR_RETURN(int64_t i, IntValue(pv, key2, -1, kMaxSlots));
             pc.path.slots = static_cast<int>(i);
+          } else if (n == "slot_turn_ms") {
+            MLPO_ASSIGN_OR_RETURN(int64_t i, IntValue(pv, key2, 0, 3600000));
+            pc.path.slot_turn = absl::Milliseconds(i);
           } else if (n == "queue_depth") {
             MLPO_ASSIGN_OR_RETURN(int64_t i, IntValue(pv, key2, 1, 4096));
             pc.path.queue_depth = static_cast<int>(i);

@@ -15,6 +15,7 @@
 //   read_cap = "600MB"       # bytes/s, 0 = uncapped
 //   write_cap = "600MB"
 //   slots = -1               # node-wide I/O slots (-1: 1 for pfs, else no limit)
+//   slot_turn_ms = 100       # a busy rank hands its slot on after this (0: never)
 //   capacity = "100G"        # 0 = as much as the filesystem allows
 //   segment_bytes = "256M"
 //   queue_depth = 32

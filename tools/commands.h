@@ -9,6 +9,7 @@ namespace mlpo {
 void AddProfileCommand(CLI::App& app);
 void AddStoreCommands(CLI::App& app);  // inspect, ls, show, verify, tag, ...
 void AddExportCommand(CLI::App& app);  // export (the adapter's checkpoints)
+void AddPlanCommand(CLI::App& app);    // plan (the capacity planner)
 
 }  // namespace mlpo
 

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   mlpo::AddProfileCommand(app);
   mlpo::AddStoreCommands(app);
   mlpo::AddExportCommand(app);
+  mlpo::AddPlanCommand(app);
   // CLI11 reports a mistyped subcommand as "A subcommand is required":
   // name it instead.
   if (argc > 1 && argv[1][0] != '-') {

@@ -75,18 +75,36 @@ void IoSlots::Release() {
 
 PathAdmission::PathAdmission(uint64_t read_cap, uint64_t write_cap,
                              absl::Duration burst,
-                             std::unique_ptr<IoSlots> slots)
+                             std::unique_ptr<IoSlots> slots,
+                             absl::Duration slot_turn)
     : read_(read_cap, burst), write_(write_cap, burst),
-      slots_(std::move(slots)) {}
+      slots_(std::move(slots)), slot_turn_(slot_turn) {}
+
+// How long a process that handed its slot on waits before asking again:
+// long enough for a waiting rank (which asks every millisecond) to take it.
+constexpr absl::Duration kHandOff = absl::Milliseconds(3);
 
 absl::Duration PathAdmission::Admit(const IoRequest& req) {
-  if (slots_ && !slots_->TryAcquire()) return absl::Milliseconds(1);
+  absl::Time now = absl::Now();
+  if (slots_) {
+    if (slots_->held() && slot_turn_ > absl::ZeroDuration() &&
+        now - held_since_ > slot_turn_) {
+      // Our turn is over: hand the slot on. Requests already in flight
+      // finish; new ones wait for the next turn.
+      slots_->Release();
+      cooldown_until_ = now + kHandOff;
+    }
+    if (!slots_->held()) {
+      if (now < cooldown_until_) return cooldown_until_ - now;
+      if (!slots_->TryAcquire()) return absl::Milliseconds(1);
+      held_since_ = now;
+    }
+  }
   TokenBucket& b = req.op == IoOp::kRead ? read_ : write_;
-  return b.Take(req.len, absl::Now());
+  return b.Take(req.len, now);
 }
 
 void PathAdmission::Idle() {
   if (slots_) slots_->Release();
 }
-
 }  // namespace mlpo

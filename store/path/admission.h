@@ -69,8 +69,11 @@ class IoSlots {
 // serialise calls.
 class PathAdmission final : public IoAdmission {
  public:
+  // `slot_turn`: the longest a slot is held while busy before it is handed
+  // on (0 = until idle).
   PathAdmission(uint64_t read_cap, uint64_t write_cap, absl::Duration burst,
-                std::unique_ptr<IoSlots> slots);
+                std::unique_ptr<IoSlots> slots,
+                absl::Duration slot_turn = absl::ZeroDuration());
   absl::Duration Admit(const IoRequest& req) override;
   void Idle() override;
   // Changes the caps while the engine runs (0 = unlimited).
@@ -82,6 +85,9 @@ class PathAdmission final : public IoAdmission {
  private:
   TokenBucket read_, write_;
   std::unique_ptr<IoSlots> slots_;
+  absl::Duration slot_turn_;
+  absl::Time held_since_ = absl::InfinitePast();
+  absl::Time cooldown_until_ = absl::InfinitePast();
 };
 
 }  // namespace mlpo

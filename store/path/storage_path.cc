@@ -135,7 +135,7 @@ absl::StatusOr<std::unique_ptr<StoragePath>> StoragePath::Open(
   if (options.read_cap > 0 || options.write_cap > 0 || slot_set != nullptr)
     p->admission_ = std::make_unique<PathAdmission>(
         options.read_cap, options.write_cap, options.cap_burst,
-        std::move(slot_set));
+        std::move(slot_set), options.slot_turn);
   IoEngineOptions eo;
   eo.kind = options.engine;
   eo.queue_depth = options.queue_depth;

@@ -45,6 +45,10 @@ struct PathOptions {
   // Node-wide I/O slots: -1 = by kind (1 for pfs, unlimited otherwise),
   // 0 = unlimited, N = at most N processes of this node transfer at once.
   int slots = -1;
+  // How long a busy process keeps a slot before it hands it on (releases
+  // it and waits a moment so another rank takes it): ranks of a node take
+  // turns on a shared path. 0 = keep it until this process is idle.
+  absl::Duration slot_turn = absl::Milliseconds(100);
   // Most bytes of segments this path may hold; 0 = whatever the filesystem
   // allows (fallocate fails with ENOSPC -> ResourceExhausted).
   uint64_t capacity = 0;

@@ -48,7 +48,7 @@ TEST_P(PowerLossTest, AcknowledgedStateSurvivesEveryCut) {
   uint64_t next = 1;
   const int iterations = CrashIterations(4);
   int cuts_mid_commit = 0;
-  uint64_t dirty_seen = 0;  // dirty versions in DRAM when a tag began
+  uint64_t dirty_seen = 0;  // dirty versions in DRAM after commits
   for (int iter = 0; iter < iterations; ++iter) {
     FaultInjectionFileSystem fsys;
     StoreOptions o = base;
@@ -75,10 +75,10 @@ TEST_P(PowerLossTest, AcknowledgedStateSurvivesEveryCut) {
             break;
           }
           committed[Obj(i)] = v;
+          dirty_seen += (*s)->cache_stats().dirty_entries;
           if (step) acked[Obj(i)] = v;  // acknowledged = durable
         }
         if (v % 5 == 0 && !fsys.power_cut()) {
-          dirty_seen += (*s)->cache_stats().dirty_entries;
           std::string t = "t" + std::to_string(v);
           if ((*s)->Tag(t).ok() && !step) {
             acked = committed;

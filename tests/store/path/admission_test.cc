@@ -112,5 +112,40 @@ TEST(IoSlotsTest, TwoSlotsAdmitTwoHolders) {
   EXPECT_TRUE((*c)->TryAcquire());
 }
 
+// Two ranks on a one-slot path, the first busy all the time: with turns the
+// second is admitted within a few turns; without, never while the first is
+// busy.
+TEST(PathAdmissionTest, BusyRanksHandTheSlotOnAfterTheirTurn) {
+  for (absl::Duration turn : {absl::Milliseconds(20), absl::ZeroDuration()}) {
+    TempDir dir;
+    auto sa = IoSlots::Open(dir.path() + "/s", 1);
+    auto sb = IoSlots::Open(dir.path() + "/s", 1);
+    ASSERT_TRUE(sa.ok() && sb.ok());
+    PathAdmission a(0, 0, absl::ZeroDuration(), std::move(*sa), turn);
+    PathAdmission b(0, 0, absl::ZeroDuration(), std::move(*sb), turn);
+    IoRequest req;
+    req.op = IoOp::kWrite;
+    req.len = 4096;
+    ASSERT_EQ(a.Admit(req), absl::ZeroDuration());  // a holds the slot
+    absl::Time start = absl::Now(), a_next = start, b_next = start;
+    bool b_in = false;
+    while (!b_in && absl::Now() - start < absl::Milliseconds(300)) {
+      absl::Time now = absl::Now();
+      if (now >= a_next) a_next = now + a.Admit(req);  // a: always busy
+      if (now >= b_next) {
+        absl::Duration d = b.Admit(req);
+        b_in = d == absl::ZeroDuration();
+        b_next = now + d;
+      }
+      absl::SleepFor(absl::Microseconds(200));
+    }
+    if (turn > absl::ZeroDuration()) {
+      EXPECT_TRUE(b_in) << "the second rank never got a turn";
+    } else {
+      EXPECT_FALSE(b_in) << "without turns the busy holder keeps the slot";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mlpo
