@@ -32,6 +32,7 @@ void AddIoBench(CLI::App& app);
 void AddStoreBench(CLI::App& app);
 void AddStepBench(CLI::App& app);
 void AddKernelBench(CLI::App& app);
+void AddSlotsBench(CLI::App& app);
 
 }  // namespace mlpo
 

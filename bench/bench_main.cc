@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   mlpo::AddStoreBench(app);
   mlpo::AddStepBench(app);
   mlpo::AddKernelBench(app);
+  mlpo::AddSlotsBench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
