@@ -52,6 +52,7 @@ struct ModeResult {
          write_wait_s = 0;
   double bytes_read = 0, bytes_written = 0;
   double cache_hit_bytes = 0;  // reads the DRAM tier saved, per step
+  uint64_t peak_rss = 0;       // of the process after this mode (VmHWM)
   std::vector<std::vector<double>> fractions_per_step;  // after each step
   std::vector<PathBytes> paths;
   double lower_bound_s = 0;
@@ -96,6 +97,33 @@ struct CapChange {
   uint64_t cap = 0;
   int step = 0;
 };
+
+// A parameter sink that keeps nothing: one subgroup's buffer, read once per
+// publish (as a host-to-device copy would), like the GPU end of a real run.
+class StreamingSink final : public ParamSink {
+ public:
+  explicit StreamingSink(uint64_t max_numel) : buf_(max_numel * 2) {}
+  DType dtype() const override { return DType::kBF16; }
+  void* Buffer(const Subgroup&) override { return buf_.data(); }
+  absl::Status Publish(const Subgroup& s) override {
+    const uint64_t* w = reinterpret_cast<const uint64_t*>(buf_.data());
+    for (uint64_t i = 0; i < s.numel * 2 / 8; ++i) sum_ += w[i];
+    return absl::OkStatus();
+  }
+
+ private:
+  AlignedBuffer buf_;
+  uint64_t sum_ = 0;
+};
+
+// Peak resident memory of this process so far (VmHWM), bytes.
+uint64_t PeakRss() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
 
 // What a mode turns on. The ablation rows add one idea at a time on top of
 // the baseline, in the order of the design card.
@@ -150,7 +178,7 @@ ModeConfig ConfigFor(const std::string& mode, int prefetch, int commits,
 ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
                    const std::string& dir, uint64_t params, uint64_t subgroup,
                    int steps, int prefetch, int commits, int threads,
-                   const std::vector<uint16_t>& grads, bool keep,
+                   bool stream, bool keep,
                    Durability durability, double u_scale,
                    const std::string& cache, const CapChange& change,
                    int paper_ratio) {
@@ -205,6 +233,11 @@ ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
     for (uint64_t i = 0; i < n; ++i)
       dst[i] = 0.001f * static_cast<float>((off + i) % 1000) - 0.5f;
   };
+  // --stream: new parameters go through one subgroup-sized buffer and are
+  // handed on (summed, as a copy to the device would read them) instead of
+  // kept: 2 bytes per parameter less resident memory.
+  StreamingSink sink(std::min(subgroup, params));
+  if (stream) o.param_sink = &sink;
   auto opt = Optimizer::Open(o);
   if (!opt.ok()) Die(mode, opt.status());
   if (mc.paper_ratio > 0 && np > 1) {
@@ -229,8 +262,25 @@ ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
                                    FormatRate(double(change.cap))));
         }
     absl::Time t0 = absl::Now();
-    auto st = (*opt)->StageGrad(0, 0, grads.data(), DType::kF16, params);
-    if (!st.ok()) Die(mode, st);
+    // Deterministic fp16 gradients, generated a chunk at a time (as they
+    // would arrive from the device) so the bench holds no second copy.
+    {
+      const uint64_t chunk = uint64_t{16} << 20;
+      std::vector<uint16_t> buf(std::min(chunk, params));
+      for (uint64_t off = 0; off < params; off += chunk) {
+        uint64_t n = std::min(chunk, params - off);
+        uint32_t x = 12345u ^ static_cast<uint32_t>(off / chunk * 2654435761u);
+        for (uint64_t i = 0; i < n; ++i) {
+          x ^= x << 13;
+          x ^= x >> 17;
+          x ^= x << 5;
+          buf[i] = FloatToF16(
+              static_cast<float>(static_cast<int>(x % 2001) - 1000) * 1e-3f);
+        }
+        auto st = (*opt)->StageGrad(0, off, buf.data(), DType::kF16, n);
+        if (!st.ok()) Die(mode, st);
+      }
+    }
     if (baseline)
       if (auto e = (*opt)->OffloadGrads(); !e.ok()) Die(mode, e);
     double bw = absl::ToDoubleSeconds(absl::Now() - t0);
@@ -260,6 +310,7 @@ ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
   double sum_u = 0;
   for (size_t i = 0; i < np; ++i) sum_u += paths[i].mixed_bps * scale;
   r.lower_bound_s = (r.bytes_read + r.bytes_written) / sum_u;
+  r.peak_rss = PeakRss();
   opt->reset();
   if (!keep)
     for (size_t i = 0; i < np; ++i)
@@ -286,6 +337,7 @@ void AddStepBench(CLI::App& app) {
     int paper_ratio = 3;
     bool ablation = false;
     std::string trace, plot;
+    bool stream = false;
     int prefetch = 2, commits = 2, threads = 0;
     double probe_s = 2;
     std::string durability = "step";
@@ -343,6 +395,11 @@ void AddStepBench(CLI::App& app) {
                 "kept in 16-bit), +order+cache (alternating order and the "
                 "DRAM tier), +adaptive (placement every step), +prefetch "
                 "(deeper prefetch and commits)");
+  cmd->add_flag("--stream", a->stream,
+                "Hand new parameters to a streaming sink (one subgroup's "
+                "buffer, read once, as a copy to the GPU) instead of keeping "
+                "them: the scale run's setting, where the state is larger "
+                "than RAM; peak RSS is reported per mode either way");
   cmd->add_option("--trace", a->trace,
                   "Write a Chrome trace-event JSON of the timed run (opens in "
                   "Perfetto or chrome://tracing): every extent read and write "
@@ -444,16 +501,6 @@ void AddStepBench(CLI::App& app) {
                                  : static_cast<int>(std::thread::hardware_concurrency());
     double r_adam = MeasureKernelRates(size_t{16} << 20, threads, 3).adam;
     out["r_adam_params_per_s"] = r_adam;
-    Progress("generating gradients");
-    std::vector<uint16_t> grads(a->params);
-    uint32_t x = 12345;
-    for (auto& gv : grads) {
-      x ^= x << 13;
-      x ^= x >> 17;
-      x ^= x << 5;
-      gv = FloatToF16(static_cast<float>(static_cast<int>(x % 2001) - 1000) *
-                      1e-3f);
-    }
     CapChange change;
     if (!a->cap_change.empty()) {
       std::vector<std::string> rs = absl::StrSplit(a->cap_change, '@');
@@ -476,7 +523,7 @@ void AddStepBench(CLI::App& app) {
     if (!a->trace.empty()) Trace::Get()->Start();
     for (auto& m : modes) {
       ModeResult r = RunMode(m, paths, f.dir, a->params, a->subgroup, a->steps,
-                             a->prefetch, a->commits, a->threads, grads, f.keep,
+                             a->prefetch, a->commits, a->threads, a->stream, f.keep,
                              a->durability == "tag" ? Durability::kTag
                                                     : Durability::kStep,
                              u_scale, a->cache, change, a->paper_ratio);
@@ -499,6 +546,7 @@ void AddStepBench(CLI::App& app) {
                          {"lower_bound_s", r.lower_bound_s},
                          {"bound_efficiency", r.lower_bound_s / r.step_s},
                          {"cache_hit_bytes", r.cache_hit_bytes},
+                         {"peak_rss_bytes", r.peak_rss},
                          {"fractions_per_step", r.fractions_per_step},
                          {"paths", pj}};
       res[m] = r;
@@ -540,6 +588,7 @@ void AddStepBench(CLI::App& app) {
           res["mlpo"].step_s / res["mlpo+cache"].step_s;
     out["cache"] = a->cache;
     out["mode_order"] = modes;
+    out["stream"] = a->stream;
     out["params"] = a->params;
     out["subgroup"] = a->subgroup;
     out["steps"] = a->steps;
@@ -618,6 +667,15 @@ void AddStepBench(CLI::App& app) {
                   "phase %.2fx\n",
                   out["speedup_vs_baseline"].get<double>(),
                   out["modes"]["mlpo"]["total_ratio_to_baseline"].get<double>());
+    {
+      std::string rss;
+      for (const std::string& m : modes)
+        rss += absl::StrFormat(" %s %s", m,
+                               FormatBytes(out["modes"][m]["peak_rss_bytes"]
+                                               .get<double>()));
+      std::printf("peak RSS of the process after each mode:%s%s\n",
+                  rss.c_str(), a->stream ? " (parameters streamed)" : "");
+    }
     if (out.contains("speedup_vs_paper"))
       std::printf("speedup_vs_paper %.2fx (paper ratio %d; the best integer "
                   "for these bandwidths is %d)\n",

@@ -84,7 +84,14 @@ absl::Status Optimizer::Init() {
     MLPO_RETURN_IF_ERROR(store_->Restore(options_.restore_tag));
   MLPO_RETURN_IF_ERROR(LoadStep());
   grads_ = std::make_unique<GradStage>(subgroups_, options_.grad_dtype);
-  sink_ = std::make_unique<HostParamSink>(numel, options_.param_dtype);
+  if (options_.param_sink == nullptr) {
+    sink_ = std::make_unique<HostParamSink>(numel, options_.param_dtype);
+  } else if (options_.param_sink->dtype() != options_.param_dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "param_sink takes ", DTypeName(options_.param_sink->dtype()),
+        " parameters, but param_dtype is ",
+        DTypeName(options_.param_dtype)));
+  }
   pipeline_ = std::make_unique<UpdatePipeline>(store_.get(), &subgroups_, po);
   return absl::OkStatus();
 }
@@ -150,6 +157,9 @@ absl::Status Optimizer::CopyParams(int group, uint64_t offset, void* dst,
       offset + count > options_.groups[group].numel || offset + count < offset)
     return absl::InvalidArgumentError(absl::StrCat(
         "parameters [", offset, ", +", count, ") are outside group ", group));
+  if (sink_ == nullptr)
+    return absl::FailedPreconditionError(
+        "parameters went to the external param_sink; they are not kept");
   size_t es = DTypeSize(options_.param_dtype);
   std::memcpy(dst, static_cast<const char*>(sink_->Group(group)) + offset * es,
               count * es);
@@ -184,7 +194,9 @@ absl::StatusOr<StepReport> Optimizer::Step(double loss_scale,
   std::vector<AdamStepConsts> consts;
   for (auto& g : options_.groups)
     consts.push_back(MakeStepConsts(g.hyper, t, grad_scale));
-  auto r = pipeline_->Step(t, consts, *grads_, sink_.get());
+  auto r = pipeline_->Step(t, consts, *grads_,
+                           sink_ ? static_cast<ParamSink*>(sink_.get())
+                                 : options_.param_sink);
   grads_->Reset();
   grads_offloaded_ = false;
   if (!r.ok()) return r.status();

@@ -50,6 +50,10 @@ struct OptimizerOptions {
   PipelineOptions pipeline;
   ParamInit init_params;             // default: zeros
   std::string restore_tag;           // restore this tag when opening
+  // Where new parameters go (not owned): e.g. a device sink, or a streaming
+  // one that keeps nothing. nullptr: a host sink keeps every group's
+  // parameters (Params(), CopyParams()), 2 bytes per parameter in bf16.
+  ParamSink* param_sink = nullptr;
 };
 
 class Optimizer {
@@ -97,8 +101,11 @@ class Optimizer {
   // Restores a tag; the step number becomes the tag's.
   absl::Status Restore(const std::string& name);
 
-  // New parameters of a group in param_dtype (valid after a step).
-  const void* Params(int group) const { return sink_->Group(group); }
+  // New parameters of a group in param_dtype (valid after a step; nullptr
+  // with an external param_sink).
+  const void* Params(int group) const {
+    return sink_ ? sink_->Group(group) : nullptr;
+  }
   // The fp32 state of a group read back from the store (tests, tools).
   absl::Status ReadState(int group, std::vector<float>* p, std::vector<float>* m,
                          std::vector<float>* v);
