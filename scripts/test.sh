@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command 2: install what is missing, build, run every test.
 #   scripts/test.sh           default suite (unit tests + ASan/UBSan build)
-#   scripts/test.sh --slow    also the slow tests (crash loops, big runs)
+#   scripts/test.sh --slow    also the slow tests (crash loops, big runs) and
+#                             the unit tests under ThreadSanitizer
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,14 +17,22 @@ scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DMLPO_WERROR=ON
 echo "== build (ASan + UBSan, unit tests)"
 scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DMLPO_SANITIZE=ON \
   -DMLPO_WERROR=ON -DMLPO_WITH_CUDA=OFF -DMLPO_WITH_PYTHON=OFF
+have_clang=0
 if command -v clang++ >/dev/null 2>&1; then
-  echo "== build (clang, -Wthread-safety, warnings as errors; libraries and tools)"
+  have_clang=1
+  echo "== build (clang, -Wthread-safety, warnings as errors; libraries, tools, fuzzers)"
   mkdir -p build-clang
   CC=clang CXX=clang++ scripts/build.sh build-clang -DCMAKE_BUILD_TYPE=Debug \
     -DMLPO_WERROR=ON -DMLPO_WITH_CUDA=OFF -DBUILD_TESTING=OFF \
-    -DMLPO_WITH_PYTHON=OFF
+    -DMLPO_WITH_PYTHON=OFF -DMLPO_FUZZ=ON
 else
-  echo "== clang++ not found: skipping the -Wthread-safety build"
+  echo "== clang++ not found: skipping the -Wthread-safety build and the fuzzers"
+fi
+if [ $slow -eq 1 ]; then
+  echo "== build (ThreadSanitizer, unit tests)"
+  mkdir -p build-tsan
+  scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=Debug -DMLPO_TSAN=ON \
+    -DMLPO_WERROR=ON -DMLPO_WITH_CUDA=OFF -DMLPO_WITH_PYTHON=OFF
 fi
 labels=(-LE slow)
 [ $slow -eq 1 ] && labels=()
@@ -36,4 +45,14 @@ PYTHONPATH=build/python /usr/bin/python3 -m pytest -q -p no:cacheprovider \
 echo "== tests (ASan + UBSan)"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest -j "$(nproc)" \
   --output-on-failure --timeout 900 -L unit -LE slow) || status=1
+if [ $have_clang -eq 1 ]; then
+  echo "== fuzzers (libFuzzer, ${MLPO_FUZZ_SECONDS:-10} s each)"
+  scripts/fuzz.sh "${MLPO_FUZZ_SECONDS:-10}" build-clang || status=1
+fi
+if [ $slow -eq 1 ]; then
+  echo "== tests (ThreadSanitizer)"
+  (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../scripts/tsan.supp" \
+    ctest -j "$(nproc)" --output-on-failure --timeout 1800 -L unit -LE slow) \
+    || status=1
+fi
 exit $status

@@ -212,7 +212,14 @@ class ObjectStore {
   // `progress(done_bytes, total_bytes)` is called as it goes.
   absl::StatusOr<VerifyReport> Verify(
       const std::string& tag = "",
-      std::function<void(uint64_t, uint64_t)> progress = nullptr);
+      std::function<void(uint64_t, uint64_t)> progress = nullptr,
+      bool deep = false);
+  // The index checked against the data, without reading extents (`deep`
+  // verify runs it first): every extent of every version record (heads,
+  // tags, and records awaiting gc) lies inside one segment file that exists
+  // and is long enough, a record's extents tile its blob exactly, and no
+  // two records' extents overlap. Each problem is a BadExtent (DataLoss).
+  std::vector<BadExtent> CheckExtentMap() const;
 
   // Small named values kept in the index with the store (e.g. the PyTorch
   // adapter's parameter manifest). Set is durable when it returns; Get of an

@@ -185,8 +185,101 @@ absl::StatusOr<uint64_t> ObjectStore::Gc() {
   return freed;
 }
 
+std::vector<BadExtent> ObjectStore::CheckExtentMap() const {
+  struct Placed {
+    uint64_t offset, length;
+    std::string object;
+    uint64_t version;
+  };
+  std::vector<std::vector<Placed>> by_path(paths_.size());
+  std::vector<BadExtent> bad;
+  auto problem = [&](const std::string& obj, uint64_t v, const ExtentRef& e,
+                     const std::string& what) {
+    if (e.path < paths_.size()) {
+      bad.push_back(Describe(obj, v, e, "index: " + what,
+                             absl::StatusCode::kDataLoss));
+    } else {
+      BadExtent b;
+      b.object = obj;
+      b.version = v;
+      b.length = e.length;
+      b.error = "index: " + what;
+      bad.push_back(std::move(b));
+    }
+  };
+  // Each segment file's size, once.
+  std::map<std::string, uint64_t> sizes;
+  auto size_of = [&](const std::string& f) -> uint64_t {
+    auto it = sizes.find(f);
+    if (it != sizes.end()) return it->second;
+    auto st = fs()->Stat(f);
+    return sizes[f] = st.ok() ? st->size : 0;
+  };
+  absl::MutexLock l(&mu_);
+  for (auto& [key, vs] : versions_) {
+    const std::string& obj = key.first;
+    uint64_t v = key.second;
+    uint64_t covered = 0;
+    std::vector<std::pair<uint64_t, uint64_t>> blob;
+    for (const ExtentRef& e : vs.rec.extents) {
+      if (e.path >= paths_.size()) {
+        problem(obj, v, e, absl::StrCat("extent on unknown path ", e.path));
+        continue;
+      }
+      const StoragePath* p = paths_[e.path].get();
+      const uint64_t seg = p->options().segment_bytes;
+      if (e.length == 0 || e.offset % seg + e.length > seg) {
+        problem(obj, v, e, "extent crosses a segment boundary or is empty");
+        continue;
+      }
+      std::string file = p->SegmentFile(e.offset);
+      uint64_t have = size_of(file);
+      if (have < p->SegmentOffset(e.offset) + e.length)
+        problem(obj, v, e,
+                absl::StrCat("segment file is ", have, " bytes, shorter than "
+                             "the extent's end (missing or truncated)"));
+      by_path[e.path].push_back({e.offset, e.length, obj, v});
+      blob.emplace_back(e.blob_offset, e.length);
+      covered += e.length;
+    }
+    std::sort(blob.begin(), blob.end());
+    uint64_t at = 0;
+    bool tiles = covered == vs.rec.blob_bytes;
+    for (auto& [off, len] : blob) {
+      tiles &= off == at;
+      at = off + len;
+    }
+    if (!tiles && !vs.rec.extents.empty())
+      problem(obj, v, vs.rec.extents.front(),
+              absl::StrCat("the record's extents do not tile its ",
+                           vs.rec.blob_bytes, "-byte blob exactly"));
+  }
+  for (size_t p = 0; p < by_path.size(); ++p) {
+    auto& list = by_path[p];
+    std::sort(list.begin(), list.end(),
+              [](const Placed& a, const Placed& b) { return a.offset < b.offset; });
+    for (size_t i = 1; i < list.size(); ++i) {
+      const Placed& prev = list[i - 1];
+      const Placed& cur = list[i];
+      if (cur.offset < prev.offset + prev.length) {
+        ExtentRef e;
+        e.path = static_cast<uint32_t>(p);
+        e.offset = cur.offset;
+        e.length = cur.length;
+        problem(cur.object, cur.version, e,
+                absl::StrCat("extent overlaps one of object ", prev.object,
+                             " version ", prev.version));
+      }
+    }
+  }
+  return bad;
+}
+
 absl::StatusOr<VerifyReport> ObjectStore::Verify(
-    const std::string& tag, std::function<void(uint64_t, uint64_t)> progress) {
+    const std::string& tag, std::function<void(uint64_t, uint64_t)> progress,
+    bool deep) {
+  std::vector<BadExtent> structural;
+  if (deep) structural = CheckExtentMap();
   std::vector<std::pair<std::string, VersionRecord>> todo;
   {
     absl::MutexLock l(&mu_);
@@ -207,6 +300,7 @@ absl::StatusOr<VerifyReport> ObjectStore::Verify(
     }
   }
   VerifyReport rep;
+  rep.bad = std::move(structural);
   uint64_t total = 0;
   for (auto& [obj, rec] : todo) total += rec.blob_bytes;
   for (auto& [obj, rec] : todo) {

@@ -243,11 +243,22 @@ void AddStoreCommands(CLI::App& app) {
                           "check its xxh3; exit 0 when all hold, 1 otherwise",
                           a.get());
     c->add_option("--tag", *tag, "Verify this tag's versions instead of heads");
-    c->callback([a, tag] {
+    auto deep = std::make_shared<bool>(false);
+    c->add_flag("--deep", *deep,
+                "Also check the index against the data without trusting "
+                "either: every extent of every record (heads, tags, records "
+                "awaiting gc) inside a segment file that exists and is long "
+                "enough, records' extents tiling their blobs, no two "
+                "extents overlapping");
+    c->callback([a, tag, deep] {
       auto s = OpenTarget("verify", a->store, /*read_only=*/true);
-      auto rep = s->Verify(*tag, [](uint64_t done, uint64_t total) {
-        Progress("verify " + FormatBytes(done) + " / " + FormatBytes(total));
-      });
+      auto rep = s->Verify(
+          *tag,
+          [](uint64_t done, uint64_t total) {
+            Progress("verify " + FormatBytes(done) + " / " +
+                     FormatBytes(total));
+          },
+          *deep);
       Progress("");
       if (!rep.ok()) Fail("verify", rep.status());
       json bad = json::array();

@@ -1,9 +1,13 @@
 #include "store/meta/layout.h"
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
+#include <vector>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "store/checksum.h"
 #include "store/io/io_engine.h"
 
 namespace mlpo {
@@ -30,6 +34,29 @@ bool GetStr(absl::string_view* in, std::string* s) {
   s->assign(in->data(), n);
   in->remove_prefix(n);
   return true;
+}
+
+// Every record ends with the xxh3-64 of what precedes it, so a damaged
+// value is caught here, whatever the storage below did or did not check.
+// Records written before the trailer existed (nothing after the fields)
+// still read.
+void SealRecord(std::string* out) {
+  uint64_t c = Checksum(out->data(), out->size());
+  PutU64(out, c);
+}
+
+absl::Status CheckTrailer(absl::string_view whole, absl::string_view rest,
+                          const char* what) {
+  if (rest.empty()) return absl::OkStatus();  // written before trailers
+  uint64_t want = 0;
+  if (rest.size() != 8 || !GetU64(&rest, &want))
+    return absl::DataLossError(
+        absl::StrCat("corrupt ", what, ": ", rest.size(), " trailing bytes"));
+  absl::string_view body = whole.substr(0, whole.size() - 8);
+  if (Checksum(body.data(), body.size()) != want)
+    return absl::DataLossError(absl::StrCat("corrupt ", what,
+                                            ": checksum mismatch"));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -100,10 +127,12 @@ std::string ObjectLayout::Encode() const {
     PutU64(&out, static_cast<uint64_t>(s.spec.dtype));
     PutU64(&out, s.spec.count);
   }
+  SealRecord(&out);
   return out;
 }
 
 absl::StatusOr<ObjectLayout> ObjectLayout::Decode(absl::string_view in) {
+  const absl::string_view whole = in;
   uint64_t n;
   std::vector<SectionSpec> specs;
   if (!GetU64(&in, &n) || n > 1024)
@@ -117,6 +146,9 @@ absl::StatusOr<ObjectLayout> ObjectLayout::Decode(absl::string_view in) {
     s.dtype = static_cast<DType>(dt);
     specs.push_back(std::move(s));
   }
+  if (absl::Status t = CheckTrailer(whole, in, "object layout record");
+      !t.ok())
+    return t;
   return Make(std::move(specs));
 }
 
@@ -132,10 +164,12 @@ std::string VersionRecord::Encode() const {
     PutU64(&out, e.blob_offset);
     PutU64(&out, e.checksum);
   }
+  SealRecord(&out);
   return out;
 }
 
 absl::StatusOr<VersionRecord> VersionRecord::Decode(absl::string_view in) {
+  const absl::string_view whole = in;
   VersionRecord r;
   uint64_t n;
   if (!GetU64(&in, &r.version) || !GetU64(&in, &r.blob_bytes) ||
@@ -150,6 +184,26 @@ absl::StatusOr<VersionRecord> VersionRecord::Decode(absl::string_view in) {
     e.path = static_cast<uint32_t>(p);
     r.extents.push_back(e);
   }
+  if (absl::Status t = CheckTrailer(whole, in, "version record"); !t.ok())
+    return t;
+  // The extents tile the blob exactly: a damaged blob offset would
+  // otherwise put good bytes in the wrong place, unnoticed by the extents'
+  // own checksums.
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  for (const ExtentRef& e : r.extents) spans.emplace_back(e.blob_offset, e.length);
+  std::sort(spans.begin(), spans.end());
+  uint64_t at = 0;
+  for (auto& [off, len] : spans) {
+    if (off != at || len == 0 || off + len < off)
+      return absl::DataLossError(absl::StrCat(
+          "corrupt version record: extents do not tile the ", r.blob_bytes,
+          "-byte blob (at byte ", at, ")"));
+    at = off + len;
+  }
+  if (!r.extents.empty() && at != r.blob_bytes)
+    return absl::DataLossError(absl::StrCat(
+        "corrupt version record: extents cover ", at, " of ", r.blob_bytes,
+        " bytes"));
   return r;
 }
 

@@ -224,10 +224,17 @@ absl::StatusOr<MetaSnapshot> MetaIndex::Load() {
   }));
   MLPO_RETURN_IF_ERROR(scan(kVersions, [&](absl::string_view k, absl::string_view v) {
     size_t z = k.find('\0');
-    auto r = VersionRecord::Decode(v);
-    if (z == absl::string_view::npos || !r.ok())
+    if (z == absl::string_view::npos || k.size() != z + 9)
       return absl::DataLossError(
-          absl::StrCat("corrupt version record in ", dir_));
+          absl::StrCat("corrupt version key in ", dir_));
+    uint64_t version = FromBE64(k.substr(z + 1));
+    std::string where = absl::StrCat("object ", k.substr(0, z), " version ",
+                                     version, " in index ", dir_);
+    auto r = VersionRecord::Decode(v);
+    if (!r.ok()) return Annotate(r.status(), where);
+    if (r->version != version)
+      return absl::DataLossError(absl::StrCat(
+          "corrupt version record: ", where, " says version ", r->version));
     snap.versions.emplace(
         std::make_pair(std::string(k.substr(0, z)), FromBE64(k.substr(z + 1))),
         *r);

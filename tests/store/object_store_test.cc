@@ -547,5 +547,44 @@ TEST(StoreOptionsTest, TheShippedDefaultConfigLoads) {
   EXPECT_EQ(o->extent_bytes, 4u << 20);
 }
 
+// verify --deep checks the index against the data without reading it: a
+// truncated segment file is found from its size, and reading agrees.
+TEST(ObjectStoreTest, DeepVerifyFindsATruncatedSegmentFromTheIndexAlone) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok());
+    for (int i = 0; i < 8; ++i) {  // ~10 MB per path: three segments each
+      ASSERT_TRUE((*s)->Declare("d" + std::to_string(i), TestLayout(200000)).ok());
+      ASSERT_TRUE(CommitVersion(s->get(), "d" + std::to_string(i), 1).ok());
+    }
+    ASSERT_TRUE((*s)->Tag("t").ok());
+    EXPECT_TRUE((*s)->CheckExtentMap().empty());
+    auto clean = (*s)->Verify("", nullptr, /*deep=*/true);
+    ASSERT_TRUE(clean.ok());
+    EXPECT_TRUE(clean->bad.empty());
+  }
+  // Open checks the first segment's size; a later one cut short is what
+  // only reading, or --deep, finds.
+  std::string seg = o.paths[1].path.root + "/t/rank-0/seg-000001";
+  ASSERT_EQ(::truncate(seg.c_str(), 100000), 0);
+  StoreOptions ro = o;
+  ro.read_only = true;
+  auto s = ObjectStore::Open(ro);
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::vector<BadExtent> bad = (*s)->CheckExtentMap();
+  ASSERT_FALSE(bad.empty());
+  for (const BadExtent& b : bad) {
+    EXPECT_EQ(b.path, o.paths[1].path.root);
+    EXPECT_EQ(b.file, seg);
+    EXPECT_GE(b.file_offset + b.length, 100000u);
+    EXPECT_NE(b.error.find("shorter"), std::string::npos) << b.error;
+  }
+  auto rep = (*s)->Verify("t", nullptr, /*deep=*/true);
+  ASSERT_TRUE(rep.ok());
+  EXPECT_GT(rep->bad.size(), bad.size());  // the reads fail too
+}
+
 }  // namespace
 }  // namespace mlpo
