@@ -156,8 +156,11 @@ absl::Status ObjectStore::AllocateStripes(
     absl::MutexLock l(&placement_mu_);
     auto it = object_fractions_.find(object);
     fractions = it != object_fractions_.end() ? it->second : fractions_;
+    // A failed path takes nothing new (degraded mode).
+    for (size_t p = 0; p < degraded_.size(); ++p)
+      if (degraded_[p]) full[p] = true;
   }
-  std::vector<uint64_t> want = SplitBytes(total, fractions);
+  std::vector<uint64_t> want = SplitBytes(total, fractions, full);
   auto fail = [&](const absl::Status& st) {
     for (size_t p = 0; p < n; ++p)
       for (const Range& r : (*ranges)[p]) (void)paths_[p]->Free(r);
@@ -401,6 +404,8 @@ struct ObjectStore::CommitOp {
   Lease lease;
   uint64_t version;
   bool write_back = false;  // a dirty version from the DRAM tier
+  int failed_path = -1;     // the path whose write failed first
+  int retries = 0;          // degraded-mode rewrites so far
   VersionRecord rec;
   std::vector<bool> touched;
   std::atomic<int> left{0};
@@ -492,22 +497,30 @@ std::future<absl::Status> ObjectStore::CommitImpl(Lease lease, uint64_t version,
     }
     ++commits_in_flight_;
   }
-  uint64_t total = op->lease->size();
   op->rec.version = version;
-  op->rec.blob_bytes = total;
-  op->touched.assign(paths_.size(), false);
-  std::vector<std::vector<Range>> ranges;
-  absl::Status st = AllocateStripes(
-      absl::StrCat("commit of ", object, " version ", version), object, total,
-      &ranges);
+  absl::Status st = StartWrites(op);
   if (!st.ok()) {
     {
       absl::MutexLock l(&mu_);
       --commits_in_flight_;
     }
     op->promise.set_value(st);
-    return fut;
   }
+  return fut;
+}
+
+absl::Status ObjectStore::StartWrites(std::shared_ptr<CommitOp> op) {
+  const std::string& object = op->lease->object();
+  uint64_t total = op->lease->size();
+  op->rec.blob_bytes = total;
+  op->rec.extents.clear();
+  op->touched.assign(paths_.size(), false);
+  op->failed_path = -1;
+  op->error = absl::OkStatus();
+  std::vector<std::vector<Range>> ranges;
+  MLPO_RETURN_IF_ERROR(AllocateStripes(
+      absl::StrCat("commit of ", object, " version ", op->version), object,
+      total, &ranges));
   uint64_t blob_off = 0;
   for (size_t p = 0; p < paths_.size(); ++p) {
     for (const Range& r : ranges[p]) {
@@ -531,17 +544,52 @@ std::future<absl::Status> ObjectStore::CommitImpl(Lease lease, uint64_t version,
       const char* src = op->lease->data() + e.blob_offset;
       e.checksum = Checksum(src, e.length);
       paths_[e.path]->Write(
-          {e.offset, e.length}, src, [this, op](const absl::Status& s) {
+          {e.offset, e.length}, src,
+          [this, op, path = static_cast<int>(e.path)](const absl::Status& s) {
             if (!s.ok()) {
               absl::MutexLock l(&op->mu);
-              if (op->error.ok()) op->error = s;
+              if (op->error.ok()) {
+                op->error = s;
+                op->failed_path = path;
+              }
             }
             if (op->left.fetch_sub(1) == 1)
               finalizer_->Post([this, op] { FinalizeCommit(op); });
           });
     }
   });
-  return fut;
+  return absl::OkStatus();
+}
+
+bool ObjectStore::Degrade(int path, const absl::Status& why) {
+  if (path < 0 || static_cast<size_t>(path) >= paths_.size()) return false;
+  // Only I/O failures of the path itself; a full path is spill-over's.
+  if (absl::IsResourceExhausted(why) || absl::IsFailedPrecondition(why) ||
+      absl::IsInvalidArgument(why))
+    return false;
+  absl::MutexLock l(&placement_mu_);
+  if (degraded_.empty()) degraded_.assign(paths_.size(), false);
+  size_t healthy = 0;
+  for (size_t k = 0; k < paths_.size(); ++k)
+    healthy += !degraded_[k] && static_cast<int>(k) != path;
+  if (healthy == 0) return false;  // nowhere else to go
+  if (!degraded_[path]) {
+    degraded_[path] = true;
+    std::fprintf(stderr,
+                 "mlpo: WARNING: %s: path %s failed (%s); new versions go to "
+                 "the remaining paths from now on (degraded). Objects whose "
+                 "only copy is there are named by `mlpo verify`; restore a "
+                 "tag whose copy survives\n",
+                 Where().c_str(), paths_[path]->root().c_str(),
+                 std::string(why.message()).c_str());
+  }
+  return true;
+}
+
+std::vector<bool> ObjectStore::degraded_paths() const {
+  absl::MutexLock l(&placement_mu_);
+  return degraded_.empty() ? std::vector<bool>(paths_.size(), false)
+                           : degraded_;
 }
 
 void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
@@ -549,13 +597,29 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
   std::string where =
       absl::StrCat("commit of ", object, " version ", op->version);
   absl::Status st;
+  int failed = -1;
   {
     absl::MutexLock l(&op->mu);
     st = op->error;
+    failed = op->failed_path;
   }
   if (st.ok() && options_.durability == Durability::kStep) {
     for (size_t p = 0; p < paths_.size() && st.ok(); ++p)
-      if (op->touched[p]) st = paths_[p]->Sync();
+      if (op->touched[p]) {
+        st = paths_[p]->Sync();
+        if (!st.ok()) failed = static_cast<int>(p);
+      }
+  }
+  if (!st.ok() && op->retries < static_cast<int>(paths_.size()) &&
+      Degrade(failed, st)) {
+    // Degraded mode: write the version again on the paths still healthy
+    // (the extents written so far were never referenced).
+    ++op->retries;
+    FreeExtents(op->rec.extents);
+    absl::Status again = StartWrites(op);
+    if (again.ok()) return;  // the new writes finalize this commit
+    st = again;
+    op->rec.extents.clear();
   }
   std::vector<ExtentRef> to_free;
   if (st.ok()) {

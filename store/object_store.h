@@ -263,6 +263,11 @@ class ObjectStore {
   // moved nothing yet keep the fractions as they are. Returns the fractions
   // now in use.
   std::vector<double> AdaptPlacement();
+  // Degraded mode: a path whose write or sync failed takes no new versions
+  // until the store is reopened; a commit that hit the failure is written
+  // again on the others (with a warning on stderr), so training goes on.
+  // Which paths are out (in path order).
+  std::vector<bool> degraded_paths() const;
   // Pins `object`'s new versions to its own fractions (e.g. MLP-Offload's
   // whole-subgroup split: {1, 0} or {0, 1}); an empty vector unpins it.
   // Adaptive placement leaves pinned objects alone. In memory only.
@@ -320,6 +325,13 @@ class ObjectStore {
   // FailedPrecondition naming `what` when the store is open read-only.
   absl::Status CheckWritable(absl::string_view what) const;
   void FinalizeCommit(std::shared_ptr<CommitOp> op);
+  // Allocates `op`'s extents (failed paths left out), hashes them and
+  // starts their writes; the last completion posts FinalizeCommit.
+  absl::Status StartWrites(std::shared_ptr<CommitOp> op);
+  // Degraded mode: marks `path` failed after `why` (an I/O error of that
+  // path) when another path is healthy, warning once; false when the error
+  // is not a path failure or no healthy path is left.
+  bool Degrade(int path, const absl::Status& why);
   // Commit; `write_back`: the blob is the dirty version `version` from the
   // DRAM tier, written through (it may equal the dirty version).
   std::future<absl::Status> CommitImpl(Lease lease, uint64_t version,
@@ -369,6 +381,9 @@ class ObjectStore {
   std::vector<double> fractions_ ABSL_GUARDED_BY(placement_mu_);
   std::map<std::string, std::vector<double>> object_fractions_
       ABSL_GUARDED_BY(placement_mu_);
+  // Paths that failed a write or sync since open (degraded mode); empty
+  // until one does.
+  std::vector<bool> degraded_ ABSL_GUARDED_BY(placement_mu_);
   absl::Mutex estimate_mu_;
   std::vector<PathCounters> last_counters_ ABSL_GUARDED_BY(estimate_mu_);
   std::vector<double> estimates_ ABSL_GUARDED_BY(estimate_mu_);
