@@ -1,7 +1,8 @@
 // libFuzzer: the mlpo CLI's argument handling. The input is split at NUL
 // bytes into argv; every subcommand's options, validators and conversions
-// run, but no command does (callbacks are removed), so nothing touches the
-// disk. Parse errors are CLI11 exceptions, which the CLI reports as usage
+// run, but no command does: the main app's parse-complete callback (which
+// CLI11 runs after parsing and validation, before any subcommand's) stops
+// the run, so nothing touches the disk. Parse errors are CLI11 exceptions, which the CLI reports as usage
 // errors; anything else escaping is a bug.
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +11,12 @@
 
 #include "CLI/CLI.hpp"
 #include "tools/commands.h"
+
+namespace {
+struct Parsed {
+  int unused = 0;
+};
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::string> args = {"mlpo"};
@@ -29,14 +36,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   mlpo::AddStoreCommands(app);
   mlpo::AddExportCommand(app);
   mlpo::AddPlanCommand(app);
-  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
-    sub->callback(nullptr);
+  app.parse_complete_callback([] { throw Parsed(); });
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const CLI::Error&) {
     // A usage error: the CLI prints it and exits 2.
+  } catch (const Parsed&) {
+    // Valid arguments: the command would run now.
   }
   return 0;
 }
