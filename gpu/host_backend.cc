@@ -1,5 +1,11 @@
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gpu/device_backend.h"
 
 namespace mlpo {
@@ -8,17 +14,76 @@ namespace {
 class HostBackend final : public DeviceBackend {
  public:
   const char* name() const override { return "host"; }
+  bool on_device() const override { return false; }
+  absl::Status RegisterHost(void* p, size_t bytes) override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!regions_.emplace(p, bytes).second)
+      return absl::AlreadyExistsError("host memory registered twice");
+    registered_ += bytes;
+    return absl::OkStatus();
+  }
+  void UnregisterHost(void* p) override {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = regions_.find(p);
+    if (it == regions_.end()) return;
+    registered_ -= it->second;
+    regions_.erase(it);
+  }
+  uint64_t registered_bytes() const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return registered_;
+  }
+  absl::Status CopyToHost(void* dst, const void* src, size_t bytes,
+                          int) override {
+    if (bytes && (dst == nullptr || src == nullptr))
+      return absl::InvalidArgumentError("copy to host: null pointer");
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status CopyToDevice(void* dst, const void* src, size_t bytes,
+                            int) override {
+    if (bytes && (dst == nullptr || src == nullptr))
+      return absl::InvalidArgumentError("copy to device: null pointer");
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize(int) override { return absl::OkStatus(); }
   absl::Status CastParams(const float* src, void* dst, DType dtype,
                           size_t n) override {
     for (size_t i = 0; i < n; ++i) StoreFromFloat(dst, dtype, i, src[i]);
     return absl::OkStatus();
   }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<void*, size_t> regions_;
+  uint64_t registered_ = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<DeviceBackend> CreateHostBackend() {
   return std::make_unique<HostBackend>();
+}
+
+absl::StatusOr<BackendChoice> ParseBackendChoice(const std::string& s) {
+  if (s == "auto") return BackendChoice::kAuto;
+  if (s == "host") return BackendChoice::kHost;
+  if (s == "cuda") return BackendChoice::kCuda;
+  return absl::InvalidArgumentError(
+      absl::StrCat("device backend '", s, "': expected auto, host or cuda"));
+}
+
+absl::StatusOr<std::unique_ptr<DeviceBackend>> SelectBackend(
+    BackendChoice choice, int device) {
+  if (choice == BackendChoice::kHost) return CreateHostBackend();
+  auto cuda = CreateCudaBackend(device);
+  if (cuda.ok() || choice == BackendChoice::kCuda) return cuda;
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true))
+    std::fprintf(stderr, "mlpo: %s; using the host backend (memcpy)\n",
+                 std::string(cuda.status().message()).c_str());
+  return CreateHostBackend();
 }
 
 #ifndef MLPO_HAVE_CUDA

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace mlpo {
 
@@ -16,8 +17,60 @@ GradStage::GradStage(const std::vector<Subgroup>& subgroups, DType dtype)
   }
 }
 
+namespace {
+absl::Status Memcpy(void*, void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+  return absl::OkStatus();
+}
+absl::Status DeviceCopy(void* ctx, void* dst, const void* src, size_t bytes) {
+  auto* b = static_cast<DeviceBackend*>(ctx);
+  absl::Status st = b->CopyToHost(dst, src, bytes, kGradStream);
+  if (st.ok()) st = b->Synchronize(kGradStream);
+  return st;
+}
+}  // namespace
+
 absl::Status GradStage::Stage(int group, uint64_t offset, const void* data,
                               DType dtype, uint64_t count) {
+  return StageImpl(group, offset, data, dtype, count, &Memcpy, nullptr);
+}
+
+absl::Status GradStage::StageFromDevice(DeviceBackend* backend, int group,
+                                        uint64_t offset,
+                                        const void* device_data, DType dtype,
+                                        uint64_t count) {
+  if (backend == nullptr)
+    return absl::InvalidArgumentError("gradients from the device: no backend");
+  return StageImpl(group, offset, device_data, dtype, count, &DeviceCopy,
+                   backend);
+}
+
+absl::Status GradStage::RegisterWith(DeviceBackend* backend) {
+  if (registered_with_ == backend) return absl::OkStatus();
+  Unregister();
+  for (size_t i = 0; i < bufs_.size(); ++i) {
+    if (bufs_[i].size() == 0) continue;
+    absl::Status st = backend->RegisterHost(bufs_[i].data(), bufs_[i].size());
+    if (!st.ok()) {
+      for (size_t j = 0; j < i; ++j)
+        if (bufs_[j].size()) backend->UnregisterHost(bufs_[j].data());
+      return st;
+    }
+  }
+  registered_with_ = backend;
+  return absl::OkStatus();
+}
+
+void GradStage::Unregister() {
+  if (registered_with_ == nullptr) return;
+  for (auto& b : bufs_)
+    if (b.size()) registered_with_->UnregisterHost(b.data());
+  registered_with_ = nullptr;
+}
+
+absl::Status GradStage::StageImpl(int group, uint64_t offset, const void* data,
+                                  DType dtype, uint64_t count, CopyFn copy,
+                                  void* ctx) {
   if (dtype != dtype_)
     return absl::InvalidArgumentError(absl::StrCat(
         "gradient for group ", group, " has dtype ", DTypeName(dtype),
@@ -69,9 +122,21 @@ absl::Status GradStage::Stage(int group, uint64_t offset, const void* data,
     uint64_t hi = std::min(offset + count, s.group_offset + s.numel);
     if (lo >= hi) continue;
     const char* from = src + (lo - offset) * es;
-    std::memcpy(bufs_[si].data() + (lo - s.group_offset) * es, from,
-                (hi - lo) * es);
-    GradStats st = ComputeGradStats(from, dtype, hi - lo);
+    char* to = bufs_[si].data() + (lo - s.group_offset) * es;
+    absl::Status copied = copy(ctx, to, from, (hi - lo) * es);
+    if (!copied.ok()) {
+      // Nothing of this slice counts as staged: it may be sent again.
+      absl::MutexLock l(&mu_);
+      for (int sj : by_group_[group]) {
+        const Subgroup& t = subgroups_[sj];
+        uint64_t a = std::max(offset, t.group_offset);
+        uint64_t b = std::min(offset + count, t.group_offset + t.numel);
+        if (a < b) staged_[sj].erase(a - t.group_offset);
+      }
+      return Annotate(copied, absl::StrCat("gradients of group ", group));
+    }
+    // Statistics of what landed in the stage (the host's own copy).
+    GradStats st = ComputeGradStats(to, dtype, hi - lo);
     local.sum_sq += st.sum_sq;
     local.nonfinite += st.nonfinite;
   }

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "gpu/device_backend.h"
 #include "optimizer/adam_kernel.h"
 #include "optimizer/partition.h"
 #include "base/aligned_buffer.h"
@@ -23,6 +24,7 @@ namespace mlpo {
 class GradStage {
  public:
   GradStage(const std::vector<Subgroup>& subgroups, DType dtype);
+  ~GradStage() { Unregister(); }
 
   DType dtype() const { return dtype_; }
   // Copies `count` gradient elements of `dtype` that start at element
@@ -30,6 +32,15 @@ class GradStage {
   // a range outside the group, or elements already staged this step.
   absl::Status Stage(int group, uint64_t offset, const void* data, DType dtype,
                      uint64_t count);
+  // The same from device memory: each subgroup's part is copied by the
+  // backend straight into the stage (registered with it: no bounce buffer)
+  // on the gradient stream, and its statistics are taken as it lands.
+  absl::Status StageFromDevice(DeviceBackend* backend, int group,
+                               uint64_t offset, const void* device_data,
+                               DType dtype, uint64_t count);
+  // Pins the stage's buffers for the backend's copies (once).
+  absl::Status RegisterWith(DeviceBackend* backend);
+  void Unregister();
 
   // OK when every element of every subgroup was staged; otherwise
   // FailedPrecondition naming the first subgroup and range missing.
@@ -40,8 +51,14 @@ class GradStage {
 
  private:
   const std::vector<Subgroup>& subgroups_;
+  // Copies `bytes` from `src` to `dst` (memcpy or a device copy).
+  using CopyFn = absl::Status (*)(void* ctx, void* dst, const void* src,
+                                  size_t bytes);
+  absl::Status StageImpl(int group, uint64_t offset, const void* data,
+                         DType dtype, uint64_t count, CopyFn copy, void* ctx);
   DType dtype_;
   std::vector<AlignedBuffer> bufs_;
+  DeviceBackend* registered_with_ = nullptr;
   std::vector<std::vector<int>> by_group_;  // group -> subgroup indices
   mutable absl::Mutex mu_;
   // subgroup -> staged ranges (start -> end), disjoint

@@ -122,6 +122,18 @@ absl::Status Optimizer::StageGrad(int group, uint64_t offset, const void* data,
   return grads_->Stage(group, offset, data, dtype, count);
 }
 
+absl::Status Optimizer::StageGradFromDevice(DeviceBackend* backend, int group,
+                                            uint64_t offset,
+                                            const void* device_data,
+                                            DType dtype, uint64_t count) {
+  return grads_->StageFromDevice(backend, group, offset, device_data, dtype,
+                                 count);
+}
+
+absl::Status Optimizer::RegisterDevice(DeviceBackend* backend) {
+  return grads_->RegisterWith(backend);
+}
+
 absl::Status Optimizer::OffloadGrads() {
   if (!options_.pipeline.grad_offload)
     return absl::FailedPreconditionError(

@@ -64,6 +64,13 @@ class Optimizer {
   // Hands in gradient elements [offset, offset+count) of `group`.
   absl::Status StageGrad(int group, uint64_t offset, const void* data,
                          DType dtype, uint64_t count);
+  // The same from device memory (`backend`'s pointers): the backend copies
+  // straight into the gradient stage, which RegisterDevice pinned for it.
+  absl::Status StageGradFromDevice(DeviceBackend* backend, int group,
+                                   uint64_t offset, const void* device_data,
+                                   DType dtype, uint64_t count);
+  // Pins the gradient stage for `backend`'s copies (cudaHostRegister), once.
+  absl::Status RegisterDevice(DeviceBackend* backend);
   // Baseline backward phase: writes the staged gradients to the store as
   // fp32 (only with pipeline.grad_offload).
   absl::Status OffloadGrads();

@@ -1,14 +1,18 @@
 // Where new parameters go after each subgroup's update, in the model dtype.
 // The host sink keeps one buffer per parameter group (CPU runs, tests, the
-// benchmark); a device sink (gpu/) copies them to the GPU.
+// benchmark); the device sink copies them to the GPU as they are made.
 //
 // Thread-safety: Buffer/Publish are called by the update pipeline's thread.
 #ifndef MLPO_OPTIMIZER_PARAM_SINK_H_
 #define MLPO_OPTIMIZER_PARAM_SINK_H_
 
+#include <memory>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 #include "absl/status/status.h"
+#include "gpu/device_backend.h"
 #include "optimizer/partition.h"
 #include "base/dtype.h"
 #include "base/aligned_buffer.h"
@@ -24,6 +28,41 @@ class ParamSink {
   virtual void* Buffer(const Subgroup& s) = 0;
   // The kernel has filled Buffer(s).
   virtual absl::Status Publish(const Subgroup& s) = 0;
+  // The step's last subgroup is published: returns when every copy it
+  // started is done (the update pipeline calls it before Step returns).
+  virtual absl::Status Flush() { return absl::OkStatus(); }
+};
+
+// New parameters to the device: the kernel writes each subgroup into one of
+// `buffers` registered staging buffers, and Publish starts its host-to-device
+// copy on the parameter stream into dest[group] + offset, overlapping the
+// next subgroup's update; a staging buffer is reused only after its copy is
+// done. With the host backend, dest is host memory and the copies are
+// memcpys (the CPU tests run this same path).
+class DeviceParamSink final : public ParamSink {
+ public:
+  // `dest[g]`: group g's parameters on the device (param dtype, the whole
+  // group); `max_numel`: the largest subgroup. Not owned: backend, dest.
+  static absl::StatusOr<std::unique_ptr<DeviceParamSink>> Create(
+      DeviceBackend* backend, std::vector<void*> dest, DType dtype,
+      uint64_t max_numel, int buffers = 2);
+  ~DeviceParamSink() override;
+  DType dtype() const override { return dtype_; }
+  void* Buffer(const Subgroup& s) override;
+  absl::Status Publish(const Subgroup& s) override;
+  absl::Status Flush() override;
+  uint64_t bytes_copied() const { return bytes_copied_; }
+
+ private:
+  DeviceParamSink(DeviceBackend* b, std::vector<void*> dest, DType dtype)
+      : backend_(b), dest_(std::move(dest)), dtype_(dtype) {}
+  DeviceBackend* backend_;
+  std::vector<void*> dest_;
+  DType dtype_;
+  std::vector<AlignedBuffer> staging_;
+  std::vector<bool> in_flight_;
+  size_t next_ = 0, current_ = 0;
+  uint64_t bytes_copied_ = 0;
 };
 
 class HostParamSink final : public ParamSink {

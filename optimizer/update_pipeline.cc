@@ -179,6 +179,11 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(
   }
   absl::Status commit_error = commits.Drain();
   if (error.ok()) error = commit_error;
+  if (sink) {
+    // The device end: every parameter copy started this step is done.
+    absl::Status flushed = sink->Flush();
+    if (error.ok()) error = flushed;
+  }
   rep.write_wait_s = commits.wait_s();
   rep.total_s = absl::ToDoubleSeconds(absl::Now() - start);
   std::vector<PathCounters> after = store_->PathTraffic();

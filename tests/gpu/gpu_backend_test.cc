@@ -29,5 +29,39 @@ TEST(CudaBackendTest, CastOnDeviceOrSkip) {
   EXPECT_STREQ((*b)->name(), "cuda");
 }
 
+TEST(HostBackendTest, RegistersCopiesAndSynchronizes) {
+  auto b = CreateHostBackend();
+  EXPECT_FALSE(b->on_device());
+  std::vector<char> a(4096, 'x'), c(4096, 0);
+  ASSERT_TRUE(b->RegisterHost(a.data(), a.size()).ok());
+  EXPECT_FALSE(b->RegisterHost(a.data(), a.size()).ok());  // twice
+  EXPECT_EQ(b->registered_bytes(), 4096u);
+  ASSERT_TRUE(b->CopyToDevice(c.data(), a.data(), 100, kParamStream).ok());
+  ASSERT_TRUE(b->Synchronize(kParamStream).ok());
+  EXPECT_EQ(std::string(c.data(), 100), std::string(100, 'x'));
+  c.assign(c.size(), 0);
+  ASSERT_TRUE(b->CopyToHost(c.data(), a.data(), 50, kGradStream).ok());
+  EXPECT_EQ(std::string(c.data(), 51), std::string(50, 'x') + '\0');
+  EXPECT_FALSE(b->CopyToHost(nullptr, a.data(), 1, kGradStream).ok());
+  b->UnregisterHost(a.data());
+  EXPECT_EQ(b->registered_bytes(), 0u);
+}
+
+TEST(SelectBackendTest, AutoFallsBackToTheHostWithoutADevice) {
+  std::string why;
+  if (CudaDeviceAvailable(&why)) GTEST_SKIP() << "a CUDA device is present";
+  auto a = SelectBackend(BackendChoice::kAuto);
+  ASSERT_TRUE(a.ok());
+  EXPECT_STREQ((*a)->name(), "host");
+  auto c = SelectBackend(BackendChoice::kCuda);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(c.status().message().empty());
+  EXPECT_TRUE(ParseBackendChoice("cuda").ok());
+  auto bad = ParseBackendChoice("gpu");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("auto, host or cuda"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace mlpo

@@ -80,6 +80,61 @@ INSTANTIATE_TEST_SUITE_P(PrefetchDepth, PipelineParityTest,
 // of half the state the steps stay bit-identical to the in-memory
 // reference, and from the second step on the subgroups updated last are
 // served from DRAM (alternating order), so fewer bytes are read.
+// The device ends through the host backend (the same code a GPU runs, with
+// memcpy for copies): gradients staged from "device" memory and new
+// parameters copied to "device" buffers by the device sink give exactly the
+// in-memory reference's parameters, and the stage and staging buffers are
+// registered with the backend.
+TEST(DeviceEndsTest, HostBackendThroughTheDevicePathsMatchesTheReference) {
+  TempDir dir;
+  OptimizerOptions o = TestOptimizerOptions(dir, {100003, 0, 54321}, 20000);
+  auto backend = CreateHostBackend();
+  std::vector<std::vector<uint16_t>> device_params(3);
+  std::vector<void*> dest;
+  for (size_t g = 0; g < 3; ++g) {
+    device_params[g].assign(std::max<uint64_t>(1, o.groups[g].numel), 0);
+    dest.push_back(device_params[g].data());
+  }
+  auto sink = DeviceParamSink::Create(backend.get(), dest, DType::kBF16, 20000);
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  o.param_sink = sink->get();
+  auto opt = Optimizer::Open(o);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  ASSERT_TRUE((*opt)->RegisterDevice(backend.get()).ok());
+  // Stage: 2 B per element of 154324, plus two 20000-element staging buffers.
+  EXPECT_EQ(backend->registered_bytes(),
+            (100003u + 54321u) * 2 + 2u * 20000 * 2);
+  InMemoryRef ref(o);
+  for (uint64_t t = 1; t <= 3; ++t) {
+    for (size_t g = 0; g < 3; ++g) {
+      uint64_t n = o.groups[g].numel;
+      std::vector<uint16_t> grad(n);  // "device memory"
+      for (uint64_t i = 0; i < n; ++i) grad[i] = GradValue(t, g, i);
+      ASSERT_TRUE((*opt)->StageGradFromDevice(backend.get(), g, 0, grad.data(),
+                                               DType::kBF16, n).ok());
+    }
+    auto r = (*opt)->Step(1024.0);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ref.Step(o, t, 1.0 / 1024);
+    for (size_t g = 0; g < 3; ++g) {
+      if (ref.out[g].empty()) continue;
+      EXPECT_EQ(0, std::memcmp(device_params[g].data(), ref.out[g].data(),
+                               ref.out[g].size() * 2))
+          << "group " << g << " step " << t;
+    }
+  }
+  EXPECT_EQ((*sink)->bytes_copied(), 3u * (100003u + 54321u) * 2);
+  EXPECT_EQ((*opt)->Params(0), nullptr);  // not kept on the host
+  // Bad input: a sink of another dtype, a missing destination.
+  opt->reset();
+  OptimizerOptions bad = o;
+  bad.param_dtype = DType::kF16;
+  EXPECT_EQ(Optimizer::Open(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(DeviceParamSink::Create(backend.get(), {nullptr}, DType::kBF16,
+                                       10).ok());
+}
+
 TEST(OptimizerCacheTest, HalfTheStateCachedIsBitIdenticalAndReadsLess) {
   TempDir dir;
   OptimizerOptions o = TestOptimizerOptions(dir, {100003, 0, 54321}, 20000);
