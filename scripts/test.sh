@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # README command 2: install what is missing, build, run every test.
 #   scripts/test.sh           default suite (unit tests + ASan/UBSan build)
-#   scripts/test.sh --slow    also the slow tests (crash loops, big runs) and
-#                             the unit tests under ThreadSanitizer
+#   scripts/test.sh --slow    also the slow tests (crash loops, big runs)
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,12 +27,6 @@ if command -v clang++ >/dev/null 2>&1; then
 else
   echo "== clang++ not found: skipping the -Wthread-safety build and the fuzzers"
 fi
-if [ $slow -eq 1 ]; then
-  echo "== build (ThreadSanitizer, unit tests)"
-  mkdir -p build-tsan
-  scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=Debug -DMLPO_TSAN=ON \
-    -DMLPO_WERROR=ON -DMLPO_WITH_CUDA=OFF -DMLPO_WITH_PYTHON=OFF
-fi
 labels=(-LE slow)
 [ $slow -eq 1 ] && labels=()
 status=0
@@ -48,11 +41,5 @@ echo "== tests (ASan + UBSan)"
 if [ $have_clang -eq 1 ]; then
   echo "== fuzzers (libFuzzer, ${MLPO_FUZZ_SECONDS:-10} s each)"
   scripts/fuzz.sh "${MLPO_FUZZ_SECONDS:-10}" build-clang || status=1
-fi
-if [ $slow -eq 1 ]; then
-  echo "== tests (ThreadSanitizer)"
-  (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../scripts/tsan.supp" \
-    ctest -j "$(nproc)" --output-on-failure --timeout 1800 -L unit -LE slow) \
-    || status=1
 fi
 exit $status
