@@ -43,13 +43,22 @@ void Trace::Start(size_t max_events) {
   enabled_.store(true, std::memory_order_relaxed);
 }
 
-void Trace::Add(Event e, absl::string_view track) {
+void Trace::Add(absl::string_view name, const char* phase,
+                absl::string_view category, absl::string_view track,
+                absl::Time start, absl::Duration dur, uint64_t bytes) {
+  Event e;
+  e.name = std::string(name);
+  e.phase = phase;
+  e.category = std::string(category);
+  e.dur_us = std::max<int64_t>(0, absl::ToInt64Microseconds(dur));
+  e.bytes = bytes;
   absl::MutexLock l(&mu_);
   if (!enabled()) return;
   if (events_.size() >= max_events_) {
     ++dropped_;
     return;
   }
+  e.ts_us = absl::ToInt64Microseconds(start - origin_);
   auto it = tracks_.find(std::string(track));
   if (it == tracks_.end())
     it = tracks_.emplace(std::string(track), static_cast<int>(tracks_.size()) + 1)
@@ -61,33 +70,13 @@ void Trace::Add(Event e, absl::string_view track) {
 void Trace::Complete(absl::string_view name, absl::string_view category,
                      absl::string_view track, absl::Time start, absl::Time end,
                      uint64_t bytes) {
-  if (!enabled()) return;
-  Event e;
-  e.name = std::string(name);
-  e.phase = "X";
-  e.category = std::string(category);
-  {
-    absl::MutexLock l(&mu_);
-    e.ts_us = absl::ToInt64Microseconds(start - origin_);
-  }
-  e.dur_us = std::max<int64_t>(0, absl::ToInt64Microseconds(end - start));
-  e.bytes = bytes;
-  Add(std::move(e), track);
+  if (enabled()) Add(name, "X", category, track, start, end - start, bytes);
 }
 
 void Trace::Instant(absl::string_view name, absl::string_view category,
                     absl::string_view track, absl::Time at, uint64_t bytes) {
-  if (!enabled()) return;
-  Event e;
-  e.name = std::string(name);
-  e.phase = "i";
-  e.category = std::string(category);
-  {
-    absl::MutexLock l(&mu_);
-    e.ts_us = absl::ToInt64Microseconds(at - origin_);
-  }
-  e.bytes = bytes;
-  Add(std::move(e), track);
+  if (enabled())
+    Add(name, "i", category, track, at, absl::ZeroDuration(), bytes);
 }
 
 size_t Trace::events() const {

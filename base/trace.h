@@ -53,7 +53,10 @@ class Trace {
     int64_t ts_us = 0, dur_us = 0;
     uint64_t bytes = 0;
   };
-  void Add(Event e, absl::string_view track) ABSL_LOCKS_EXCLUDED(mu_);
+  void Add(absl::string_view name, const char* phase,
+           absl::string_view category, absl::string_view track,
+           absl::Time start, absl::Duration dur, uint64_t bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   std::atomic<bool> enabled_{false};
   mutable absl::Mutex mu_;

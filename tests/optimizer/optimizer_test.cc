@@ -25,6 +25,12 @@ void ExpectStateEquals(Optimizer* opt, const InMemoryRef& ref,
   }
 }
 
+uint64_t StateBytes(ObjectStore* s) {
+  uint64_t n = 0;
+  for (auto& obj : s->List()) n += obj.layout.total_bytes();
+  return n;
+}
+
 class PipelineParityTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(PipelineParityTest, StepsOverTwoPathStoreEqualInMemoryKernelBitForBit) {
@@ -143,9 +149,7 @@ TEST(OptimizerCacheTest, HalfTheStateCachedIsBitIdenticalAndReadsLess) {
   auto opt = Optimizer::Open(o);
   ASSERT_TRUE(opt.ok()) << opt.status();
   InMemoryRef ref(o);
-  uint64_t state_bytes = 0;
-  for (auto& obj : (*opt)->store()->List())
-    state_bytes += obj.layout.total_bytes();
+  const uint64_t state_bytes = StateBytes((*opt)->store());
   for (uint64_t t = 1; t <= 5; ++t) {
     ASSERT_TRUE(StageAll(opt->get(), t).ok());
     auto r = (*opt)->Step(1024.0);
@@ -181,9 +185,7 @@ TEST(OptimizerCacheTest, WriteBackSavesWritesAndLosesNothing) {
   auto opt = Optimizer::Open(o);
   ASSERT_TRUE(opt.ok()) << opt.status();
   InMemoryRef ref(o);
-  uint64_t state_bytes = 0;
-  for (auto& obj : (*opt)->store()->List())
-    state_bytes += obj.layout.total_bytes();
+  const uint64_t state_bytes = StateBytes((*opt)->store());
   for (uint64_t t = 1; t <= 4; ++t) {
     ASSERT_TRUE(StageAll(opt->get(), t).ok());
     auto r = (*opt)->Step(1024.0);

@@ -113,6 +113,18 @@ TEST(BitFlipTest, EveryFlipInAnExtentIsReportedAndNoneIsRead) {
   }
 }
 
+// How many of the value's single-bit flips `decodes` rejects.
+template <typename Decodes>
+size_t FlipsCaught(const std::string& value, Decodes decodes) {
+  size_t caught = 0;
+  for (size_t bit = 0; bit < value.size() * 8; ++bit) {
+    std::string bad = value;
+    bad[bit / 8] ^= static_cast<char>(1 << (bit % 8));
+    caught += !decodes(bad);
+  }
+  return caught;
+}
+
 // Flips in index values: every single-bit flip of an encoded record fails
 // its decode (the record's own checksum), and a flipped record in a real
 // index makes the store refuse to open, naming the object and version.
@@ -126,21 +138,15 @@ TEST(BitFlipTest, EveryFlipInAnIndexRecordIsCaught) {
                          static_cast<uint64_t>(i) << 16, 0x1234u + i});
   std::string enc = r.Encode();
   ASSERT_TRUE(VersionRecord::Decode(enc).ok());
-  int caught = 0;
-  for (size_t bit = 0; bit < enc.size() * 8; ++bit) {
-    std::string bad = enc;
-    bad[bit / 8] ^= static_cast<char>(1 << (bit % 8));
-    caught += !VersionRecord::Decode(bad).ok();
-  }
-  EXPECT_EQ(caught, static_cast<int>(enc.size() * 8));
+  EXPECT_EQ(FlipsCaught(enc, [](const std::string& v) {
+              return VersionRecord::Decode(v).ok();
+            }),
+            enc.size() * 8);
   std::string lenc = TestLayout(1000).Encode();
-  int lcaught = 0;
-  for (size_t bit = 0; bit < lenc.size() * 8; ++bit) {
-    std::string bad = lenc;
-    bad[bit / 8] ^= static_cast<char>(1 << (bit % 8));
-    lcaught += !ObjectLayout::Decode(bad).ok();
-  }
-  EXPECT_EQ(lcaught, static_cast<int>(lenc.size() * 8));
+  EXPECT_EQ(FlipsCaught(lenc, [](const std::string& v) {
+              return ObjectLayout::Decode(v).ok();
+            }),
+            lenc.size() * 8);
 
   // End to end: flip one bit of a version value inside the index.
   TempDir dir;
