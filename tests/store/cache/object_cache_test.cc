@@ -281,6 +281,35 @@ TEST(StoreCacheTest, PercentOfStateAndBadBudgets) {
   EXPECT_EQ(good->cache_percent, 10);
 }
 
+// Spill-over with the tier on: a full path's share goes to the other path,
+// and what the cache hands out is still the committed version.
+TEST(StoreCacheTest, SpillOverWithTheCacheOn) {
+  TempDir dir;
+  StoreOptions o = CachedOptions(dir, 4 << 20);
+  o.paths[1].path.segment_bytes = 1 << 20;
+  o.paths[1].path.capacity = 2 << 20;  // two segments: fills quickly
+  o.durability = Durability::kTag;     // write-back too
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (int i = 0; i < 6; ++i)
+    ASSERT_TRUE((*s)->Declare("s" + std::to_string(i), TestLayout(100000)).ok());
+  for (uint64_t v = 1; v <= 3; ++v)
+    for (int i = 0; i < 6; ++i)
+      ASSERT_TRUE(CommitNew(s->get(), "s" + std::to_string(i), v).ok())
+          << "s" << i << " v" << v;
+  ASSERT_TRUE((*s)->Tag("all").ok());  // writes the dirty ones back
+  StoreStats st = (*s)->Stats();
+  EXPECT_LE(st.paths[1].usage.used, 2u << 20);
+  EXPECT_GT(st.paths[0].usage.used, st.paths[1].usage.used);
+  for (int i = 0; i < 6; ++i) {
+    auto l = (*s)->Checkout("s" + std::to_string(i)).get();
+    ASSERT_TRUE(l.ok());
+    EXPECT_EQ((*l)->version(), 3u);
+    EXPECT_TRUE(Matches(**l, 3));
+  }
+  ExpectStoreVerifies(s->get());
+}
+
 uint64_t RssBytes() {
   std::ifstream in("/proc/self/statm");
   uint64_t pages = 0, rss = 0;
