@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/size_units.h"
 #include "store/placement/stripe.h"
@@ -108,11 +109,22 @@ absl::StatusOr<PlanResult> Plan(const PlanInput& in) {
   }
   auto finish = [&](PlanMode m, size_t slowest, double io_s) {
     m.step_s = std::max(io_s, kernel_s);
-    m.limit = kernel_s >= io_s
-                  ? "the Adam kernel (params / R_adam)"
-                  : absl::StrCat("path ", in.paths[slowest].name, " at ",
-                                 absl::StrFormat("%.2f GB/s mixed",
-                                                 u[slowest] / 1e9));
+    // Paths that finish within 1% of the slowest bound the step together.
+    std::vector<std::string> bound;
+    for (size_t k = 0; k < m.fractions.size(); ++k)
+      if (m.fractions[k] > 0 && u[k] > 0 &&
+          m.fractions[k] * m.bytes_per_step / u[k] >= 0.99 * io_s)
+        bound.push_back(in.paths[k].name);
+    if (kernel_s >= io_s) {
+      m.limit = "the Adam kernel (params / R_adam)";
+    } else if (bound.size() > 1) {
+      m.limit = absl::StrCat("paths ", absl::StrJoin(bound, ", "),
+                             " together (fractions follow bandwidth)");
+    } else {
+      m.limit = absl::StrCat("path ", in.paths[slowest].name, " at ",
+                             absl::StrFormat("%.2f GB/s mixed",
+                                             u[slowest] / 1e9));
+    }
     return m;
   };
   {
