@@ -30,7 +30,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    int rc = app.exit(e);
+    // A command's own failure keeps its code; every usage error (a bad
+    // option value, a missing argument) exits 2, as the README says.
+    if (rc != 0 && dynamic_cast<const CLI::RuntimeError*>(&e) == nullptr)
+      rc = 2;
+    return rc;
   }
   return 0;
 }
