@@ -11,7 +11,11 @@
 #include <string>
 #include <tuple>
 
+#include <chrono>
+#include <thread>
+
 #include "gtest/gtest.h"
+#include "store/fs/fault_injection_fs.h"
 #include "tests/optimizer/optimizer_test_util.h"
 
 namespace mlpo {
@@ -125,6 +129,88 @@ TEST_P(OptimizerCrashTest, RestoreNewestTagAndRerunIsBitIdentical) {
     EXPECT_EQ(0, std::memcmp(v1.data(), v2.data(), v1.size() * 4)) << g;
   }
   RecordProperty("mixed_state_refusals", mixed_seen);
+}
+
+// The same with the power cut instead of a SIGKILL: steps (and a tag every
+// two steps) run on the fault-injecting file system, the power goes at a
+// random instant, the files become what a reboot finds, and the optimizer
+// restores the newest tag and reruns to the same final state as a run
+// without cuts.
+TEST_P(OptimizerCrashTest, PowerLossDuringStepsRestoresTheNewestTag) {
+  TempDir dir;
+  OptimizerOptions o = TestOptimizerOptions(dir, {60000, 25000}, 10000);
+  o.pipeline.threads = 1;
+  o.store.durability = std::get<0>(GetParam());
+  if (std::get<1>(GetParam())) o.store.cache_percent = 40;
+  {
+    auto opt = Optimizer::Open(o);
+    ASSERT_TRUE(opt.ok()) << opt.status();
+    for (uint64_t t = 1; t <= kTagStep; ++t) {
+      ASSERT_TRUE(StageAll(opt->get(), t).ok());
+      ASSERT_TRUE((*opt)->Step(1024.0).ok());
+    }
+    ASSERT_TRUE((*opt)->Tag(TagFor(kTagStep)).ok());
+  }
+  std::mt19937 rng(11);
+  int cuts = 0;
+  for (int iter = 0; iter < CrashIterations(3); ++iter) {
+    FaultInjectionFileSystem fsys;
+    OptimizerOptions co = o;
+    co.store.fs = &fsys;
+    co.restore_tag = NewestTag(o);
+    {
+      auto opt = Optimizer::Open(co);
+      ASSERT_TRUE(opt.ok()) << "iteration " << iter << ": " << opt.status();
+      std::thread cutter([&fsys, us = 1000 + rng() % 30000] {
+        std::this_thread::sleep_for(std::chrono::microseconds(us));
+        fsys.CutPower();
+      });
+      bool cut_mid_run = false;
+      for (uint64_t t = (*opt)->step() + 1; t < kFinalStep; ++t) {
+        if (!StageAll(opt->get(), t).ok() || !(*opt)->Step(1024.0).ok() ||
+            (t % 2 == 0 && !(*opt)->Tag(TagFor(t)).ok())) {
+          cut_mid_run = true;
+          break;
+        }
+      }
+      cutter.join();
+      cuts += cut_mid_run;
+    }  // closes on a dead disk
+    ASSERT_TRUE(fsys.RestoreToLastSync().ok());
+  }
+  OptimizerOptions ro = o;
+  ro.restore_tag = NewestTag(o);
+  ASSERT_FALSE(ro.restore_tag.empty());
+  auto opt = Optimizer::Open(ro);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  auto v = (*opt)->store()->Verify();
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->bad.empty());
+  EXPECT_TRUE((*opt)->store()->CheckExtentMap().empty());
+  for (uint64_t t = (*opt)->step() + 1; t <= kFinalStep; ++t) {
+    ASSERT_TRUE(StageAll(opt->get(), t).ok());
+    ASSERT_TRUE((*opt)->Step(1024.0).ok());
+  }
+  TempDir dir2;
+  OptimizerOptions u = TestOptimizerOptions(dir2, {60000, 25000}, 10000);
+  auto clean = Optimizer::Open(u);
+  ASSERT_TRUE(clean.ok());
+  for (uint64_t t = 1; t <= kFinalStep; ++t) {
+    ASSERT_TRUE(StageAll(clean->get(), t).ok());
+    ASSERT_TRUE((*clean)->Step(1024.0).ok());
+  }
+  for (int g = 0; g < 2; ++g) {
+    std::vector<float> p1, m1, v1, p2, m2, v2;
+    ASSERT_TRUE((*opt)->ReadState(g, &p1, &m1, &v1).ok());
+    ASSERT_TRUE((*clean)->ReadState(g, &p2, &m2, &v2).ok());
+    EXPECT_EQ(0, std::memcmp(p1.data(), p2.data(), p1.size() * 4)) << g;
+    EXPECT_EQ(0, std::memcmp(m1.data(), m2.data(), m1.size() * 4)) << g;
+    EXPECT_EQ(0, std::memcmp(v1.data(), v2.data(), v1.size() * 4)) << g;
+  }
+  RecordProperty("power_cuts_mid_run", cuts);
+  if (CrashIterations(3) >= 20) {
+    EXPECT_GT(cuts, 0) << "the power never went while steps ran";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
