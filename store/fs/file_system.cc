@@ -30,6 +30,14 @@ absl::Status FileSystem::WriteFileAtomic(const std::string& file,
 
 bool FileSystem::Exists(const std::string& path) { return Stat(path).ok(); }
 
+absl::StatusOr<uint64_t> FileSystem::LinkCount(int fd,
+                                               const std::string& path) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0)
+    return ErrnoStatus(errno, absl::StrCat("stat ", path));
+  return static_cast<uint64_t>(st.st_nlink);
+}
+
 bool FileSystem::IsDirectory(const std::string& path) {
   auto i = Stat(path);
   return i.ok() && i->is_dir;

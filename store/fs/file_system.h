@@ -89,6 +89,9 @@ class FileSystem {
                                    uint64_t len) = 0;
   // Makes everything written to `fd` durable.
   virtual absl::Status Fdatasync(int fd, const std::string& path) = 0;
+  // How many directory entries name the open file `fd` (0: it was deleted
+  // while open, so nothing written to it will be found again).
+  virtual absl::StatusOr<uint64_t> LinkCount(int fd, const std::string& path);
   // Makes the entries created or renamed in `dir` durable.
   virtual absl::Status SyncDir(const std::string& dir) = 0;
   virtual absl::Status Rename(const std::string& from,

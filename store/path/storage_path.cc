@@ -301,6 +301,17 @@ absl::Status StoragePath::Sync() {
   }
   for (auto& [fd, name] : todo) {
     absl::Status st = fs()->Fdatasync(fd, name);
+    if (st.ok()) {
+      // A segment deleted while open (its directory removed, a stray rm)
+      // takes every write "made durable" here with it: say so now instead
+      // of acknowledging versions nobody will find.
+      auto links = fs()->LinkCount(fd, name);
+      if (links.ok() && *links == 0)
+        st = absl::DataLossError(absl::StrCat(
+            "path ", options_.root, ": segment file ", name,
+            " was deleted while the store had it open; what was written "
+            "to it is gone"));
+    }
     if (!st.ok()) {
       // Whatever was written since the last good sync is suspect: keep the
       // segment dirty so the next Sync tries again.

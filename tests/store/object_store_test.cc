@@ -649,5 +649,29 @@ TEST(ObjectStoreTest, DegradedModeStripesNewVersionsOverTheRemainingPaths) {
   ExpectStoreVerifies(r->get());
 }
 
+// A path's store directory removed while the store is open: its segment
+// files live on unlinked, so writes "succeed" into files nobody will find.
+// The sync notices (no link left): the commit goes to the other path
+// (degraded mode) and a tag says what was lost instead of acknowledging it.
+TEST(ObjectStoreTest, ADirectoryRemovedWhileOpenIsNoticedAtTheNextSync) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->Declare("a", TestLayout(100000)).ok());
+  ASSERT_TRUE(CommitVersion(s->get(), "a", 1).ok());
+  std::filesystem::remove_all(o.paths[1].path.root + "/t");
+  ASSERT_TRUE(CommitVersion(s->get(), "a", 2).ok());
+  EXPECT_EQ((*s)->degraded_paths(), (std::vector<bool>{false, true}));
+  auto rec = (*s)->GetVersion("a", 2);
+  ASSERT_TRUE(rec.ok());
+  for (const ExtentRef& e : rec->extents) EXPECT_EQ(e.path, 0u);
+  absl::Status tag = (*s)->Tag("after");
+  EXPECT_EQ(tag.code(), absl::StatusCode::kDataLoss) << tag;
+  EXPECT_NE(tag.message().find("deleted while the store had it open"),
+            std::string::npos)
+      << tag;
+}
+
 }  // namespace
 }  // namespace mlpo
