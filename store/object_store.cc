@@ -1,6 +1,7 @@
 // ObjectStore: declare, checkout and commit. Opening (identity, recovery)
 // lives in object_store_open.cc; tags, gc, verify and stats in
-// object_store_admin.cc.
+// object_store_admin.cc; placement, spill-over and degraded mode in
+// object_store_placement.cc.
 //
 // A commit runs in three stages: the caller's thread allocates extents on
 // every path, checksums the blob and submits the writes; the paths' engine
@@ -25,7 +26,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/trace.h"
-#include "store/placement/stripe.h"
 #include "base/status_macros.h"
 
 namespace mlpo {
@@ -106,105 +106,6 @@ void ObjectStore::Recycle(std::vector<AlignedBuffer>* released) {
 
 void ObjectStore::DeclareAccessOrder(const std::vector<std::string>& objects) {
   if (cache_) cache_->DeclareOrder(objects);
-}
-
-std::vector<uint64_t> ObjectStore::StripeBytes(uint64_t total) const {
-  return SplitBytes(total, fractions());
-}
-
-std::vector<double> ObjectStore::AdaptPlacement() {
-  std::vector<double> rates = UpdateBandwidthEstimates();
-  for (double r : rates)
-    if (!(r > 0)) return fractions();  // not measured yet: keep as is
-  uint64_t demand = 0;
-  {
-    absl::MutexLock l(&mu_);
-    for (auto& [name, os] : objects_) demand += os.layout.total_bytes();
-  }
-  std::vector<uint64_t> room;
-  for (size_t k = 0; k < paths_.size(); ++k)
-    room.push_back(paths_[k]->options().capacity == 0 ? UINT64_MAX
-                                              : paths_[k]->Usage().free);
-  std::vector<double> f = WaterFill(rates, room, demand);
-  absl::MutexLock l(&placement_mu_);
-  fractions_ = f;
-  return f;
-}
-
-absl::Status ObjectStore::SetObjectFractions(const std::string& object,
-                                             std::vector<double> fractions) {
-  if (!fractions.empty() && fractions.size() != paths_.size())
-    return absl::InvalidArgumentError(absl::StrCat(
-        "fractions of ", object, ": ", fractions.size(), " given, the store has ",
-        paths_.size(), " paths"));
-  absl::MutexLock l(&placement_mu_);
-  if (fractions.empty())
-    object_fractions_.erase(object);
-  else
-    object_fractions_[object] = NormaliseFractions(fractions);
-  return absl::OkStatus();
-}
-
-absl::Status ObjectStore::AllocateStripes(
-    const std::string& where, const std::string& object, uint64_t total,
-    std::vector<std::vector<Range>>* ranges) {
-  const size_t n = paths_.size();
-  ranges->assign(n, {});
-  std::vector<bool> full(n, false);
-  std::vector<double> fractions;
-  {
-    absl::MutexLock l(&placement_mu_);
-    auto it = object_fractions_.find(object);
-    fractions = it != object_fractions_.end() ? it->second : fractions_;
-    // A failed path takes nothing new (degraded mode).
-    for (size_t p = 0; p < degraded_.size(); ++p)
-      if (degraded_[p]) full[p] = true;
-  }
-  std::vector<uint64_t> want = SplitBytes(total, fractions, full);
-  auto fail = [&](const absl::Status& st) {
-    for (size_t p = 0; p < n; ++p)
-      for (const Range& r : (*ranges)[p]) (void)paths_[p]->Free(r);
-    ranges->assign(n, {});
-    return Annotate(st, where);
-  };
-  for (bool again = true; again;) {
-    again = false;
-    for (size_t p = 0; p < n; ++p) {
-      if (want[p] == 0) continue;
-      auto r = paths_[p]->Allocate(want[p]);
-      if (r.ok()) {
-        (*ranges)[p].insert((*ranges)[p].end(), r->begin(), r->end());
-        want[p] = 0;
-        continue;
-      }
-      if (!absl::IsResourceExhausted(r.status())) return fail(r.status());
-      // Spill-over: what still fits stays here, the rest goes to the paths
-      // with room, by their fractions.
-      uint64_t fit = std::min(want[p], paths_[p]->Usage().free) /
-                     kIoAlignment * kIoAlignment;
-      if (fit > 0) {
-        auto part = paths_[p]->Allocate(fit);
-        if (part.ok()) {
-          (*ranges)[p].insert((*ranges)[p].end(), part->begin(), part->end());
-          want[p] -= fit;
-        }
-      }
-      full[p] = true;
-      uint64_t spill = want[p];
-      want[p] = 0;
-      if (std::all_of(full.begin(), full.end(), [](bool f) { return f; })) {
-        std::string roots;
-        for (auto& path : paths_)
-          absl::StrAppend(&roots, roots.empty() ? "" : ", ", path->root());
-        return fail(absl::ResourceExhaustedError(absl::StrCat(
-            "every path is full (", roots, "): ", r.status().message())));
-      }
-      std::vector<uint64_t> extra = SplitBytes(spill, fractions, full);
-      for (size_t q = 0; q < n; ++q) want[q] += extra[q];
-      again = true;
-    }
-  }
-  return absl::OkStatus();
 }
 
 BadExtent ObjectStore::Describe(const std::string& object, uint64_t version,
@@ -559,37 +460,6 @@ absl::Status ObjectStore::StartWrites(std::shared_ptr<CommitOp> op) {
     }
   });
   return absl::OkStatus();
-}
-
-bool ObjectStore::Degrade(int path, const absl::Status& why) {
-  if (path < 0 || static_cast<size_t>(path) >= paths_.size()) return false;
-  // Only I/O failures of the path itself; a full path is spill-over's.
-  if (absl::IsResourceExhausted(why) || absl::IsFailedPrecondition(why) ||
-      absl::IsInvalidArgument(why))
-    return false;
-  absl::MutexLock l(&placement_mu_);
-  if (degraded_.empty()) degraded_.assign(paths_.size(), false);
-  size_t healthy = 0;
-  for (size_t k = 0; k < paths_.size(); ++k)
-    healthy += !degraded_[k] && static_cast<int>(k) != path;
-  if (healthy == 0) return false;  // nowhere else to go
-  if (!degraded_[path]) {
-    degraded_[path] = true;
-    std::fprintf(stderr,
-                 "mlpo: WARNING: %s: path %s failed (%s); new versions go to "
-                 "the remaining paths from now on (degraded). Objects whose "
-                 "only copy is there are named by `mlpo verify`; restore a "
-                 "tag whose copy survives\n",
-                 Where().c_str(), paths_[path]->root().c_str(),
-                 std::string(why.message()).c_str());
-  }
-  return true;
-}
-
-std::vector<bool> ObjectStore::degraded_paths() const {
-  absl::MutexLock l(&placement_mu_);
-  return degraded_.empty() ? std::vector<bool>(paths_.size(), false)
-                           : degraded_;
 }
 
 void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {

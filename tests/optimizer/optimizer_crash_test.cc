@@ -39,6 +39,31 @@ std::string NewestTag(const OptimizerOptions& o) {
   return tags.empty() ? "" : tags.rbegin()->first;
 }
 
+// Steps `opt` on to kFinalStep; its state must then equal, bit for bit,
+// that of the same steps run without interruption in a fresh store.
+void RunToTheEndLikeAnUninterruptedRun(Optimizer* opt) {
+  for (uint64_t t = opt->step() + 1; t <= kFinalStep; ++t) {
+    ASSERT_TRUE(StageAll(opt, t).ok());
+    ASSERT_TRUE(opt->Step(1024.0).ok());
+  }
+  TempDir dir2;
+  OptimizerOptions u = TestOptimizerOptions(dir2, {60000, 25000}, 10000);
+  auto clean = Optimizer::Open(u);
+  ASSERT_TRUE(clean.ok());
+  for (uint64_t t = 1; t <= kFinalStep; ++t) {
+    ASSERT_TRUE(StageAll(clean->get(), t).ok());
+    ASSERT_TRUE((*clean)->Step(1024.0).ok());
+  }
+  for (int g = 0; g < 2; ++g) {
+    std::vector<float> p1, m1, v1, p2, m2, v2;
+    ASSERT_TRUE(opt->ReadState(g, &p1, &m1, &v1).ok());
+    ASSERT_TRUE((*clean)->ReadState(g, &p2, &m2, &v2).ok());
+    EXPECT_EQ(0, std::memcmp(p1.data(), p2.data(), p1.size() * 4)) << g;
+    EXPECT_EQ(0, std::memcmp(m1.data(), m2.data(), m1.size() * 4)) << g;
+    EXPECT_EQ(0, std::memcmp(v1.data(), v2.data(), v1.size() * 4)) << g;
+  }
+}
+
 [[noreturn]] void ChildSteps(const OptimizerOptions& o, int ready_fd) {
   OptimizerOptions co = o;
   co.restore_tag = NewestTag(o);
@@ -107,27 +132,7 @@ TEST_P(OptimizerCrashTest, RestoreNewestTagAndRerunIsBitIdentical) {
     for (auto& ps : (*opt)->store()->Stats().paths)
       EXPECT_EQ(ps.usage.used, ps.referenced_bytes + ps.unreferenced_bytes);
   }
-  for (uint64_t t = (*opt)->step() + 1; t <= kFinalStep; ++t) {
-    ASSERT_TRUE(StageAll(opt->get(), t).ok());
-    ASSERT_TRUE((*opt)->Step(1024.0).ok());
-  }
-  // The uninterrupted run, in a fresh store.
-  TempDir dir2;
-  OptimizerOptions u = TestOptimizerOptions(dir2, {60000, 25000}, 10000);
-  auto clean = Optimizer::Open(u);
-  ASSERT_TRUE(clean.ok());
-  for (uint64_t t = 1; t <= kFinalStep; ++t) {
-    ASSERT_TRUE(StageAll(clean->get(), t).ok());
-    ASSERT_TRUE((*clean)->Step(1024.0).ok());
-  }
-  for (int g = 0; g < 2; ++g) {
-    std::vector<float> p1, m1, v1, p2, m2, v2;
-    ASSERT_TRUE((*opt)->ReadState(g, &p1, &m1, &v1).ok());
-    ASSERT_TRUE((*clean)->ReadState(g, &p2, &m2, &v2).ok());
-    EXPECT_EQ(0, std::memcmp(p1.data(), p2.data(), p1.size() * 4)) << g;
-    EXPECT_EQ(0, std::memcmp(m1.data(), m2.data(), m1.size() * 4)) << g;
-    EXPECT_EQ(0, std::memcmp(v1.data(), v2.data(), v1.size() * 4)) << g;
-  }
+  RunToTheEndLikeAnUninterruptedRun(opt->get());
   RecordProperty("mixed_state_refusals", mixed_seen);
 }
 
@@ -187,26 +192,7 @@ TEST_P(OptimizerCrashTest, PowerLossDuringStepsRestoresTheNewestTag) {
   ASSERT_TRUE(v.ok());
   EXPECT_TRUE(v->bad.empty());
   EXPECT_TRUE((*opt)->store()->CheckExtentMap().empty());
-  for (uint64_t t = (*opt)->step() + 1; t <= kFinalStep; ++t) {
-    ASSERT_TRUE(StageAll(opt->get(), t).ok());
-    ASSERT_TRUE((*opt)->Step(1024.0).ok());
-  }
-  TempDir dir2;
-  OptimizerOptions u = TestOptimizerOptions(dir2, {60000, 25000}, 10000);
-  auto clean = Optimizer::Open(u);
-  ASSERT_TRUE(clean.ok());
-  for (uint64_t t = 1; t <= kFinalStep; ++t) {
-    ASSERT_TRUE(StageAll(clean->get(), t).ok());
-    ASSERT_TRUE((*clean)->Step(1024.0).ok());
-  }
-  for (int g = 0; g < 2; ++g) {
-    std::vector<float> p1, m1, v1, p2, m2, v2;
-    ASSERT_TRUE((*opt)->ReadState(g, &p1, &m1, &v1).ok());
-    ASSERT_TRUE((*clean)->ReadState(g, &p2, &m2, &v2).ok());
-    EXPECT_EQ(0, std::memcmp(p1.data(), p2.data(), p1.size() * 4)) << g;
-    EXPECT_EQ(0, std::memcmp(m1.data(), m2.data(), m1.size() * 4)) << g;
-    EXPECT_EQ(0, std::memcmp(v1.data(), v2.data(), v1.size() * 4)) << g;
-  }
+  RunToTheEndLikeAnUninterruptedRun(opt->get());
   RecordProperty("power_cuts_mid_run", cuts);
   if (CrashIterations(3) >= 20) {
     EXPECT_GT(cuts, 0) << "the power never went while steps ran";
@@ -217,12 +203,7 @@ INSTANTIATE_TEST_SUITE_P(
     Kills, OptimizerCrashTest,
     ::testing::Combine(::testing::Values(Durability::kStep, Durability::kTag),
                        ::testing::Bool()),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param) == Durability::kStep
-                             ? "step"
-                             : "tag") +
-             (std::get<1>(info.param) ? "_cache" : "");
-    });
+    DurabilityAndTierName);
 
 }  // namespace
 }  // namespace mlpo

@@ -143,12 +143,7 @@ INSTANTIATE_TEST_SUITE_P(
     Durability, PowerLossTest,
     ::testing::Combine(::testing::Values(Durability::kStep, Durability::kTag),
                        ::testing::Bool()),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param) == Durability::kStep
-                             ? "step"
-                             : "tag") +
-             (std::get<1>(info.param) ? "_cache" : "");
-    });
+    DurabilityAndTierName);
 
 // Faults by kind through the same file system: each fails the operation
 // with a clear error, and the last committed state stays readable.

@@ -3,8 +3,10 @@
 #define MLPO_TESTS_STORE_STORE_TEST_UTIL_H_
 
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "store/object_store.h"
 #include "tests/test_util.h"
 
@@ -67,6 +69,15 @@ inline void ExpectStoreVerifies(ObjectStore* s) {
     ASSERT_TRUE(tr.ok());
     EXPECT_TRUE(tr->bad.empty()) << "tag " << tag;
   }
+}
+
+// Test names for (durability, DRAM tier on) parameters: step, step_cache,
+// tag, tag_cache.
+inline std::string DurabilityAndTierName(
+    const ::testing::TestParamInfo<std::tuple<Durability, bool>>& info) {
+  return std::string(std::get<0>(info.param) == Durability::kStep ? "step"
+                                                                  : "tag") +
+         (std::get<1>(info.param) ? "_cache" : "");
 }
 
 }  // namespace mlpo
