@@ -214,6 +214,7 @@ std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
   lease->object_ = object;
   VersionRecord rec;
   std::optional<AlignedBuffer> cached;
+  bool dirty = false;  // the newest version is dirty in the DRAM tier
   std::vector<AlignedBuffer> released;
   {
     absl::MutexLock l(&mu_);
@@ -226,20 +227,12 @@ std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
     ++checkouts_;
     lease->layout_ = it->second.layout;
     if (it->second.dirty != 0) {
-      // The newest version is in DRAM only: copy it out (never hand over
-      // the only copy to a lease that may be dropped).
+      // The newest version is in DRAM only: copied out below, outside the
+      // store's lock (never hand over the only copy to a lease that may be
+      // dropped).
       lease->version_ = it->second.dirty;
       lease->is_new_ = false;
-      AlignedBuffer b = pool_->Get(lease->layout_.total_bytes());
-      if (cache_->CopyDirty(object, it->second.dirty, b.data(),
-                            lease->layout_.total_bytes())) {
-        cached = std::move(b);
-      } else {
-        promise->set_value(absl::InternalError(absl::StrCat(
-            Where(), ": object ", object, " version ", it->second.dirty,
-            " is missing from the DRAM tier")));
-        return fut;
-      }
+      dirty = true;
     } else if (it->second.has_head) {
       lease->version_ = it->second.head;
       lease->is_new_ = false;
@@ -252,6 +245,16 @@ std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
     }
   }
   Recycle(&released);
+  if (dirty) {
+    AlignedBuffer b = pool_->Get(lease->layout_.total_bytes());
+    if (!cache_->CopyDirty(object, lease->version_, b.data(),
+                           lease->layout_.total_bytes())) {
+      // Written back or replaced since the lock was let go: look again.
+      pool_->Put(std::move(b));
+      return Checkout(object);
+    }
+    cached = std::move(b);
+  }
   if (cached) {
     Trace::Get()->Instant("hit " + object, "cache", "DRAM tier", absl::Now(),
                           lease->layout_.total_bytes());
