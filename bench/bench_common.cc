@@ -50,4 +50,11 @@ std::vector<uint64_t> SizeListArg(const std::string& flag,
 }
 
 
+void BenchFail(const std::string& cmd, const std::string& what,
+               const absl::Status& s) {
+  std::cerr << "\nmlpo-bench " << cmd << ": " << what << ": " << s.message()
+            << "\n";
+  throw CLI::RuntimeError(1);
+}
+
 }  // namespace mlpo

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/status.h"
 #include "tools/cli_util.h"  // Progress
 
 namespace mlpo {
@@ -28,11 +29,16 @@ uint64_t SizeArg(const std::string& flag, const std::string& value);
 std::vector<uint64_t> SizeListArg(const std::string& flag,
                                   const std::string& value, size_t want);
 
+// Ends the subcommand `cmd` with "mlpo-bench CMD: WHAT: message", exit 1.
+[[noreturn]] void BenchFail(const std::string& cmd, const std::string& what,
+                            const absl::Status& s);
+
 void AddIoBench(CLI::App& app);
 void AddStoreBench(CLI::App& app);
 void AddStepBench(CLI::App& app);
 void AddKernelBench(CLI::App& app);
 void AddSlotsBench(CLI::App& app);
+void AddGpuBench(CLI::App& app);
 
 }  // namespace mlpo
 

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   mlpo::AddStepBench(app);
   mlpo::AddKernelBench(app);
   mlpo::AddSlotsBench(app);
+  mlpo::AddGpuBench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -35,8 +35,7 @@ namespace {
 using json = nlohmann::json;
 
 [[noreturn]] void Die(const std::string& what, const absl::Status& s) {
-  std::cerr << "\nmlpo-bench step: " << what << ": " << s.message() << "\n";
-  throw CLI::RuntimeError(1);
+  BenchFail("step", what, s);
 }
 
 struct PathSpec {

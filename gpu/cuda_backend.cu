@@ -31,7 +31,12 @@ __global__ void CastKernel(const float* src, void* dst, int dtype, size_t n) {
 }
 
 absl::Status CudaError(cudaError_t e, const std::string& what) {
-  return absl::InternalError(what + ": " + cudaGetErrorString(e));
+  std::string m = what + ": " + cudaGetErrorString(e);
+  if (e == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(m);
+  if (e == cudaErrorHostMemoryAlreadyRegistered)
+    return absl::AlreadyExistsError(m);
+  if (e == cudaErrorInvalidValue) return absl::InvalidArgumentError(m);
+  return absl::InternalError(m);
 }
 
 class CudaBackend final : public DeviceBackend {
@@ -56,6 +61,7 @@ class CudaBackend final : public DeviceBackend {
   bool on_device() const override { return true; }
   absl::Status RegisterHost(void* p, size_t bytes) override {
     std::lock_guard<std::mutex> l(mu_);
+    cudaSetDevice(device_);
     cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
     if (e != cudaSuccess) return CudaError(e, "cudaHostRegister");
     regions_[p] = bytes;
@@ -74,8 +80,31 @@ class CudaBackend final : public DeviceBackend {
     std::lock_guard<std::mutex> l(mu_);
     return registered_;
   }
+  absl::StatusOr<void*> AllocDevice(size_t bytes) override {
+    cudaSetDevice(device_);
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess)
+      return CudaError(e, "cudaMalloc of " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+  void FreeDevice(void* p) override {
+    cudaSetDevice(device_);
+    cudaFree(p);
+  }
+  absl::StatusOr<void*> AllocPinnedHost(size_t bytes) override {
+    cudaSetDevice(device_);
+    void* p = nullptr;
+    cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+    if (e != cudaSuccess)
+      return CudaError(e,
+                       "cudaHostAlloc of " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+  void FreePinnedHost(void* p) override { cudaFreeHost(p); }
   absl::Status CopyToHost(void* dst, const void* src, size_t bytes,
                           int stream) override {
+    cudaSetDevice(device_);
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost,
                                     streams_[stream & 1]);
     if (e != cudaSuccess) return CudaError(e, "device-to-host copy");
@@ -83,12 +112,14 @@ class CudaBackend final : public DeviceBackend {
   }
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes,
                             int stream) override {
+    cudaSetDevice(device_);
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
                                     streams_[stream & 1]);
     if (e != cudaSuccess) return CudaError(e, "host-to-device copy");
     return absl::OkStatus();
   }
   absl::Status Synchronize(int stream) override {
+    cudaSetDevice(device_);
     cudaError_t e = cudaStreamSynchronize(streams_[stream & 1]);
     if (e != cudaSuccess) return CudaError(e, "stream synchronize");
     return absl::OkStatus();
@@ -141,6 +172,12 @@ bool CudaDeviceAvailable(std::string* why) {
 absl::StatusOr<std::unique_ptr<DeviceBackend>> CreateCudaBackend(int device) {
   std::string why;
   if (!CudaDeviceAvailable(&why)) return absl::UnavailableError(why);
+  int n = 0;
+  cudaGetDeviceCount(&n);
+  if (device < 0 || device >= n)
+    return absl::InvalidArgumentError("CUDA device " + std::to_string(device) +
+                                      ": this machine has " +
+                                      std::to_string(n));
   auto b = std::make_unique<CudaBackend>(device);
   if (absl::Status st = b->Init(); !st.ok()) return st;
   return std::unique_ptr<DeviceBackend>(std::move(b));

@@ -28,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/dtype.h"
+#include "base/host_registrar.h"
 
 namespace mlpo {
 
@@ -36,7 +37,7 @@ namespace mlpo {
 inline constexpr int kGradStream = 0;
 inline constexpr int kParamStream = 1;
 
-class DeviceBackend {
+class DeviceBackend : public HostRegistrar {
  public:
   virtual ~DeviceBackend() = default;
   virtual const char* name() const = 0;
@@ -45,9 +46,18 @@ class DeviceBackend {
 
   // Pins [p, p + bytes) for DMA (cudaHostRegister); the host backend only
   // counts it. Unregister before freeing.
-  virtual absl::Status RegisterHost(void* p, size_t bytes) = 0;
-  virtual void UnregisterHost(void* p) = 0;
-  virtual uint64_t registered_bytes() const = 0;
+  absl::Status RegisterHost(void* p, size_t bytes) override = 0;
+  void UnregisterHost(void* p) override = 0;
+  uint64_t registered_bytes() const override = 0;
+
+  // Device memory (cudaMalloc; the host backend: aligned host memory).
+  // ResourceExhausted when the device is full.
+  virtual absl::StatusOr<void*> AllocDevice(size_t bytes) = 0;
+  virtual void FreeDevice(void* p) = 0;
+  // Page-locked host memory allocated as such (cudaHostAlloc): the
+  // reference the registered pool buffers are measured against.
+  virtual absl::StatusOr<void*> AllocPinnedHost(size_t bytes) = 0;
+  virtual void FreePinnedHost(void* p) = 0;
 
   // Asynchronous copies on `stream` (kGradStream, kParamStream); done when
   // Synchronize(stream) returns. The host backend copies at once.

@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -33,6 +35,14 @@ class HostBackend final : public DeviceBackend {
     std::lock_guard<std::mutex> l(mu_);
     return registered_;
   }
+  absl::StatusOr<void*> AllocDevice(size_t bytes) override {
+    return Alloc(bytes, "device memory");
+  }
+  void FreeDevice(void* p) override { std::free(p); }
+  absl::StatusOr<void*> AllocPinnedHost(size_t bytes) override {
+    return Alloc(bytes, "pinned host memory");
+  }
+  void FreePinnedHost(void* p) override { std::free(p); }
   absl::Status CopyToHost(void* dst, const void* src, size_t bytes,
                           int) override {
     if (bytes && (dst == nullptr || src == nullptr))
@@ -55,6 +65,15 @@ class HostBackend final : public DeviceBackend {
   }
 
  private:
+  static absl::StatusOr<void*> Alloc(size_t bytes, const char* what) {
+    size_t n = (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096;
+    void* p = std::aligned_alloc(4096, n);
+    if (p == nullptr)
+      return absl::ResourceExhaustedError(
+          absl::StrCat("host backend: cannot allocate ", bytes, " bytes of ",
+                       what));
+    return p;
+  }
   mutable std::mutex mu_;
   std::map<void*, size_t> regions_;
   uint64_t registered_ = 0;

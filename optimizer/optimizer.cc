@@ -131,7 +131,10 @@ absl::Status Optimizer::StageGradFromDevice(DeviceBackend* backend, int group,
 }
 
 absl::Status Optimizer::RegisterDevice(DeviceBackend* backend) {
-  return grads_->RegisterWith(backend);
+  MLPO_RETURN_IF_ERROR(grads_->RegisterWith(backend));
+  absl::Status st = store_->RegisterHostMemory(backend);
+  if (!st.ok()) grads_->Unregister();
+  return st;
 }
 
 absl::Status Optimizer::OffloadGrads() {

@@ -69,7 +69,8 @@ class Optimizer {
   absl::Status StageGradFromDevice(DeviceBackend* backend, int group,
                                    uint64_t offset, const void* device_data,
                                    DType dtype, uint64_t count);
-  // Pins the gradient stage for `backend`'s copies (cudaHostRegister), once.
+  // Pins the gradient stage and the store's buffer pool for `backend`'s
+  // copies (cudaHostRegister), once. `backend` must outlive the optimizer.
   absl::Status RegisterDevice(DeviceBackend* backend);
   // Baseline backward phase: writes the staged gradients to the store as
   // fp32 (only with pipeline.grad_offload).

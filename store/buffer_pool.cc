@@ -14,16 +14,68 @@ AlignedBuffer BufferPool::Get(size_t size) {
       return b;
     }
   }
-  return AlignedBuffer(size);
+  AlignedBuffer b(size);
+  absl::MutexLock l(&mu_);
+  if (registrar_ != nullptr) PinLocked(b);
+  return b;
 }
 
 void BufferPool::Put(AlignedBuffer b) {
   if (b.data() == nullptr) return;
   absl::MutexLock l(&mu_);
-  if (idle_bytes_ + b.size() > max_bytes_) return;  // freed on return
+  if (idle_bytes_ + b.size() > max_bytes_) {
+    UnpinLocked(b);
+    return;  // freed on return
+  }
   idle_bytes_ += b.size();
   size_t n = b.size();
   idle_.emplace(n, std::move(b));
+}
+
+void BufferPool::PinLocked(const AlignedBuffer& b) {
+  if (b.size() == 0 || pinned_.count(b.data())) return;
+  if (registrar_->RegisterHost(b.data(), b.size()).ok()) {
+    pinned_.emplace(b.data(), b.size());
+    pinned_bytes_ += b.size();
+  } else {
+    ++pin_failures_;
+  }
+}
+
+void BufferPool::UnpinLocked(const AlignedBuffer& b) {
+  auto it = pinned_.find(b.data());
+  if (it == pinned_.end()) return;
+  registrar_->UnregisterHost(b.data());
+  pinned_bytes_ -= it->second;
+  pinned_.erase(it);
+}
+
+absl::Status BufferPool::SetRegistrar(HostRegistrar* r) {
+  ClearRegistrar();
+  absl::MutexLock l(&mu_);
+  if (r == nullptr) return absl::OkStatus();
+  for (auto& [size, b] : idle_) {
+    absl::Status st = r->RegisterHost(b.data(), b.size());
+    if (!st.ok()) {
+      for (auto& [p, n] : pinned_) r->UnregisterHost(const_cast<char*>(p));
+      pinned_.clear();
+      pinned_bytes_ = 0;
+      return st;
+    }
+    pinned_.emplace(b.data(), b.size());
+    pinned_bytes_ += b.size();
+  }
+  registrar_ = r;
+  return absl::OkStatus();
+}
+
+void BufferPool::ClearRegistrar() {
+  absl::MutexLock l(&mu_);
+  if (registrar_ == nullptr) return;
+  for (auto& [p, n] : pinned_) registrar_->UnregisterHost(const_cast<char*>(p));
+  pinned_.clear();
+  pinned_bytes_ = 0;
+  registrar_ = nullptr;
 }
 
 uint64_t BufferPool::idle_bytes() const {
@@ -34,6 +86,16 @@ uint64_t BufferPool::idle_bytes() const {
 uint64_t BufferPool::reused() const {
   absl::MutexLock l(&mu_);
   return reused_;
+}
+
+uint64_t BufferPool::pinned_bytes() const {
+  absl::MutexLock l(&mu_);
+  return pinned_bytes_;
+}
+
+uint64_t BufferPool::pin_failures() const {
+  absl::MutexLock l(&mu_);
+  return pin_failures_;
 }
 
 }  // namespace mlpo

@@ -58,6 +58,9 @@ ObjectStore::~ObjectStore() {
   paths_.clear();  // closes engines: drains any reads in flight
   meta_.reset();
   if (lock_fd_ >= 0) ::close(lock_fd_);
+  // Unpin while every pinned buffer is alive (the DRAM tier frees its own
+  // when its members go, after this body).
+  if (pool_) pool_->ClearRegistrar();
 }
 
 absl::Status ObjectStore::CheckWritable(absl::string_view what) const {

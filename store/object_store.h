@@ -227,6 +227,20 @@ class ObjectStore {
   absl::Status SetAttribute(const std::string& key, const std::string& value);
   absl::StatusOr<std::string> GetAttribute(const std::string& key) const;
 
+  // Pins the buffer pool's buffers (those idle now and every one made from
+  // now on) with `r`, a GPU backend: lease buffers then serve O_DIRECT I/O
+  // and device copies with no bounce copy. nullptr unpins them all. Not
+  // owned; `r` must outlive the store or a call with nullptr.
+  absl::Status RegisterHostMemory(HostRegistrar* r) {
+    return r ? pool_->SetRegistrar(r) : (pool_->ClearRegistrar(),
+                                         absl::OkStatus());
+  }
+  uint64_t pinned_bytes() const { return pool_->pinned_bytes(); }
+  // A buffer as the store's checkouts get them (from the pool; pinned when
+  // a registrar is set). Give it back with ReturnBuffer.
+  AlignedBuffer BorrowBuffer(size_t size) { return pool_->Get(size); }
+  void ReturnBuffer(AlignedBuffer b) { pool_->Put(std::move(b)); }
+
   StoreStats Stats() const;
   // The DRAM tier's counters alone (cheap; all zero when it is off).
   CacheStats cache_stats() const {
