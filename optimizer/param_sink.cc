@@ -1,5 +1,8 @@
 #include "optimizer/param_sink.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 
@@ -8,14 +11,40 @@ namespace mlpo {
 absl::StatusOr<std::unique_ptr<DeviceParamSink>> DeviceParamSink::Create(
     DeviceBackend* backend, std::vector<void*> dest, DType dtype,
     uint64_t max_numel, int buffers) {
+  std::vector<std::vector<DevicePiece>> pieces(dest.size());
+  for (size_t g = 0; g < dest.size(); ++g) {
+    if (dest[g] == nullptr)
+      return absl::InvalidArgumentError(
+          absl::StrCat("device parameter sink: no destination for group ", g));
+    pieces[g].push_back({0, UINT64_MAX, dest[g]});
+  }
+  return Create(backend, std::move(pieces), dtype, max_numel, buffers);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceParamSink>> DeviceParamSink::Create(
+    DeviceBackend* backend, std::vector<std::vector<DevicePiece>> dest,
+    DType dtype, uint64_t max_numel, int buffers) {
   if (backend == nullptr || buffers < 1 || max_numel == 0)
     return absl::InvalidArgumentError(
         "device parameter sink: a backend, a subgroup size and at least one "
         "buffer");
-  for (size_t g = 0; g < dest.size(); ++g)
-    if (dest[g] == nullptr)
-      return absl::InvalidArgumentError(
-          absl::StrCat("device parameter sink: no destination for group ", g));
+  for (size_t g = 0; g < dest.size(); ++g) {
+    auto& ps = dest[g];
+    std::sort(ps.begin(), ps.end(), [](const DevicePiece& a,
+                                       const DevicePiece& b) {
+      return a.offset < b.offset;
+    });
+    for (size_t i = 0; i < ps.size(); ++i) {
+      if (ps[i].dst == nullptr && ps[i].numel > 0)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "device parameter sink: group ", g, " piece at ", ps[i].offset,
+            " has no destination"));
+      if (i > 0 && ps[i - 1].offset + ps[i - 1].numel > ps[i].offset)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "device parameter sink: group ", g, " pieces at ",
+            ps[i - 1].offset, " and ", ps[i].offset, " overlap"));
+    }
+  }
   std::unique_ptr<DeviceParamSink> s(
       new DeviceParamSink(backend, std::move(dest), dtype));
   for (int i = 0; i < buffers; ++i) {
@@ -52,14 +81,27 @@ absl::Status DeviceParamSink::Publish(const Subgroup& s) {
   if (s.group < 0 || static_cast<size_t>(s.group) >= dest_.size())
     return absl::InvalidArgumentError(
         absl::StrCat("device parameter sink: no group ", s.group));
-  size_t es = DTypeSize(dtype_);
-  char* dst = static_cast<char*>(dest_[s.group]) + s.group_offset * es;
-  MLPO_RETURN_IF_ERROR(Annotate(
-      backend_->CopyToDevice(dst, staging_[current_].data(), s.numel * es,
-                             kParamStream),
-      absl::StrCat("parameters of ", s.object)));
+  const size_t es = DTypeSize(dtype_);
+  const uint64_t lo = s.group_offset, hi = s.group_offset + s.numel;
+  const auto& ps = dest_[s.group];
+  // The first piece that ends after lo, then every one that starts before hi.
+  auto it = std::upper_bound(ps.begin(), ps.end(), lo,
+                             [](uint64_t v, const DevicePiece& p) {
+                               return v < p.offset;
+                             });
+  if (it != ps.begin()) --it;
+  for (; it != ps.end() && it->offset < hi; ++it) {
+    uint64_t a = std::max(lo, it->offset);
+    uint64_t b = it->numel == UINT64_MAX ? hi : std::min(hi, it->offset + it->numel);
+    if (a >= b) continue;
+    char* dst = static_cast<char*>(it->dst) + (a - it->offset) * es;
+    MLPO_RETURN_IF_ERROR(Annotate(
+        backend_->CopyToDevice(dst, staging_[current_].data() + (a - lo) * es,
+                               (b - a) * es, kParamStream),
+        absl::StrCat("parameters of ", s.object)));
+    bytes_copied_ += (b - a) * es;
+  }
   in_flight_[current_] = true;
-  bytes_copied_ += s.numel * es;
   return absl::OkStatus();
 }
 

@@ -33,19 +33,34 @@ class ParamSink {
   virtual absl::Status Flush() { return absl::OkStatus(); }
 };
 
+// One tensor of a parameter group on the device: elements [offset,
+// offset + numel) of the group live at `dst` (param dtype).
+struct DevicePiece {
+  uint64_t offset = 0;
+  uint64_t numel = 0;
+  void* dst = nullptr;
+};
+
 // New parameters to the device: the kernel writes each subgroup into one of
 // `buffers` registered staging buffers, and Publish starts its host-to-device
-// copy on the parameter stream into dest[group] + offset, overlapping the
-// next subgroup's update; a staging buffer is reused only after its copy is
-// done. With the host backend, dest is host memory and the copies are
-// memcpys (the CPU tests run this same path).
+// copies on the parameter stream into the tensors the subgroup overlaps,
+// overlapping the next subgroup's update; a staging buffer is reused only
+// after its copy is done. With the host backend, the destinations are host
+// memory and the copies are memcpys (the CPU tests run this same path).
 class DeviceParamSink final : public ParamSink {
  public:
   // `dest[g]`: group g's parameters on the device (param dtype, the whole
-  // group); `max_numel`: the largest subgroup. Not owned: backend, dest.
+  // group in one buffer); `max_numel`: the largest subgroup. Not owned:
+  // backend, dest.
   static absl::StatusOr<std::unique_ptr<DeviceParamSink>> Create(
       DeviceBackend* backend, std::vector<void*> dest, DType dtype,
       uint64_t max_numel, int buffers = 2);
+  // The same with each group made of separate tensors (a model's
+  // parameters): pieces[g] must not overlap; elements no piece covers are
+  // not copied anywhere.
+  static absl::StatusOr<std::unique_ptr<DeviceParamSink>> Create(
+      DeviceBackend* backend, std::vector<std::vector<DevicePiece>> pieces,
+      DType dtype, uint64_t max_numel, int buffers = 2);
   ~DeviceParamSink() override;
   DType dtype() const override { return dtype_; }
   void* Buffer(const Subgroup& s) override;
@@ -54,10 +69,11 @@ class DeviceParamSink final : public ParamSink {
   uint64_t bytes_copied() const { return bytes_copied_; }
 
  private:
-  DeviceParamSink(DeviceBackend* b, std::vector<void*> dest, DType dtype)
+  DeviceParamSink(DeviceBackend* b, std::vector<std::vector<DevicePiece>> dest,
+                  DType dtype)
       : backend_(b), dest_(std::move(dest)), dtype_(dtype) {}
   DeviceBackend* backend_;
-  std::vector<void*> dest_;
+  std::vector<std::vector<DevicePiece>> dest_;  // sorted by offset
   DType dtype_;
   std::vector<AlignedBuffer> staging_;
   std::vector<bool> in_flight_;

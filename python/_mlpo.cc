@@ -11,13 +11,16 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
+#include <tuple>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "optimizer/checkpoint_reader.h"
 #include "optimizer/optimizer.h"
+#include "optimizer/param_sink.h"
 #include "store/store_options.h"
 
 namespace py = pybind11;
@@ -74,7 +77,8 @@ class Engine {
          uint64_t subgroup_numel, const std::string& grad_dtype,
          const std::string& param_dtype, double max_grad_norm, int prefetch,
          int commits, int threads, const std::string& durability,
-         const std::string& restore_tag) {
+         const std::string& restore_tag, const std::string& device_backend,
+         int device_index, const std::vector<py::list>& device_pieces) {
     OptimizerOptions o;
     o.store = StoreArg(toml, base_dir, name, rank);
     if (durability == "tag") o.store.durability = Durability::kTag;
@@ -96,6 +100,8 @@ class Engine {
     o.pipeline.max_commits_in_flight = commits;
     o.pipeline.threads = threads;
     o.restore_tag = restore_tag;
+    if (!device_backend.empty()) OpenDevice(device_backend, device_index,
+                                            device_pieces, &o);
     init_.resize(o.groups.size());
     for (size_t g = 0; g < o.groups.size(); ++g) init_[g].assign(o.groups[g].numel, 0.f);
     auto* init = &init_;
@@ -108,6 +114,51 @@ class Engine {
       opened = Optimizer::Open(std::move(o));
     }
     opt_ = Value(std::move(opened));
+    if (backend_) Check(opt_->RegisterDevice(backend_.get()));
+  }
+
+  // The device path: gradients staged from device memory, new parameters
+  // copied to the model's tensors on the device by the step itself.
+  // `pieces[g]`: (offset in the group, numel, data_ptr) of each tensor.
+  void OpenDevice(const std::string& which, int index,
+                  const std::vector<py::list>& pieces, OptimizerOptions* o) {
+    BackendChoice choice = Value(ParseBackendChoice(which));
+    backend_ = Value(SelectBackend(choice, index));
+    if (pieces.size() != o->groups.size())
+      throw py::value_error("device pieces: one list per parameter group");
+    std::vector<std::vector<DevicePiece>> dest(pieces.size());
+    uint64_t largest = 1;
+    for (size_t g = 0; g < pieces.size(); ++g) {
+      largest = std::max(largest, o->groups[g].numel);
+      for (const py::handle& h : pieces[g]) {
+        auto t = h.cast<std::tuple<uint64_t, uint64_t, uintptr_t>>();
+        dest[g].push_back({std::get<0>(t), std::get<1>(t),
+                           reinterpret_cast<void*>(std::get<2>(t))});
+      }
+    }
+    sink_ = Value(DeviceParamSink::Create(
+        backend_.get(), std::move(dest), o->param_dtype,
+        std::min<uint64_t>(largest, o->subgroup_numel)));
+    o->param_sink = sink_.get();
+  }
+
+  void StageGradDevice(int group, uint64_t offset, uintptr_t ptr,
+                       const std::string& dtype, uint64_t count) {
+    if (!backend_)
+      throw py::value_error("stage_grad_device: the engine has no device");
+    DType dt = DTypeArg(dtype);
+    Optimizer* o = opt();
+    absl::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = o->StageGradFromDevice(backend_.get(), group, offset,
+                                  reinterpret_cast<const void*>(ptr), dt,
+                                  count);
+    }
+    Check(st);
+  }
+  std::string device_backend() const {
+    return backend_ ? backend_->name() : "";
   }
 
   static AdamHyper HyperArg(const py::dict& g) {
@@ -295,6 +346,9 @@ class Engine {
 
  private:
   std::vector<std::vector<float>> init_;
+  // Destroyed after opt_ (the optimizer uses both until it closes).
+  std::unique_ptr<DeviceBackend> backend_;
+  std::unique_ptr<DeviceParamSink> sink_;
   std::unique_ptr<Optimizer> opt_;
 };
 
@@ -343,9 +397,12 @@ PYBIND11_MODULE(_mlpo, m) {
       .def(py::init<const std::string&, const std::string&, const std::string&,
                     int, const std::vector<py::dict>&, uint64_t,
                     const std::string&, const std::string&, double, int, int,
-                    int, const std::string&, const std::string&>())
+                    int, const std::string&, const std::string&,
+                    const std::string&, int, const std::vector<py::list>&>())
       .def("set_initial", &Engine::SetInitial)
       .def("stage_grad", &Engine::StageGrad)
+      .def("stage_grad_device", &Engine::StageGradDevice)
+      .def_property_readonly("device_backend", &Engine::device_backend)
       .def("local_grad_stats", &Engine::LocalGradStats)
       .def("step", &Engine::Step, py::arg("loss_scale") = 1.0,
            py::arg("sum_sq") = py::none(), py::arg("nonfinite") = py::none())

@@ -59,7 +59,8 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
                  fused=None, store=None, name="mlpo", durability="step",
                  subgroup_numel=1 << 22, max_grad_norm=0.0, loss_scale=1.0,
                  prefetch=2, commits=2, threads=0, restore_tag=None,
-                 keep_checkpoints=3, process_group=None):
+                 keep_checkpoints=3, process_group=None,
+                 device_backend=None):
         cls = type(self).__name__
         if weight_decay is None:
             weight_decay = self._default_weight_decay
@@ -88,6 +89,11 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
         self.last_report = None
         self._pg = process_group
         self._world, self._rank = _world(process_group)
+        if device_backend not in (None, "auto", "cuda", "host"):
+            raise ValueError(f"mlpo.torch.{cls}: device_backend must be "
+                             "None, 'auto', 'cuda' or 'host', not "
+                             f"{device_backend!r}")
+        self._device_backend_arg = device_backend
         self._name = name
         self._store_arg = store
         self._toml, self._base_dir = store_config.resolve(store)
@@ -170,6 +176,14 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
             raise ValueError("mlpo.torch: optimizer got an empty parameter "
                              "list")
         self._dtype = dtype
+        devices = {e["param"].device for l in layout for e in l["entries"]}
+        if len(devices) > 1:
+            raise ValueError(
+                "mlpo.torch: parameters are on several devices "
+                f"({', '.join(sorted(str(d) for d in devices))}); put the "
+                "model on one device")
+        self._device = devices.pop()
+        self._device_path = self._pick_device_path()
         self._manifest = dict(
             format=_MANIFEST_FORMAT, world=self._world, rank=self._rank,
             subgroup_numel=self._opts["subgroup_numel"],
@@ -183,11 +197,10 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
     def _check_param(p, name):
         if not isinstance(p, torch.Tensor):
             raise TypeError(f"mlpo.torch: {name} is not a tensor")
-        if p.device.type != "cpu":
+        if p.device.type not in ("cpu", "cuda"):
             raise ValueError(
-                f"mlpo.torch: parameter {name} is on {p.device}; this build "
-                "of the adapter takes CPU tensors (the CUDA path is the GPU "
-                "backend's)")
+                f"mlpo.torch: parameter {name} is on {p.device}; mlpo takes "
+                "CPU and CUDA tensors")
         if p.layout != torch.strided:
             raise ValueError(f"mlpo.torch: parameter {name} is sparse")
         if p.dtype not in _DTYPES:
@@ -196,6 +209,27 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
         if not p.is_contiguous():
             raise ValueError(f"mlpo.torch: parameter {name} is not "
                              "contiguous")
+
+    def _pick_device_path(self):
+        """(backend name, device index) for the device path, or None."""
+        want = self._device_backend_arg
+        on_cuda = self._device.type == "cuda"
+        if want == "cuda" and not on_cuda:
+            raise ValueError("mlpo.torch: device_backend='cuda' needs the "
+                             f"parameters on a CUDA device, not {self._device}")
+        if want == "host" and on_cuda:
+            raise ValueError("mlpo.torch: device_backend='host' copies with "
+                             "memcpy and needs CPU parameters")
+        if self._world > 1:
+            if want == "host":
+                raise ValueError("mlpo.torch: device_backend='host' is for "
+                                 "one process")
+            return None  # PyTorch's own copies around the collectives
+        if on_cuda:
+            return ("cuda", self._device.index or 0)
+        if want == "host":
+            return ("host", 0)
+        return None
 
     def _hyper_json(self, group):
         b1, b2 = group["betas"]
@@ -220,7 +254,8 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
                 self._opts["subgroup_numel"], dt, dt,
                 self._opts["max_grad_norm"], self._opts["prefetch"],
                 self._opts["commits"], self._opts["threads"],
-                self._opts["durability"], restore_tag or "")
+                self._opts["durability"], restore_tag or "",
+                *self._device_args())
         except RuntimeError as e:
             if "is declared as" in str(e):
                 raise ValueError(
@@ -247,6 +282,23 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
         else:
             self._initial_params()
 
+    def _device_args(self):
+        """Engine arguments of the device path: backend, index, and each
+        group's tensors as (offset, numel, data_ptr)."""
+        if self._device_path is None:
+            return "", 0, []
+        self._device_ptrs = {}
+        pieces = []
+        for l in self._layout:
+            ps = []
+            for e in l["entries"]:
+                if e["numel"]:
+                    ps.append((e["offset"], e["numel"],
+                               e["param"].data_ptr()))
+                    self._device_ptrs[id(e["param"])] = e["param"].data_ptr()
+            pieces.append(ps)
+        return self._device_path[0], self._device_path[1], pieces
+
     def _check_manifest(self, old):
         """The store was written for this model (same names and shapes)."""
         diff = _model_difference(old, self._manifest)
@@ -270,6 +322,8 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
         for g in range(len(self._layout)):
             for e, at, n, off in self._shard_pieces(g):
                 t = e["param"].detach().reshape(-1)[at:at + n]
+                if t.device.type != "cpu":
+                    t = t.cpu()
                 self._engine.set_initial(g, off, t.data_ptr(),
                                          _DTYPES[t.dtype], n)
 
@@ -353,7 +407,27 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
             eng.set_hyper(g, self._hyper(group))
         dt = _DTYPES[self._dtype]
         keep = []  # gradients stay alive while staged
-        if self._world == 1:
+        if self._device_path is not None:
+            if self._device.type == "cuda":
+                # backward ran on PyTorch's stream; ours copy the gradients
+                torch.cuda.synchronize(self._device)
+            for g, l in enumerate(self._layout):
+                for e in l["entries"]:
+                    if not e["numel"]:
+                        continue
+                    if e["param"].data_ptr() != \
+                            self._device_ptrs[id(e["param"])]:
+                        raise ValueError(
+                            f"mlpo.torch: parameter {e['name']} was moved "
+                            "to new memory since the optimizer was made "
+                            "(new parameters are copied to where it was); "
+                            "make the optimizer after moving the model")
+                    grad = self._grad_of(e)
+                    keep.append(grad)
+                    eng.stage_grad_device(g, e["offset"], grad.data_ptr(),
+                                          dt, e["numel"])
+            rep = eng.step(loss_scale or self.loss_scale)
+        elif self._world == 1:
             for g, l in enumerate(self._layout):
                 for e in l["entries"]:
                     grad = self._grad_of(e)
@@ -381,8 +455,8 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
             rep = eng.step(loss_scale or self.loss_scale, float(stats[0]),
                            int(stats[1]))
         self.last_report = rep
-        if not rep["skipped"]:
-            self._publish()
+        if not rep["skipped"] and self._device_path is None:
+            self._publish()  # the device path's step copied them already
         return loss
 
     def _publish(self):

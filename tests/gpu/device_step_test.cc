@@ -192,6 +192,51 @@ TEST_P(DeviceStepTest, CastAgreesWithTheHostConversion) {
   }
 }
 
+// A group made of separate tensors (pieces), a gap between two of them, and
+// subgroups that span tensors: each tensor gets exactly its elements.
+TEST_P(DeviceStepTest, PiecesGetTheirOwnElements) {
+  std::vector<float> src(1000);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
+  std::vector<uint16_t> zero(1000, 0);
+  void* t1 = Upload(zero.data(), 300 * 2);  // elements [0, 300)
+  void* t2 = Upload(zero.data(), 500 * 2);  // elements [400, 900)
+  auto sink = DeviceParamSink::Create(
+      backend_.get(), std::vector<std::vector<DevicePiece>>{
+                          {{400, 500, t2}, {0, 300, t1}}},
+      DType::kBF16, 256);
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  for (uint64_t off = 0; off < 1000; off += 256) {
+    Subgroup s;
+    s.group = 0;
+    s.group_offset = off;
+    s.numel = std::min<uint64_t>(256, 1000 - off);
+    auto* buf = static_cast<uint16_t*>((*sink)->Buffer(s));
+    for (uint64_t i = 0; i < s.numel; ++i)
+      buf[i] = FloatToBF16(src[off + i]);
+    ASSERT_TRUE((*sink)->Publish(s).ok());
+  }
+  ASSERT_TRUE((*sink)->Flush().ok());
+  EXPECT_EQ((*sink)->bytes_copied(), 800u * 2);
+  std::vector<char> a = Download(t1, 600), b = Download(t2, 1000);
+  for (int i = 0; i < 300; ++i)
+    ASSERT_EQ(reinterpret_cast<uint16_t*>(a.data())[i], FloatToBF16(i));
+  for (int i = 0; i < 500; ++i)
+    ASSERT_EQ(reinterpret_cast<uint16_t*>(b.data())[i], FloatToBF16(400 + i));
+  // Bad input: overlapping pieces, a piece without memory.
+  EXPECT_EQ(DeviceParamSink::Create(backend_.get(),
+                                    std::vector<std::vector<DevicePiece>>{
+                                        {{0, 300, t1}, {299, 10, t2}}},
+                                    DType::kBF16, 256)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(DeviceParamSink::Create(backend_.get(),
+                                       std::vector<std::vector<DevicePiece>>{
+                                           {{0, 300, nullptr}}},
+                                       DType::kBF16, 256)
+                   .ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, DeviceStepTest,
                          ::testing::Values("host", "cuda"),
                          [](const auto& info) { return info.param; });
