@@ -160,7 +160,8 @@ void AddGpuBench(CLI::App& app) {
   AddBenchFlags(cmd, &a->f);
   cmd->add_option("--backend", a->backend,
                   "Device side: auto (CUDA when a GPU is visible), cuda, host")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cuda", "host"}));
   cmd->add_option("--copy-bytes", a->copy_bytes,
                   "Bytes per copy pass (256MiB with --quick)")
       ->capture_default_str();
@@ -181,7 +182,8 @@ void AddGpuBench(CLI::App& app) {
                   "step is not disk-bound and the ends' cost shows)")
       ->capture_default_str();
   cmd->add_option("--durability", a->durability, "step or tag")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({"step", "tag"}));
   cmd->callback([a] {
     const BenchFlags& f = a->f;
     EnsureDir(f.dir);
@@ -191,6 +193,12 @@ void AddGpuBench(CLI::App& app) {
     else if (a->durability != "tag")
       Die("--durability", absl::InvalidArgumentError(
                               "'" + a->durability + "': expected step or tag"));
+    {
+      uint64_t bytes = 0;
+      double percent = 0;
+      absl::Status st = ParseCacheBudget(a->cache, &bytes, &percent);
+      if (!st.ok()) Die("--cache", st);  // before any work
+    }
     std::unique_ptr<DeviceBackend> dev = Must(SelectBackend(choice), "backend");
     std::unique_ptr<DeviceBackend> host = CreateHostBackend();
     const uint64_t copy_bytes =
