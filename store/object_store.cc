@@ -168,6 +168,30 @@ void ObjectStore::ReadRecord(const std::string& object,
     std::vector<BadExtent> bad;
     std::function<void(std::vector<BadExtent>)> done;
   };
+  if (!rec.replica.empty()) {
+    // A failed extent of the first copy: the whole blob again from the
+    // replica (`mlpo tag --copy-to`); only when both fail is it bad.
+    VersionRecord second = rec;
+    second.extents = rec.replica;
+    second.replica.clear();
+    VersionRecord first = rec;
+    first.replica.clear();
+    ReadRecord(object, first, buf,
+               [this, object, second, buf,
+                done = std::move(done)](std::vector<BadExtent> bad) mutable {
+                 if (bad.empty()) return done({});
+                 ReadRecord(object, second, buf,
+                            [first_bad = std::move(bad),
+                             done = std::move(done)](
+                                std::vector<BadExtent> bad2) mutable {
+                              if (bad2.empty()) return done({});
+                              first_bad.insert(first_bad.end(), bad2.begin(),
+                                               bad2.end());
+                              done(std::move(first_bad));
+                            });
+               });
+    return;
+  }
   auto pending = std::make_shared<Pending>();
   pending->left = static_cast<int>(rec.extents.size());
   pending->done = std::move(done);
@@ -574,8 +598,8 @@ absl::Status ObjectStore::ApplyRefChanges(MetaIndex::Batch* b,
     if (it->second.refs > 0 || !free_now) continue;
     it->second.deleted = true;
     if (it->second.pins > 0) continue;  // the last Unpin frees it
-    to_free->insert(to_free->end(), it->second.rec.extents.begin(),
-                    it->second.rec.extents.end());
+    std::vector<ExtentRef> all = it->second.rec.AllExtents();
+    to_free->insert(to_free->end(), all.begin(), all.end());
     versions_.erase(it);
   }
   return absl::OkStatus();
@@ -589,7 +613,7 @@ void ObjectStore::Unpin(const VKey& k) {
     if (it == versions_.end()) return;
     if (--it->second.pins > 0 || it->second.refs > 0 || !it->second.deleted)
       return;
-    free = it->second.rec.extents;
+    free = it->second.rec.AllExtents();
     versions_.erase(it);
   }
   FreeExtents(free);

@@ -101,11 +101,28 @@ absl::Status BadExtentStatus(const BadExtent& b);
 
 struct VerifyReport {
   uint64_t objects = 0, extents = 0, bytes = 0;
+  uint64_t replicas = 0;  // versions with a second copy (tag --copy-to)
   std::vector<BadExtent> bad;
+  // Extents of a first copy that failed while the version's replica read
+  // back whole: the version is readable, from the replica only.
+  std::vector<BadExtent> covered;
   // Read-only opens only: extents that failed while a writer replaced their
   // version (the index, re-read after the failure, no longer has it as the
   // head or in the tag). Not corruption.
   std::vector<BadExtent> superseded;
+};
+
+// What `ObjectStore::CopyTagTo` did.
+struct CopyReport {
+  std::string tag, path_root;
+  uint64_t copied = 0;   // versions given a copy on the path now
+  uint64_t already = 0;  // versions that had a whole copy there already
+  uint64_t bytes = 0;    // bytes written
+  double seconds = 0;
+  // The path's write bandwidth: its write cap, else what `mlpo profile
+  // --store` measured; 0 when neither is known.
+  double path_write_bps = 0;
+  std::string bandwidth_source;  // "write_cap", "profile" or ""
 };
 
 // What `ObjectStore::Recover` found and did.
@@ -207,6 +224,20 @@ class ObjectStore {
   // Deletes version records no head or tag references and frees their
   // extents. Returns bytes freed.
   absl::StatusOr<uint64_t> Gc();
+
+  // Gives every version in `tag` a whole second copy on path `path` (a
+  // replica in its version record), so that the tag survives the loss of
+  // the data on the other paths (a node's NVMe): reads fall back to it when
+  // an extent of the first copy fails, `mlpo verify` checks both, and
+  // `mlpo recover --lost-path` promotes it. Versions whose first copy (or
+  // replica) is wholly on `path` already are skipped; a replica elsewhere
+  // is replaced. Blobs are read verified, written, the path synced, then
+  // recorded in one index write: a failure or a crash before that leaves
+  // the tag as it was (the new extents are free again). The index backups
+  // are refreshed. `progress(done_bytes, total_bytes)`.
+  absl::StatusOr<CopyReport> CopyTagTo(
+      const std::string& tag, int path,
+      std::function<void(uint64_t, uint64_t)> progress = nullptr);
 
   // Reads every extent of every head (or of `tag`) and checks its checksum.
   // `progress(done_bytes, total_bytes)` is called as it goes.

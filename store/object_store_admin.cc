@@ -175,9 +175,9 @@ absl::StatusOr<uint64_t> ObjectStore::Gc() {
       VersionState& vs = versions_[k];
       vs.deleted = true;
       if (vs.pins > 0) continue;
-      for (auto& e : vs.rec.extents) freed += e.length;
-      to_free.insert(to_free.end(), vs.rec.extents.begin(),
-                     vs.rec.extents.end());
+      std::vector<ExtentRef> all = vs.rec.AllExtents();
+      for (auto& e : all) freed += e.length;
+      to_free.insert(to_free.end(), all.begin(), all.end());
       versions_.erase(k);
     }
   }
@@ -217,11 +217,14 @@ std::vector<BadExtent> ObjectStore::CheckExtentMap() const {
   };
   absl::MutexLock l(&mu_);
   for (auto& [key, vs] : versions_) {
-    const std::string& obj = key.first;
-    uint64_t v = key.second;
+   const std::string& obj = key.first;
+   uint64_t v = key.second;
+   for (const std::vector<ExtentRef>* list : {&vs.rec.extents,
+                                              &vs.rec.replica}) {
+    if (list->empty()) continue;
     uint64_t covered = 0;
     std::vector<std::pair<uint64_t, uint64_t>> blob;
-    for (const ExtentRef& e : vs.rec.extents) {
+    for (const ExtentRef& e : *list) {
       if (e.path >= paths_.size()) {
         problem(obj, v, e, absl::StrCat("extent on unknown path ", e.path));
         continue;
@@ -249,10 +252,13 @@ std::vector<BadExtent> ObjectStore::CheckExtentMap() const {
       tiles &= off == at;
       at = off + len;
     }
-    if (!tiles && !vs.rec.extents.empty())
-      problem(obj, v, vs.rec.extents.front(),
-              absl::StrCat("the record's extents do not tile its ",
-                           vs.rec.blob_bytes, "-byte blob exactly"));
+    if (!tiles)
+      problem(obj, v, list->front(),
+              absl::StrCat("the record's ",
+                           list == &vs.rec.replica ? "replica " : "",
+                           "extents do not tile its ", vs.rec.blob_bytes,
+                           "-byte blob exactly"));
+   }
   }
   for (size_t p = 0; p < by_path.size(); ++p) {
     auto& list = by_path[p];
@@ -305,10 +311,29 @@ absl::StatusOr<VerifyReport> ObjectStore::Verify(
   for (auto& [obj, rec] : todo) total += rec.blob_bytes;
   for (auto& [obj, rec] : todo) {
     AlignedBuffer buf(rec.blob_bytes);
-    ReadExtents(obj, rec, buf.data(), &rep.bad);
+    // Each copy on its own: a bad extent of the first copy whose replica
+    // reads back whole is "covered" (named, not lost); a bad replica is bad
+    // even when the first copy is good (the copy a user counts on).
+    VersionRecord first = rec, second = rec;
+    first.replica.clear();
+    second.extents = rec.replica;
+    second.replica.clear();
+    std::vector<BadExtent> bad, bad2;
+    ReadExtents(obj, first, buf.data(), &bad);
+    if (!rec.replica.empty()) {
+      ReadExtents(obj, second, buf.data(), &bad2);
+      for (BadExtent& b : bad2) b.error = "replica: " + b.error;
+      ++rep.replicas;
+      if (!bad.empty() && bad2.empty()) {
+        rep.covered.insert(rep.covered.end(), bad.begin(), bad.end());
+        bad.clear();
+      }
+    }
+    rep.bad.insert(rep.bad.end(), bad.begin(), bad.end());
+    rep.bad.insert(rep.bad.end(), bad2.begin(), bad2.end());
     Unpin({obj, rec.version});
     ++rep.objects;
-    rep.extents += rec.extents.size();
+    rep.extents += rec.extents.size() + rec.replica.size();
     rep.bytes += rec.blob_bytes;
     if (progress) progress(rep.bytes, total);
   }
@@ -415,7 +440,7 @@ StoreStats ObjectStore::Stats() const {
   }
   for (auto& [k, vs] : versions_) {
     if (vs.deleted) continue;  // freed when its last reader unpins it
-    for (auto& e : vs.rec.extents)
+    for (auto& e : vs.rec.AllExtents())
       (vs.refs > 0 ? s.paths[e.path].referenced_bytes
                    : s.paths[e.path].unreferenced_bytes) += e.length;
   }

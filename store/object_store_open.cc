@@ -406,7 +406,7 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
   // (left by DropTag) keep their space until Gc() deletes them, so that
   // `mlpo drop-tag` then `mlpo gc` frees what the README says.
   for (auto& [k, vs] : versions_) {
-    for (const ExtentRef& e : vs.rec.extents) {
+    for (const ExtentRef& e : vs.rec.AllExtents()) {
       if (e.path >= paths_.size())
         return absl::DataLossError(absl::StrCat(
             "object ", k.first, " version ", k.second,

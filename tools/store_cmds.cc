@@ -1,12 +1,16 @@
 // Store subcommands of the mlpo CLI: inspect, ls, show, verify, tag, tags,
 // restore, drop-tag, gc. Each takes STORE (a TOML config or a store
 // directory) and --json.
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include <sys/stat.h>
 #include "nlohmann/json.hpp"
 #include "store/object_store.h"
 #include "tools/cli_util.h"
@@ -42,6 +46,78 @@ std::unique_ptr<ObjectStore> OpenTarget(const std::string& cmd,
   auto s = ObjectStore::Open(*o);
   if (!s.ok()) Fail(cmd, s.status());
   return std::move(*s);
+}
+
+// A directory's identity (device, inode): two spellings of one path match.
+absl::StatusOr<std::pair<dev_t, ino_t>> StatPath(const std::string& p) {
+  struct stat st;
+  if (::stat(p.c_str(), &st) != 0)
+    return absl::NotFoundError(absl::StrCat(p, ": ", std::strerror(errno)));
+  return std::make_pair(st.st_dev, st.st_ino);
+}
+
+// `mlpo tag STORE NAME --copy-to PATH`: creates the tag unless it exists,
+// then gives it a second copy on PATH (a path's directory or index).
+void TagCopy(ObjectStore* s, const std::string& tag, const std::string& to,
+             bool as_json) {
+  int index = -1;
+  std::string roots;
+  auto target = StatPath(to);
+  for (size_t i = 0; i < s->num_paths(); ++i) {
+    const std::string& root = s->path(i)->root();
+    absl::StrAppend(&roots, roots.empty() ? "" : ", ", i, " = ", root);
+    auto info = StatPath(root);
+    if (to == std::to_string(i) ||
+        (target.ok() && info.ok() && *target == *info))
+      index = static_cast<int>(i);
+  }
+  if (index < 0)
+    Fail("tag", absl::InvalidArgumentError(absl::StrCat(
+                    "--copy-to ", to, " is not one of the store's paths (",
+                    roots, "); add the directory to the store's paths to "
+                    "copy a checkpoint there")), 2);
+  if (!s->Tags().count(tag)) {
+    absl::Status st = s->Tag(tag);
+    if (!st.ok()) Fail("tag", st);
+  }
+  auto rep = s->CopyTagTo(tag, index, [](uint64_t done, uint64_t total) {
+    Progress("copy " + FormatBytes(done) + " / " + FormatBytes(total));
+  });
+  Progress("");
+  if (!rep.ok()) Fail("tag", rep.status());
+  const double rate = rep->seconds > 0 ? rep->bytes / rep->seconds : 0;
+  json j{{"ok", true},
+         {"command", "tag"},
+         {"tag", tag},
+         {"copy_to", rep->path_root},
+         {"copied_versions", rep->copied},
+         {"already_there", rep->already},
+         {"bytes", rep->bytes},
+         {"seconds", rep->seconds},
+         {"bytes_per_s", rate},
+         {"path_write_bps", rep->path_write_bps},
+         {"bandwidth_source", rep->bandwidth_source},
+         {"ratio_to_path_bandwidth",
+          rep->path_write_bps > 0 ? json(rate / rep->path_write_bps)
+                                  : json(nullptr)}};
+  if (as_json) {
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::printf("tag %s copied to %s: %lu versions (%lu had a copy there), %s "
+              "in %.2f s = %s",
+              tag.c_str(), rep->path_root.c_str(), (unsigned long)rep->copied,
+              (unsigned long)rep->already, FormatBytes(rep->bytes).c_str(),
+              rep->seconds, FormatRate(rate).c_str());
+  if (rep->path_write_bps > 0)
+    std::printf(", %.2f of the path's %s write bandwidth (%s)\n",
+                rate / rep->path_write_bps,
+                FormatRate(rep->path_write_bps).c_str(),
+                rep->bandwidth_source == "write_cap" ? "its write_cap"
+                                                     : "mlpo profile --store");
+  else
+    std::printf(" (the path's bandwidth is unknown: `mlpo profile --store "
+                "STORE` measures it)\n");
 }
 
 struct CommonArgs {
@@ -267,13 +343,21 @@ void AddStoreCommands(CLI::App& app) {
                        {"path", b.path}, {"file", b.file},
                        {"offset", b.file_offset}, {"length", b.length},
                        {"error", b.error}});
+      json covered = json::array();
+      for (auto& b : rep->covered)
+        covered.push_back({{"object", b.object}, {"version", b.version},
+                           {"path", b.path}, {"file", b.file},
+                           {"offset", b.file_offset}, {"length", b.length},
+                           {"error", b.error}});
       json superseded = json::array();
       for (auto& b : rep->superseded)
         superseded.push_back({{"object", b.object}, {"version", b.version}});
       if (a->json) {
         std::cout << json{{"ok", rep->bad.empty()}, {"objects", rep->objects},
                           {"extents", rep->extents}, {"bytes", rep->bytes},
-                          {"bad", bad}, {"superseded", superseded}}
+                          {"replicas", rep->replicas}, {"bad", bad},
+                          {"covered_by_replica", covered},
+                          {"superseded", superseded}}
                          .dump(2)
                   << "\n";
       } else {
@@ -281,16 +365,26 @@ void AddStoreCommands(CLI::App& app) {
           std::printf("superseded while reading: object %s version %lu (the "
                       "running job replaced it; not corruption)\n",
                       b.object.c_str(), (unsigned long)b.version);
+        for (auto& b : rep->covered)
+          std::printf("ONLY THE REPLICA HOLDS object %s version %lu: path %s "
+                      "file %s offset %lu length %lu: %s\n",
+                      b.object.c_str(), (unsigned long)b.version,
+                      b.path.c_str(), b.file.c_str(),
+                      (unsigned long)b.file_offset, (unsigned long)b.length,
+                      b.error.c_str());
         for (auto& b : rep->bad)
           std::printf("BAD object %s version %lu path %s file %s offset %lu "
                       "length %lu: %s\n",
                       b.object.c_str(), (unsigned long)b.version, b.path.c_str(),
                       b.file.c_str(), (unsigned long)b.file_offset,
                       (unsigned long)b.length, b.error.c_str());
-        std::printf("%s: %lu objects, %lu extents, %s checked, %zu bad\n",
+        std::printf("%s: %lu objects (%lu with a replica), %lu extents, %s "
+                    "checked, %zu bad, %zu readable from the replica only\n",
                     rep->bad.empty() ? "OK" : "FAILED",
-                    (unsigned long)rep->objects, (unsigned long)rep->extents,
-                    FormatBytes(rep->bytes).c_str(), rep->bad.size());
+                    (unsigned long)rep->objects, (unsigned long)rep->replicas,
+                    (unsigned long)rep->extents,
+                    FormatBytes(rep->bytes).c_str(), rep->bad.size(),
+                    rep->covered.size());
       }
       if (!rep->bad.empty()) throw CLI::RuntimeError(1);
     });
@@ -300,17 +394,29 @@ void AddStoreCommands(CLI::App& app) {
     const char* help;
     absl::Status (ObjectStore::*fn)(const std::string&);
   };
-  for (TagCmd t : {TagCmd{"tag", "Record the current version of every object as a named checkpoint (no data copied)", &ObjectStore::Tag},
+  for (TagCmd t : {TagCmd{"tag", "Record the current version of every object as a named checkpoint (no data copied); with --copy-to, also give it a second copy on one of the store's paths", &ObjectStore::Tag},
                    TagCmd{"restore", "Move every head back to a tag's versions", &ObjectStore::Restore},
                    TagCmd{"drop-tag", "Delete a tag (its space is freed by gc)", &ObjectStore::DropTag}}) {
     auto a = std::make_shared<CommonArgs>();
     auto name = std::make_shared<std::string>();
+    auto copy_to = std::make_shared<std::string>();
     auto* c = AddStoreSub(app, t.name, t.help, a.get());
     c->add_option("name", *name, "Tag name")->required();
     std::string cmd = t.name;
+    if (cmd == "tag")
+      c->add_option("--copy-to", *copy_to,
+                    "Copy the tag's versions to this path of the store (its "
+                    "directory, or its index 0, 1, ...) as a second copy, so "
+                    "the checkpoint survives the loss of the other paths' "
+                    "data; an existing tag is copied without being "
+                    "re-created");
     auto fn = t.fn;
-    c->callback([a, name, cmd, fn] {
+    c->callback([a, name, cmd, fn, copy_to] {
       auto s = OpenTarget(cmd, a->store);
+      if (!copy_to->empty()) {
+        TagCopy(s.get(), *name, *copy_to, a->json);
+        return;
+      }
       absl::Status st = ((*s).*fn)(*name);
       if (!st.ok()) Fail(cmd, st);
       if (a->json)

@@ -1,5 +1,7 @@
 #include "store/meta/layout.h"
 
+#include "base/status_macros.h"
+
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -152,17 +154,71 @@ absl::StatusOr<ObjectLayout> ObjectLayout::Decode(absl::string_view in) {
   return Make(std::move(specs));
 }
 
+namespace {
+
+// Marks a replica list after the extents (before the trailer).
+constexpr uint64_t kReplicaMarker = 0x52455045414c5231ull;  // "1RLAEPER"
+
+void PutExtents(std::string* out, const std::vector<ExtentRef>& list) {
+  PutU64(out, list.size());
+  for (auto& e : list) {
+    PutU64(out, e.path);
+    PutU64(out, e.offset);
+    PutU64(out, e.length);
+    PutU64(out, e.blob_offset);
+    PutU64(out, e.checksum);
+  }
+}
+
+bool GetExtents(absl::string_view* in, std::vector<ExtentRef>* list) {
+  uint64_t n;
+  if (!GetU64(in, &n) || n > (uint64_t{1} << 24)) return false;
+  for (uint64_t i = 0; i < n; ++i) {
+    ExtentRef e;
+    uint64_t p;
+    if (!GetU64(in, &p) || !GetU64(in, &e.offset) || !GetU64(in, &e.length) ||
+        !GetU64(in, &e.blob_offset) || !GetU64(in, &e.checksum) ||
+        p > UINT32_MAX)
+      return false;
+    e.path = static_cast<uint32_t>(p);
+    list->push_back(e);
+  }
+  return true;
+}
+
+// The extents tile the blob exactly: a damaged blob offset would otherwise
+// put good bytes in the wrong place, unnoticed by the extents' own
+// checksums.
+absl::Status CheckTiling(const std::vector<ExtentRef>& list,
+                         uint64_t blob_bytes, const char* which) {
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  for (const ExtentRef& e : list) spans.emplace_back(e.blob_offset, e.length);
+  std::sort(spans.begin(), spans.end());
+  uint64_t at = 0;
+  for (auto& [off, len] : spans) {
+    if (off != at || len == 0 || off + len < off)
+      return absl::DataLossError(absl::StrCat(
+          "corrupt version record: ", which, " do not tile the ", blob_bytes,
+          "-byte blob (at byte ", at, ")"));
+    at = off + len;
+  }
+  if (!list.empty() && at != blob_bytes)
+    return absl::DataLossError(absl::StrCat("corrupt version record: ", which,
+                                            " cover ", at, " of ", blob_bytes,
+                                            " bytes"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 std::string VersionRecord::Encode() const {
   std::string out;
   PutU64(&out, version);
   PutU64(&out, blob_bytes);
-  PutU64(&out, extents.size());
-  for (auto& e : extents) {
-    PutU64(&out, e.path);
-    PutU64(&out, e.offset);
-    PutU64(&out, e.length);
-    PutU64(&out, e.blob_offset);
-    PutU64(&out, e.checksum);
+  PutExtents(&out, extents);
+  if (!replica.empty()) {
+    PutU64(&out, kReplicaMarker);
+    PutExtents(&out, replica);
   }
   SealRecord(&out);
   return out;
@@ -171,39 +227,20 @@ std::string VersionRecord::Encode() const {
 absl::StatusOr<VersionRecord> VersionRecord::Decode(absl::string_view in) {
   const absl::string_view whole = in;
   VersionRecord r;
-  uint64_t n;
   if (!GetU64(&in, &r.version) || !GetU64(&in, &r.blob_bytes) ||
-      !GetU64(&in, &n) || n > (uint64_t{1} << 24))
+      !GetExtents(&in, &r.extents))
     return absl::DataLossError("corrupt version record");
-  for (uint64_t i = 0; i < n; ++i) {
-    ExtentRef e;
-    uint64_t p;
-    if (!GetU64(&in, &p) || !GetU64(&in, &e.offset) || !GetU64(&in, &e.length) ||
-        !GetU64(&in, &e.blob_offset) || !GetU64(&in, &e.checksum))
-      return absl::DataLossError("corrupt version record");
-    e.path = static_cast<uint32_t>(p);
-    r.extents.push_back(e);
+  // More than a trailer left: a replica list.
+  if (in.size() > 8) {
+    uint64_t marker;
+    if (!GetU64(&in, &marker) || marker != kReplicaMarker ||
+        !GetExtents(&in, &r.replica) || r.replica.empty())
+      return absl::DataLossError("corrupt version record (replica)");
   }
   if (absl::Status t = CheckTrailer(whole, in, "version record"); !t.ok())
     return t;
-  // The extents tile the blob exactly: a damaged blob offset would
-  // otherwise put good bytes in the wrong place, unnoticed by the extents'
-  // own checksums.
-  std::vector<std::pair<uint64_t, uint64_t>> spans;
-  for (const ExtentRef& e : r.extents) spans.emplace_back(e.blob_offset, e.length);
-  std::sort(spans.begin(), spans.end());
-  uint64_t at = 0;
-  for (auto& [off, len] : spans) {
-    if (off != at || len == 0 || off + len < off)
-      return absl::DataLossError(absl::StrCat(
-          "corrupt version record: extents do not tile the ", r.blob_bytes,
-          "-byte blob (at byte ", at, ")"));
-    at = off + len;
-  }
-  if (!r.extents.empty() && at != r.blob_bytes)
-    return absl::DataLossError(absl::StrCat(
-        "corrupt version record: extents cover ", at, " of ", r.blob_bytes,
-        " bytes"));
+  MLPO_RETURN_IF_ERROR(CheckTiling(r.extents, r.blob_bytes, "extents"));
+  MLPO_RETURN_IF_ERROR(CheckTiling(r.replica, r.blob_bytes, "replica extents"));
   return r;
 }
 

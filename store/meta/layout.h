@@ -63,6 +63,16 @@ struct VersionRecord {
   uint64_t version = 0;
   uint64_t blob_bytes = 0;
   std::vector<ExtentRef> extents;
+  // A second whole copy of the blob (`mlpo tag --copy-to PATH`), read when
+  // an extent of the first fails; empty for most versions. Also tiles the
+  // blob. Records with a replica cannot be read by builds before it.
+  std::vector<ExtentRef> replica;
+  // Every extent the record holds space with: extents, then replica.
+  std::vector<ExtentRef> AllExtents() const {
+    std::vector<ExtentRef> all = extents;
+    all.insert(all.end(), replica.begin(), replica.end());
+    return all;
+  }
   std::string Encode() const;
   static absl::StatusOr<VersionRecord> Decode(absl::string_view in);
 };

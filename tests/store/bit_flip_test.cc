@@ -20,22 +20,6 @@
 namespace mlpo {
 namespace {
 
-void FlipBit(const std::string& file, uint64_t offset, int bit) {
-  int fd = ::open(file.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0) << file;
-  unsigned char c;
-  ASSERT_EQ(::pread(fd, &c, 1, static_cast<off_t>(offset)), 1);
-  c ^= static_cast<unsigned char>(1u << bit);
-  ASSERT_EQ(::pwrite(fd, &c, 1, static_cast<off_t>(offset)), 1);
-  ::close(fd);
-}
-
-// The segment file holding linear offset `off` of a path of store "t".
-std::string SegFile(const PathOptions& po, uint64_t off) {
-  std::string n = std::to_string(off / po.segment_bytes);
-  return po.root + "/t/rank-0/seg-" + std::string(6 - n.size(), '0') + n;
-}
-
 TEST(BitFlipTest, EveryFlipInAnExtentIsReportedAndNoneIsRead) {
   TempDir dir;
   StoreOptions o = TestStoreOptions(dir, {0.6, 0.4});

@@ -2,6 +2,9 @@
 #ifndef MLPO_TESTS_STORE_STORE_TEST_UTIL_H_
 #define MLPO_TESTS_STORE_STORE_TEST_UTIL_H_
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <string>
 #include <tuple>
 #include <vector>
@@ -69,6 +72,23 @@ inline void ExpectStoreVerifies(ObjectStore* s) {
     ASSERT_TRUE(tr.ok());
     EXPECT_TRUE(tr->bad.empty()) << "tag " << tag;
   }
+}
+
+// Flips one bit of a file in place.
+inline void FlipBit(const std::string& file, uint64_t offset, int bit) {
+  int fd = ::open(file.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << file;
+  unsigned char c;
+  ASSERT_EQ(::pread(fd, &c, 1, static_cast<off_t>(offset)), 1);
+  c ^= static_cast<unsigned char>(1u << bit);
+  ASSERT_EQ(::pwrite(fd, &c, 1, static_cast<off_t>(offset)), 1);
+  ::close(fd);
+}
+
+// The segment file holding linear offset `off` of a path of store "t".
+inline std::string SegFile(const PathOptions& po, uint64_t off) {
+  std::string n = std::to_string(off / po.segment_bytes);
+  return po.root + "/t/rank-0/seg-" + std::string(6 - n.size(), '0') + n;
 }
 
 // Test names for (durability, DRAM tier on) parameters: step, step_cache,

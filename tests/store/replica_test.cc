@@ -1,0 +1,207 @@
+// A tag's second copy (`mlpo tag --copy-to`, ObjectStore::CopyTagTo): reads
+// fall back to it, verify names what only it still holds, it survives
+// reopening, its space is freed with its version, and a copy that fails
+// leaves the tag as it was.
+#include <random>
+#include <set>
+
+#include "gtest/gtest.h"
+#include "tests/store/store_test_util.h"
+
+namespace mlpo {
+namespace {
+
+constexpr int kObjects = 6;
+
+std::string Name(int i) { return "o" + std::to_string(i); }
+
+// kObjects objects committed at version 1 and tagged "t1".
+void Populate(ObjectStore* s, uint64_t numel = 30000) {
+  for (int i = 0; i < kObjects; ++i) {
+    ASSERT_TRUE(s->Declare(Name(i), TestLayout(numel + 1000 * i)).ok());
+    auto l = s->Checkout(Name(i)).get();
+    ASSERT_TRUE(l.ok());
+    FillFor(l->get(), 1);
+    ASSERT_TRUE(s->Commit(*l, 1).get().ok());
+  }
+  ASSERT_TRUE(s->Tag("t1").ok());
+}
+
+// Flips a bit in every extent object `obj` holds on `path` (first copy or
+// replica), so that no read of that copy succeeds.
+int DamageOn(const StoreOptions& o, const VersionRecord& rec,
+             const std::vector<ExtentRef>& list, uint32_t path) {
+  int n = 0;
+  for (const ExtentRef& e : list) {
+    if (e.path != path) continue;
+    const PathOptions& po = o.paths[e.path].path;
+    FlipBit(SegFile(po, e.offset), e.offset % po.segment_bytes + e.length / 2,
+            3);
+    ++n;
+  }
+  return n;
+}
+
+TEST(ReplicaTest, ACopiedTagReadsFromItsReplicaWhenTheFirstCopyFails) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.6, 0.4});
+  uint64_t path1_before = 0;
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    Populate(s->get());
+    path1_before = (*s)->Stats().paths[1].usage.used;
+    auto rep = (*s)->CopyTagTo("t1", 1);
+    ASSERT_TRUE(rep.ok()) << rep.status();
+    EXPECT_EQ(rep->copied, static_cast<uint64_t>(kObjects));
+    EXPECT_EQ(rep->already, 0u);
+    uint64_t blobs = 0;
+    for (auto& info : (*s)->List()) blobs += info.layout.total_bytes();
+    EXPECT_EQ(rep->bytes, blobs);
+    EXPECT_EQ((*s)->Stats().paths[1].usage.used, path1_before + blobs);
+    ExpectNoLeak(s->get());
+    // Again: every version has its copy there already.
+    auto again = (*s)->CopyTagTo("t1", 1);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->copied, 0u);
+    EXPECT_EQ(again->already, static_cast<uint64_t>(kObjects));
+  }
+  // Reopened: the replicas are in the index; the deep check counts them.
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto rec = (*s)->GetVersion(Name(0), 0);
+  ASSERT_TRUE(rec.ok());
+  ASSERT_FALSE(rec->replica.empty());
+  for (const ExtentRef& e : rec->replica) EXPECT_EQ(e.path, 1u);
+  EXPECT_TRUE((*s)->CheckExtentMap().empty());
+  auto v = (*s)->Verify("t1", nullptr, /*deep=*/true);
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->bad.empty());
+  EXPECT_EQ(v->replicas, static_cast<uint64_t>(kObjects));
+  // The first copy's extents on path 0 damaged for o0 and o1: reads come
+  // from the replica, bit-identical; verify names them as held by the
+  // replica only, not as bad.
+  std::set<std::string> damaged;
+  for (int i : {0, 1}) {
+    auto r = (*s)->GetVersion(Name(i), 0);
+    ASSERT_TRUE(r.ok());
+    if (DamageOn(o, *r, r->extents, 0) > 0) damaged.insert(Name(i));
+  }
+  ASSERT_EQ(damaged.size(), 2u);
+  for (int i = 0; i < kObjects; ++i) {
+    auto l = (*s)->Checkout(Name(i)).get();
+    ASSERT_TRUE(l.ok()) << Name(i) << ": " << l.status();
+    EXPECT_TRUE(Matches(**l, 1)) << Name(i);
+  }
+  v = (*s)->Verify("t1");
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->bad.empty());
+  std::set<std::string> named;
+  for (auto& b : v->covered) named.insert(b.object);
+  EXPECT_EQ(named, damaged);
+  // Both copies of o0 damaged: DataLoss naming it, never wrong bytes.
+  rec = (*s)->GetVersion(Name(0), 0);
+  ASSERT_GT(DamageOn(o, *rec, rec->replica, 1), 0);
+  auto l0 = (*s)->Checkout(Name(0)).get();
+  EXPECT_EQ(l0.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(l0.status().message().find(Name(0)), std::string::npos);
+  v = (*s)->Verify("t1");
+  ASSERT_TRUE(v.ok());
+  ASSERT_FALSE(v->bad.empty());
+  for (auto& b : v->bad) EXPECT_EQ(b.object, Name(0));
+  // New versions, the tag dropped, gc: the replicas' space comes back.
+  for (int i = 1; i < kObjects; ++i) {
+    auto l = (*s)->Checkout(Name(i)).get();
+    ASSERT_TRUE(l.ok());
+    FillFor(l->get(), 2);
+    ASSERT_TRUE((*s)->Commit(*l, 2).get().ok());
+  }
+  ASSERT_TRUE((*s)->DropTag("t1").ok());
+  ASSERT_TRUE((*s)->Gc().ok());
+  ExpectNoLeak(s->get());
+  uint64_t live1 = 0;
+  for (int i = 1; i < kObjects; ++i) {
+    auto r = (*s)->GetVersion(Name(i), 0);
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->replica.empty());
+  }
+  auto st = (*s)->Stats();
+  live1 = st.paths[1].referenced_bytes;
+  EXPECT_EQ(st.paths[1].usage.used, live1 + st.paths[1].unreferenced_bytes);
+}
+
+TEST(ReplicaTest, BadCopiesAreRefusedAndAFailedCopyLeavesTheTagAsItWas) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  // Path 1 has room for its share of the state (~3.7 MB), not for a
+  // second copy of all of it (~7.4 MB).
+  o.paths[1].path.capacity = 4 << 20;
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  Populate(s->get(), 100000);
+  EXPECT_EQ((*s)->CopyTagTo("nope", 1).status().code(),
+            absl::StatusCode::kNotFound);
+  auto bad_path = (*s)->CopyTagTo("t1", 2);
+  EXPECT_EQ(bad_path.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_path.status().message().find("0..1"), std::string::npos);
+  const StoreStats before = (*s)->Stats();
+  auto full = (*s)->CopyTagTo("t1", 1);
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(full.status().message().find("the tag is as it was"),
+            std::string::npos)
+      << full.status();
+  const StoreStats after = (*s)->Stats();
+  for (size_t p = 0; p < 2; ++p)
+    EXPECT_EQ(after.paths[p].usage.used, before.paths[p].usage.used);
+  for (int i = 0; i < kObjects; ++i) {
+    auto r = (*s)->GetVersion(Name(i), 0);
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->replica.empty());
+  }
+  ExpectStoreVerifies(s->get());
+  // Read-only stores do not copy.
+  s->reset();
+  StoreOptions ro = o;
+  ro.read_only = true;
+  auto r = ObjectStore::Open(ro);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE((*r)->CopyTagTo("t1", 0).ok());
+}
+
+// A record with a replica: encodes and decodes to itself, and every
+// single-bit flip of it is caught (its checksum, its two tilings).
+TEST(ReplicaTest, RecordsWithAReplicaRoundTripAndCatchEveryFlip) {
+  VersionRecord r;
+  r.version = 7;
+  r.blob_bytes = 3 * 4096;
+  r.extents = {{0, 0, 8192, 0, 11}, {1, 4096, 4096, 8192, 12}};
+  r.replica = {{1, 65536, 12288, 0, 13}};
+  std::string enc = r.Encode();
+  auto d = VersionRecord::Decode(enc);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->replica.size(), 1u);
+  EXPECT_EQ(d->replica[0].offset, 65536u);
+  EXPECT_EQ(d->replica[0].checksum, 13u);
+  EXPECT_EQ(d->extents.size(), 2u);
+  size_t caught = 0;
+  for (size_t bit = 0; bit < enc.size() * 8; ++bit) {
+    std::string bad = enc;
+    bad[bit / 8] ^= static_cast<char>(1 << (bit % 8));
+    caught += !VersionRecord::Decode(bad).ok();
+  }
+  EXPECT_EQ(caught, enc.size() * 8);
+  // A replica that does not tile the blob is refused even with a good
+  // checksum.
+  VersionRecord gap = r;
+  gap.replica = {{1, 65536, 8192, 0, 13}};
+  EXPECT_EQ(VersionRecord::Decode(gap.Encode()).status().code(),
+            absl::StatusCode::kDataLoss);
+  // Without a replica the encoding is the one older builds wrote.
+  VersionRecord plain = r;
+  plain.replica.clear();
+  EXPECT_EQ(plain.Encode().size() + 8 + 8 + 5 * 8, enc.size());
+}
+
+}  // namespace
+}  // namespace mlpo
