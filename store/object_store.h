@@ -139,6 +139,15 @@ struct RecoverReport {
   // The store's data was discarded (only with `discard`).
   bool discarded = false;
   uint64_t discarded_files = 0, discarded_bytes = 0;
+  // With a lost path (`mlpo recover --lost-path`): versions whose first
+  // copy was there and whose replica survives now read from the replica
+  // (promoted); replicas that were there are forgotten; versions with no
+  // copy elsewhere are gone, with the heads ("object@version") and the
+  // tags (whole: never restored in part) that held them.
+  int lost_path = -1;
+  uint64_t promoted = 0, replicas_dropped = 0;
+  std::vector<std::string> lost_heads;
+  std::vector<std::pair<std::string, uint64_t>> lost_tags;  // tag, objects
   // After recovery: the heads and every tag, read back and checked.
   uint64_t objects = 0;
   std::vector<BadExtent> bad_heads;
@@ -186,8 +195,13 @@ class ObjectStore {
   // cannot be re-indexed from its segments: FailedPrecondition, unless
   // `discard`, which deletes the store's segments, descriptors, backups and
   // index so that the next open starts afresh. Takes the writer lock.
+  // `lost_path` >= 0: that path's data is gone (a failed node-local device,
+  // replaced and mounted empty at the same root): the index forgets it, as
+  // RecoverReport says, and the path starts empty under a new identity.
+  // Refused while the path still holds the store's segment files.
   static absl::StatusOr<RecoverReport> Recover(const StoreOptions& options,
-                                               bool discard);
+                                               bool discard,
+                                               int lost_path = -1);
   // The pid holding the writer lock of the store in `meta_dir`, or 0.
   static int WriterPid(const std::string& meta_dir,
                        FileSystem* fs = nullptr);

@@ -59,8 +59,16 @@ absl::Status RebuildFromBackup(const std::string& meta,
                                const std::string& backup, std::string* kept,
                                FileSystem* fsys) {
   if (fsys->Exists(meta)) {
-    *kept = absl::StrCat(meta, ".damaged-", ::time(nullptr));
-    MLPO_RETURN_IF_ERROR(fsys->Rename(meta, *kept));
+    // Nothing but our own lock file (made to take the lock, and still
+    // held): nothing to keep; the backup's files go in beside it.
+    auto names = fsys->ListDir(meta);
+    bool only_lock = names.ok() && (names->empty() ||
+                                    (names->size() == 1 &&
+                                     names->front() == kLockFile));
+    if (!only_lock) {
+      *kept = absl::StrCat(meta, ".damaged-", ::time(nullptr));
+      MLPO_RETURN_IF_ERROR(fsys->Rename(meta, *kept));
+    }
   }
   MLPO_RETURN_IF_ERROR(fsys->CreateDirs(meta));
   MLPO_ASSIGN_OR_RETURN(std::vector<std::string> names, fsys->ListDir(backup));
@@ -84,8 +92,83 @@ absl::Status RebuildFromBackup(const std::string& meta,
 
 }  // namespace
 
+// The index forgets path `lost` (see Recover): promotes replicas, drops
+// what had no other copy, gives the path a new identity.
+static absl::Status ForgetLostPath(MetaIndex* m, const StoreOptions& o, int lost,
+                            RecoverReport* rep, FileSystem* fsys) {
+  MLPO_ASSIGN_OR_RETURN(MetaSnapshot snap, m->Load());
+  if (lost < 0 || static_cast<size_t>(lost) >= snap.paths.size() ||
+      static_cast<size_t>(lost) >= o.paths.size())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lost-path ", lost, ": the store has ", snap.paths.size(),
+        " paths (0..", snap.paths.size() - 1, ")"));
+  const std::string& root = o.paths[lost].path.root;
+  const std::string ns = absl::StrCat(root, "/", StoreNamespace(o));
+  if (fsys->IsDirectory(ns)) {
+    MLPO_ASSIGN_OR_RETURN(std::vector<std::string> names, fsys->ListDir(ns));
+    for (const std::string& n : names)
+      if (n.rfind("seg-", 0) == 0)
+        return absl::FailedPreconditionError(absl::StrCat(
+            "--lost-path ", lost, ": ", ns, " still holds the store's segment "
+            "files (", n, ", ...); --lost-path is for a path whose data is "
+            "gone (a replaced or wiped device). Nothing was changed; if "
+            "those files are beyond use, move them away first"));
+  }
+  MLPO_RETURN_IF_ERROR(m->SetSealUuid(snap.store_uuid));
+  MetaIndex::Batch b = m->NewBatch();
+  auto on_lost = [lost](const std::vector<ExtentRef>& list) {
+    for (const ExtentRef& e : list)
+      if (static_cast<int>(e.path) == lost) return true;
+    return false;
+  };
+  std::set<std::pair<std::string, uint64_t>> gone;
+  for (auto& [k, rec] : snap.versions) {
+    const bool first = on_lost(rec.extents), second = on_lost(rec.replica);
+    if (!first && !second) continue;
+    VersionRecord r = rec;
+    if (first && !rec.replica.empty() && !second) {
+      r.extents = rec.replica;  // the replica becomes the only copy
+      r.replica.clear();
+      ++rep->promoted;
+      b.PutVersion(k.first, r);
+    } else if (first) {
+      gone.insert(k);
+      b.DeleteVersion(k.first, k.second);
+    } else {
+      r.replica.clear();
+      ++rep->replicas_dropped;
+      b.PutVersion(k.first, r);
+    }
+  }
+  for (auto& [obj, v] : snap.heads)
+    if (gone.count({obj, v})) {
+      b.DeleteHead(obj);
+      rep->lost_heads.push_back(absl::StrCat(obj, "@", v));
+    }
+  for (auto& [tag, objs] : snap.tags) {
+    uint64_t lost_objects = 0;
+    for (auto& [obj, v] : objs) lost_objects += gone.count({obj, v});
+    if (lost_objects == 0) continue;
+    b.DeleteTag(tag, "");
+    for (auto& [obj, v] : objs) b.DeleteTag(tag, obj);
+    rep->lost_tags.emplace_back(tag, lost_objects);
+  }
+  // Versions that only a deleted tag held stay as records awaiting gc;
+  // those of lost tags that survive are freed by the next gc.
+  MLPO_ASSIGN_OR_RETURN(std::string uuid, PathUuid(root, true, fsys));
+  PathRecord np = snap.paths[lost];
+  np.uuid = uuid;
+  np.root = root;
+  b.PutPath(static_cast<uint32_t>(lost), np);
+  MLPO_RETURN_IF_ERROR(fsys->CreateDirs(ns));
+  MLPO_RETURN_IF_ERROR(m->Apply(&b, /*sync=*/true));
+  rep->lost_path = lost;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<RecoverReport> ObjectStore::Recover(const StoreOptions& options,
-                                                   bool discard) {
+                                                   bool discard,
+                                                   int lost_path) {
   MLPO_RETURN_IF_ERROR(ValidateStoreOptions(options));
   RecoverReport rep;
   {
@@ -203,6 +286,11 @@ absl::StatusOr<RecoverReport> ObjectStore::Recover(const StoreOptions& options,
       }
       rep.discarded = true;
       return rep;
+    }
+    if (lost_path >= 0) {
+      MLPO_ASSIGN_OR_RETURN(
+          auto m, MetaIndex::Open(o.meta_dir, MetaIndex::Mode::kWrite, fsys));
+      MLPO_RETURN_IF_ERROR(ForgetLostPath(m.get(), o, lost_path, &rep, fsys));
     }
   }  // releases the lock
   StoreOptions o = options;

@@ -104,6 +104,12 @@ void TagCopy(ObjectStore* s, const std::string& tag, const std::string& to,
     std::cout << j.dump(2) << "\n";
     return;
   }
+  if (rep->copied == 0) {
+    std::printf("tag %s: all %lu versions have a copy on %s already\n",
+                tag.c_str(), (unsigned long)rep->already,
+                rep->path_root.c_str());
+    return;
+  }
   std::printf("tag %s copied to %s: %lu versions (%lu had a copy there), %s "
               "in %.2f s = %s",
               tag.c_str(), rep->path_root.c_str(), (unsigned long)rep->copied,
@@ -475,10 +481,33 @@ void AddStoreCommands(CLI::App& app) {
     c->add_flag("--discard", *discard,
                 "When the index cannot be recovered, delete this store's "
                 "segments, descriptors and index (never done otherwise)");
-    c->callback([a, discard] {
+    auto lost = std::make_shared<std::string>();
+    c->add_option("--lost-path", *lost,
+                  "A path whose data is gone (its index 0, 1, ... or its "
+                  "directory; a failed device replaced by an empty one "
+                  "mounted at the same place): versions copied elsewhere "
+                  "with `tag --copy-to` are kept, the rest are named as "
+                  "lost, and the path starts empty");
+    c->callback([a, discard, lost] {
       auto o = StoreOptionsForTarget(a->store);
       if (!o.ok()) Fail("recover", o.status());
-      auto rep = ObjectStore::Recover(*o, *discard);
+      int lost_path = -1;
+      if (!lost->empty()) {
+        std::string roots;
+        for (size_t i = 0; i < o->paths.size(); ++i) {
+          const std::string& root = o->paths[i].path.root;
+          absl::StrAppend(&roots, roots.empty() ? "" : ", ", i, " = ", root);
+          auto x = StatPath(root), y = StatPath(*lost);
+          if (*lost == std::to_string(i) || *lost == root ||
+              (x.ok() && y.ok() && *x == *y))
+            lost_path = static_cast<int>(i);
+        }
+        if (lost_path < 0)
+          Fail("recover", absl::InvalidArgumentError(absl::StrCat(
+                              "--lost-path ", *lost, " is not one of the "
+                              "store's paths (", roots, ")")), 2);
+      }
+      auto rep = ObjectStore::Recover(*o, *discard, lost_path);
       if (!rep.ok()) Fail("recover", rep.status());
       json tags = json::array();
       bool ok = rep->bad_heads.empty();
@@ -490,6 +519,9 @@ void AddStoreCommands(CLI::App& app) {
         bad.push_back({{"object", b.object}, {"version", b.version},
                        {"path", b.path}, {"file", b.file},
                        {"offset", b.file_offset}, {"error", b.error}});
+      json lost_tags = json::array();
+      for (auto& [t, n] : rep->lost_tags)
+        lost_tags.push_back({{"name", t}, {"objects_lost", n}});
       if (a->json) {
         std::cout << json{{"meta_dir", rep->meta_dir},
                           {"rolled_back", rep->rolled_back},
@@ -504,6 +536,11 @@ void AddStoreCommands(CLI::App& app) {
                           {"discarded", rep->discarded},
                           {"discarded_files", rep->discarded_files},
                           {"discarded_bytes", rep->discarded_bytes},
+                          {"lost_path", rep->lost_path},
+                          {"promoted_replicas", rep->promoted},
+                          {"replicas_dropped", rep->replicas_dropped},
+                          {"lost_heads", rep->lost_heads},
+                          {"lost_tags", lost_tags},
                           {"objects", rep->objects},
                           {"bad_heads", bad},
                           {"tags", tags}}
@@ -533,6 +570,26 @@ void AddStoreCommands(CLI::App& app) {
                                       rep->recovered_sequence));
         else
           std::printf("recover: the index is consistent; nothing lost\n");
+        if (rep->lost_path >= 0) {
+          std::printf("recover: path %d (%s) forgotten: %lu versions now read "
+                      "from their copy (tag --copy-to), %lu copies there "
+                      "dropped; the path starts empty\n",
+                      rep->lost_path,
+                      o->paths[rep->lost_path].path.root.c_str(),
+                      (unsigned long)rep->promoted,
+                      (unsigned long)rep->replicas_dropped);
+          for (auto& h : rep->lost_heads)
+            std::printf("  LOST head %s (no copy off the lost path)\n",
+                        h.c_str());
+          for (auto& [t, n] : rep->lost_tags)
+            std::printf("  LOST tag %s (%lu of its objects had no copy off "
+                        "the lost path; the tag is removed, never restored "
+                        "in part)\n",
+                        t.c_str(), (unsigned long)n);
+          if (!rep->lost_heads.empty())
+            std::printf("  restore a tag that survived: mlpo restore STORE "
+                        "TAG\n");
+        }
         std::printf("heads: %lu objects, %zu bad extents\n",
                     (unsigned long)rep->objects, rep->bad_heads.size());
         for (auto& b : rep->bad_heads)

@@ -2,6 +2,7 @@
 // fall back to it, verify names what only it still holds, it survives
 // reopening, its space is freed with its version, and a copy that fails
 // leaves the tag as it was.
+#include <filesystem>
 #include <random>
 #include <set>
 
@@ -167,6 +168,72 @@ TEST(ReplicaTest, BadCopiesAreRefusedAndAFailedCopyLeavesTheTagAsItWas) {
   auto r = ObjectStore::Open(ro);
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE((*r)->CopyTagTo("t1", 0).ok());
+}
+
+// A node's NVMe (path 0, which also held the index) is lost after tag t1
+// was copied to the PFS (path 1) and t2 was not: `recover --lost-path 0`
+// rebuilds the index from the backup on the PFS, promotes t1's replicas,
+// names t2 and the heads as lost, and t1 restores bit-identical.
+TEST(ReplicaTest, ACopiedTagSurvivesTheLossOfTheOtherPath) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.6, 0.4});
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    Populate(s->get());
+    ASSERT_TRUE((*s)->CopyTagTo("t1", 1).ok());
+    for (int i = 0; i < kObjects; ++i) {
+      auto l = (*s)->Checkout(Name(i)).get();
+      ASSERT_TRUE(l.ok());
+      FillFor(l->get(), 2);
+      ASSERT_TRUE((*s)->Commit(*l, 2).get().ok());
+    }
+    ASSERT_TRUE((*s)->Tag("t2").ok());
+  }
+  // Bad input first: the path still has its data; a path that is not one.
+  EXPECT_EQ(ObjectStore::Recover(o, false, 0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(ObjectStore::Recover(o, false, 7).ok());
+  {
+    auto s = ObjectStore::Open(o);  // nothing was changed
+    ASSERT_TRUE(s.ok()) << s.status();
+    ExpectStoreVerifies(s->get());
+  }
+  // The device dies; a new, empty one is mounted at the same place.
+  const std::string root0 = o.paths[0].path.root;
+  std::filesystem::remove_all(root0);
+  std::filesystem::create_directories(root0);
+  EXPECT_FALSE(ObjectStore::Open(o).ok());
+  auto rep = ObjectStore::Recover(o, false, 0);
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  EXPECT_FALSE(rep->rebuilt_from.empty());  // the index was on path 0
+  EXPECT_EQ(rep->lost_path, 0);
+  EXPECT_EQ(rep->promoted, static_cast<uint64_t>(kObjects));
+  EXPECT_EQ(rep->lost_heads.size(), static_cast<size_t>(kObjects));
+  ASSERT_EQ(rep->lost_tags.size(), 1u);
+  EXPECT_EQ(rep->lost_tags[0].first, "t2");
+  ASSERT_EQ(rep->tags.size(), 1u);
+  EXPECT_EQ(rep->tags[0].name, "t1");
+  EXPECT_EQ(rep->tags[0].bad_extents, 0u);
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE((*s)->Restore("t1").ok());
+  for (int i = 0; i < kObjects; ++i) {
+    auto l = (*s)->Checkout(Name(i)).get();
+    ASSERT_TRUE(l.ok()) << l.status();
+    EXPECT_TRUE(Matches(**l, 1)) << Name(i);
+  }
+  EXPECT_TRUE((*s)->CheckExtentMap().empty());
+  ExpectStoreVerifies(s->get());
+  // Training goes on over both paths, the new device included.
+  for (int i = 0; i < kObjects; ++i) {
+    auto l = (*s)->Checkout(Name(i)).get();
+    ASSERT_TRUE(l.ok());
+    FillFor(l->get(), 3);
+    ASSERT_TRUE((*s)->Commit(*l, 3).get().ok());
+  }
+  EXPECT_GT((*s)->Stats().paths[0].usage.used, 0u);
+  ExpectStoreVerifies(s->get());
 }
 
 // A record with a replica: encodes and decodes to itself, and every
