@@ -4,7 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
+#include <random>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -589,6 +592,16 @@ absl::Status FaultInjectionFileSystem::WriteFileSynced(const std::string& path,
 
 rocksdb::Env* FaultInjectionFileSystem::RocksEnv() { return env_.get(); }
 
+void FaultInjectionFileSystem::SetTornWrites(uint64_t seed) {
+  absl::MutexLock l(&mu_);
+  torn_seed_ = seed;
+}
+
+uint64_t FaultInjectionFileSystem::torn_blocks() const {
+  absl::MutexLock l(&mu_);
+  return torn_blocks_;
+}
+
 absl::Status FaultInjectionFileSystem::RestoreToLastSync() {
   absl::MutexLock l(&mu_);
   std::error_code ec;
@@ -629,10 +642,28 @@ absl::Status FaultInjectionFileSystem::RestoreToLastSync() {
   // the index backups' directories) are left alone.
   for (auto& [path, f] : files_) {
     if (!fs::is_directory(DirOf(path), ec)) continue;
+    std::string d = f.synced ? *f.synced : std::string();
+    if (torn_seed_ != 0 && fs::path(path).filename().string().rfind("seg-", 0) == 0) {
+      // Part of what was in flight reached the platters: whole 4 KiB
+      // blocks, each kept or not at random.
+      std::ifstream in(path, std::ios::binary);
+      std::string now((std::istreambuf_iterator<char>(in)),
+                      std::istreambuf_iterator<char>());
+      std::mt19937_64 rng(torn_seed_ ^ std::hash<std::string>()(path));
+      const size_t kBlock = 4096;
+      for (size_t off = 0; off < now.size(); off += kBlock) {
+        size_t n = std::min(kBlock, now.size() - off);
+        bool differs = off + n > d.size() ||
+                       std::memcmp(now.data() + off, d.data() + off, n) != 0;
+        if (!differs || rng() % 2 == 0) continue;
+        if (d.size() < off + n) d.resize(off + n, '\0');
+        std::memcpy(d.data() + off, now.data() + off, n);
+        ++torn_blocks_;
+      }
+    }
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
                     kPrivateFileMode);
     if (fd < 0) return ErrnoStatus(errno, "restore " + path);
-    const std::string& d = f.synced ? *f.synced : std::string();
     size_t done = 0;
     while (done < d.size()) {
       ssize_t n = ::write(fd, d.data() + done, d.size() - done);

@@ -17,6 +17,9 @@
 //    directories alike), and every file deleted since then back as it was
 //    durable. Directories made by CreateDirs and trees removed by RemoveTree
 //    are durable on return (the POSIX file system syncs their parent).
+//  - SetTornWrites(seed): RestoreToLastSync then keeps, in segment files,
+//    a random half of the 4 KiB blocks written since the last sync: the
+//    disk persisted part of what was in flight (torn extents).
 //
 // Content is tracked per file by copying it at each successful sync, so it
 // suits small test stores (a few MiB of segments), not benchmarks.
@@ -69,8 +72,10 @@ class FaultInjectionFileSystem final : public FileSystem {
   void ClearFaults();
   void SetPreallocateBudget(uint64_t bytes);
   void CutPower();
+  void SetTornWrites(uint64_t seed);
   // Call with every store on this file system closed.
   absl::Status RestoreToLastSync();
+  uint64_t torn_blocks() const;  // unsynced blocks kept by torn restores
   bool power_cut() const;
   int injected() const;  // faults injected so far (FailNth, budget)
 
@@ -156,6 +161,8 @@ class FaultInjectionFileSystem final : public FileSystem {
   };
   std::vector<Standing> standing_ ABSL_GUARDED_BY(mu_);
   std::map<Op, size_t> shorten_ ABSL_GUARDED_BY(mu_);
+  uint64_t torn_seed_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t torn_blocks_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t budget_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;
   uint64_t preallocated_ ABSL_GUARDED_BY(mu_) = 0;
   bool cut_ ABSL_GUARDED_BY(mu_) = false;

@@ -158,8 +158,10 @@ TEST_P(OptimizerCrashTest, PowerLossDuringStepsRestoresTheNewestTag) {
   }
   std::mt19937 rng(11);
   int cuts = 0;
+  uint64_t torn = 0;
   for (int iter = 0; iter < CrashIterations(3); ++iter) {
     FaultInjectionFileSystem fsys;
+    if (iter % 2 == 1) fsys.SetTornWrites(77 + iter);  // torn extents too
     OptimizerOptions co = o;
     co.store.fs = &fsys;
     co.restore_tag = NewestTag(o);
@@ -182,6 +184,7 @@ TEST_P(OptimizerCrashTest, PowerLossDuringStepsRestoresTheNewestTag) {
       cuts += cut_mid_run;
     }  // closes on a dead disk
     ASSERT_TRUE(fsys.RestoreToLastSync().ok());
+    torn += fsys.torn_blocks();
   }
   OptimizerOptions ro = o;
   ro.restore_tag = NewestTag(o);
@@ -194,6 +197,7 @@ TEST_P(OptimizerCrashTest, PowerLossDuringStepsRestoresTheNewestTag) {
   EXPECT_TRUE((*opt)->store()->CheckExtentMap().empty());
   RunToTheEndLikeAnUninterruptedRun(opt->get());
   RecordProperty("power_cuts_mid_run", cuts);
+  RecordProperty("torn_blocks", static_cast<int>(torn));
   if (CrashIterations(3) >= 20) {
     EXPECT_GT(cuts, 0) << "the power never went while steps ran";
   }
