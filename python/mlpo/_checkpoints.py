@@ -3,6 +3,7 @@ store tags, resharding a checkpoint of W ranks into W' ranks, importing a
 torch.optim state dict, and export_state_dict(). A mixin of the optimizer
 class in torch.py, which owns the layout, the engine and the step."""
 import json
+import math
 
 import torch
 import torch.distributed as dist
@@ -117,11 +118,18 @@ class CheckpointMixin:
                 state_dict:
             raise ValueError("mlpo.torch: not an optimizer state dict")
         groups = state_dict["param_groups"]
-        if len(groups) != len(self.param_groups) or any(
+        if not isinstance(groups, (list, tuple)) or len(groups) != len(
+                self.param_groups) or any(
+                not isinstance(a, dict) or
+                not isinstance(a.get("params"), (list, tuple)) or
                 len(a["params"]) != len(b["params"])
                 for a, b in zip(groups, self.param_groups)):
             raise ValueError("mlpo.torch: the state dict has other parameter "
                              "groups than this optimizer")
+        # Everything is checked before anything changes: a bad dict raises
+        # and leaves the optimizer and its store as they were.
+        for g, group in enumerate(groups):
+            _check_hyper(group, g)
         if "mlpo" in state_dict:
             self._load_mlpo(state_dict["mlpo"])
         else:
@@ -132,9 +140,30 @@ class CheckpointMixin:
                     mine[k] = tuple(v) if k == "betas" else v
 
     def _load_mlpo(self, info):
+        if not isinstance(info, dict):
+            raise ValueError("mlpo.torch: the state dict's 'mlpo' entry is "
+                             f"{type(info).__name__}, not a dict")
         for k in ("tag", "world_size", "store_uuids", "store", "name"):
             if k not in info:
                 raise ValueError(f"mlpo.torch: mlpo state dict lacks {k!r}")
+        world, uuids, store = (info["world_size"], info["store_uuids"],
+                               info["store"])
+        if not isinstance(info["tag"], str) or not isinstance(
+                info["name"], str):
+            raise ValueError("mlpo.torch: mlpo state dict: 'tag' and 'name' "
+                             "must be strings")
+        if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+            raise ValueError("mlpo.torch: mlpo state dict: 'world_size' "
+                             f"{world!r} is not a positive integer")
+        if not isinstance(uuids, (list, tuple)) or len(uuids) != world or \
+                not all(isinstance(u, str) for u in uuids):
+            raise ValueError("mlpo.torch: mlpo state dict: 'store_uuids' "
+                             "must list one identity per rank")
+        if not isinstance(store, dict) or not isinstance(
+                store.get("toml"), str) or not isinstance(
+                store.get("base_dir"), str):
+            raise ValueError("mlpo.torch: mlpo state dict: 'store' must name "
+                             "the store's config (toml, base_dir)")
         tag = info["tag"]
         if info["world_size"] == self._world:
             if self._engine is None:
@@ -187,6 +216,9 @@ class CheckpointMixin:
     def _import_torch(self, sd):
         """torch.optim.AdamW/Adam state -> this store, at its step."""
         state = sd.get("state", {})
+        if not isinstance(state, dict):
+            raise ValueError("mlpo.torch: the state dict's 'state' is "
+                             f"{type(state).__name__}, not a dict")
         entries = [e for l in self._layout for e in l["entries"]]
         if not state:
             return  # never stepped: nothing but hyperparameters
@@ -196,15 +228,30 @@ class CheckpointMixin:
             if s is None:
                 raise ValueError(f"mlpo.torch: the state dict has no state "
                                  f"for parameter {e['index']} ({e['name']})")
+            if not isinstance(s, dict):
+                raise ValueError(f"mlpo.torch: state of {e['name']} is "
+                                 f"{type(s).__name__}, not a dict")
             for k in ("exp_avg", "exp_avg_sq", "step"):
                 if k not in s:
                     raise ValueError(f"mlpo.torch: state of {e['name']} "
                                      f"lacks {k!r}")
-            if tuple(s["exp_avg"].shape) != e["shape"]:
-                raise ValueError(f"mlpo.torch: exp_avg of {e['name']} has "
-                                 f"shape {list(s['exp_avg'].shape)}, the "
-                                 f"parameter {list(e['shape'])}")
-            steps.add(int(float(s["step"])))
+            for k in ("exp_avg", "exp_avg_sq"):
+                x = s[k]
+                if not isinstance(x, torch.Tensor) or \
+                        not x.is_floating_point():
+                    raise ValueError(f"mlpo.torch: {k} of {e['name']} is not "
+                                     "a floating-point tensor")
+                if tuple(x.shape) != e["shape"]:
+                    raise ValueError(f"mlpo.torch: {k} of {e['name']} has "
+                                     f"shape {list(x.shape)}, the "
+                                     f"parameter {list(e['shape'])}")
+                if not bool(torch.isfinite(x).all()):
+                    raise ValueError(f"mlpo.torch: {k} of {e['name']} holds "
+                                     "inf or nan")
+            if bool((s["exp_avg_sq"] < 0).any()):
+                raise ValueError(f"mlpo.torch: exp_avg_sq of {e['name']} has "
+                                 "negative values")
+            steps.add(_step_number(s["step"], e["name"]))
         if len(steps) != 1:
             raise ValueError(f"mlpo.torch: parameters are at different steps "
                              f"{sorted(steps)}")
@@ -230,6 +277,39 @@ class CheckpointMixin:
         eng.tag(f"step-{t}")
 
 
+
+
+def _check_hyper(group, g):
+    """A loaded param group's hyperparameters, as the constructor checks
+    them: ValueError before anything changes."""
+    for key in ("lr", "eps", "weight_decay"):
+        if key in group:
+            v = group[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or \
+                    not math.isfinite(v) or v < 0:
+                raise ValueError(f"mlpo.torch: param group {g} of the state "
+                                 f"dict has an invalid {key} {v!r}")
+    if "betas" in group:
+        b = group["betas"]
+        if not isinstance(b, (list, tuple)) or len(b) != 2 or not all(
+                not isinstance(x, bool) and isinstance(x, (int, float)) and
+                0.0 <= x < 1.0 for x in b):
+            raise ValueError(f"mlpo.torch: param group {g} of the state dict "
+                             f"has invalid betas {b!r}")
+
+
+def _step_number(step, name):
+    """A torch state's step (int, float or 0-d tensor) as a positive int."""
+    if isinstance(step, torch.Tensor):
+        if step.numel() != 1:
+            raise ValueError(f"mlpo.torch: step of {name} is a tensor of "
+                             f"{step.numel()} elements")
+        step = step.item()
+    if isinstance(step, bool) or not isinstance(step, (int, float)) or \
+            not math.isfinite(step) or step < 1 or step != int(step):
+        raise ValueError(f"mlpo.torch: step of {name} is {step!r}, not a "
+                         "positive whole number")
+    return int(step)
 
 
 def export_state_dict(store, tag=None, name="mlpo"):
