@@ -56,21 +56,30 @@ absl::StatusOr<std::pair<dev_t, ino_t>> StatPath(const std::string& p) {
   return std::make_pair(st.st_dev, st.st_ino);
 }
 
+// Which of a store's path `roots` `arg` names (its index, or its directory
+// however spelt), or -1; `listing` gets "0 = root, 1 = root" for messages.
+int PathArg(const std::vector<std::string>& roots, const std::string& arg,
+            std::string* listing) {
+  int index = -1;
+  auto target = StatPath(arg);
+  for (size_t i = 0; i < roots.size(); ++i) {
+    absl::StrAppend(listing, listing->empty() ? "" : ", ", i, " = ", roots[i]);
+    auto info = StatPath(roots[i]);
+    if (arg == std::to_string(i) || arg == roots[i] ||
+        (target.ok() && info.ok() && *target == *info))
+      index = static_cast<int>(i);
+  }
+  return index;
+}
+
 // `mlpo tag STORE NAME --copy-to PATH`: creates the tag unless it exists,
 // then gives it a second copy on PATH (a path's directory or index).
 void TagCopy(ObjectStore* s, const std::string& tag, const std::string& to,
              bool as_json) {
-  int index = -1;
+  std::vector<std::string> list;
+  for (size_t i = 0; i < s->num_paths(); ++i) list.push_back(s->path(i)->root());
   std::string roots;
-  auto target = StatPath(to);
-  for (size_t i = 0; i < s->num_paths(); ++i) {
-    const std::string& root = s->path(i)->root();
-    absl::StrAppend(&roots, roots.empty() ? "" : ", ", i, " = ", root);
-    auto info = StatPath(root);
-    if (to == std::to_string(i) ||
-        (target.ok() && info.ok() && *target == *info))
-      index = static_cast<int>(i);
-  }
+  const int index = PathArg(list, to, &roots);
   if (index < 0)
     Fail("tag", absl::InvalidArgumentError(absl::StrCat(
                     "--copy-to ", to, " is not one of the store's paths (",
@@ -493,15 +502,10 @@ void AddStoreCommands(CLI::App& app) {
       if (!o.ok()) Fail("recover", o.status());
       int lost_path = -1;
       if (!lost->empty()) {
+        std::vector<std::string> list;
+        for (auto& pc : o->paths) list.push_back(pc.path.root);
         std::string roots;
-        for (size_t i = 0; i < o->paths.size(); ++i) {
-          const std::string& root = o->paths[i].path.root;
-          absl::StrAppend(&roots, roots.empty() ? "" : ", ", i, " = ", root);
-          auto x = StatPath(root), y = StatPath(*lost);
-          if (*lost == std::to_string(i) || *lost == root ||
-              (x.ok() && y.ok() && *x == *y))
-            lost_path = static_cast<int>(i);
-        }
+        lost_path = PathArg(list, *lost, &roots);
         if (lost_path < 0)
           Fail("recover", absl::InvalidArgumentError(absl::StrCat(
                               "--lost-path ", *lost, " is not one of the "

@@ -20,7 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto again = mlpo::VersionRecord::Decode(rec->Encode());
     if (!again.ok() || again->version != rec->version ||
         again->blob_bytes != rec->blob_bytes ||
-        again->extents.size() != rec->extents.size())
+        again->extents.size() != rec->extents.size() ||
+        again->replica.size() != rec->replica.size())
       std::abort();
   }
   (void)mlpo::ValidateName("object", in);
