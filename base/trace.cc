@@ -34,7 +34,7 @@ Trace* Trace::Get() {
 }
 
 void Trace::Start(size_t max_events) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   events_.clear();
   tracks_.clear();
   dropped_ = 0;
@@ -52,7 +52,7 @@ void Trace::Add(absl::string_view name, const char* phase,
   e.category = std::string(category);
   e.dur_us = std::max<int64_t>(0, absl::ToInt64Microseconds(dur));
   e.bytes = bytes;
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (!enabled()) return;
   if (events_.size() >= max_events_) {
     ++dropped_;
@@ -80,13 +80,13 @@ void Trace::Instant(absl::string_view name, absl::string_view category,
 }
 
 size_t Trace::events() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return events_.size();
 }
 
 absl::Status Trace::StopAndWrite(const std::string& file) {
   enabled_.store(false, std::memory_order_relaxed);
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   std::FILE* f = std::fopen(file.c_str(), "w");
   if (f == nullptr) return ErrnoStatus(errno, absl::StrCat("write trace ", file));
   std::fputs("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n", f);

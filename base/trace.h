@@ -17,7 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "absl/time/time.h"
 
 namespace mlpo {
@@ -59,7 +59,7 @@ class Trace {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   std::atomic<bool> enabled_{false};
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   absl::Time origin_ ABSL_GUARDED_BY(mu_);
   size_t max_events_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 
 namespace mlpo {
 
@@ -17,13 +17,13 @@ class WorkQueue {
   WorkQueue() : thread_([this] { Run(); }) {}
   ~WorkQueue() {
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       stop_ = true;
     }
     thread_.join();
   }
   void Post(std::function<void()> fn) {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     queue_.push_back(std::move(fn));
   }
 
@@ -32,8 +32,8 @@ class WorkQueue {
     for (;;) {
       std::vector<std::function<void()>> work;
       {
-        absl::MutexLock l(&mu_);
-        mu_.Await(absl::Condition(
+        MutexLock l(&mu_);
+        mu_.Await(Condition(
             +[](WorkQueue* q) ABSL_NO_THREAD_SAFETY_ANALYSIS {
               return q->stop_ || !q->queue_.empty();
             },
@@ -45,7 +45,7 @@ class WorkQueue {
     }
   }
 
-  absl::Mutex mu_;
+  Mutex mu_;
   std::vector<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

@@ -92,7 +92,7 @@ absl::Status GradStage::StageImpl(int group, uint64_t offset, const void* data,
   GradStats local;
   // Validate the whole slice before copying anything.
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     for (int si : by_group_[group]) {
       const Subgroup& s = subgroups_[si];
       uint64_t lo = std::max(offset, s.group_offset);
@@ -126,7 +126,7 @@ absl::Status GradStage::StageImpl(int group, uint64_t offset, const void* data,
     absl::Status copied = copy(ctx, to, from, (hi - lo) * es);
     if (!copied.ok()) {
       // Nothing of this slice counts as staged: it may be sent again.
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       for (int sj : by_group_[group]) {
         const Subgroup& t = subgroups_[sj];
         uint64_t a = std::max(offset, t.group_offset);
@@ -140,14 +140,14 @@ absl::Status GradStage::StageImpl(int group, uint64_t offset, const void* data,
     local.sum_sq += st.sum_sq;
     local.nonfinite += st.nonfinite;
   }
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   totals_.sum_sq += local.sum_sq;
   totals_.nonfinite += local.nonfinite;
   return absl::OkStatus();
 }
 
 absl::Status GradStage::CheckComplete() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   for (const Subgroup& s : subgroups_) {
     uint64_t at = 0;
     for (auto& [a, b] : staged_[s.index]) {
@@ -164,12 +164,12 @@ absl::Status GradStage::CheckComplete() const {
 }
 
 GradStats GradStage::Totals() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return totals_;
 }
 
 void GradStage::Reset() {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   for (auto& m : staged_) m.clear();
   totals_ = GradStats();
 }

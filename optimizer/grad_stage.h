@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "gpu/device_backend.h"
 #include "optimizer/adam_kernel.h"
 #include "optimizer/partition.h"
@@ -60,7 +60,7 @@ class GradStage {
   std::vector<AlignedBuffer> bufs_;
   DeviceBackend* registered_with_ = nullptr;
   std::vector<std::vector<int>> by_group_;  // group -> subgroup indices
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   // subgroup -> staged ranges (start -> end), disjoint
   std::vector<std::map<uint64_t, uint64_t>> staged_ ABSL_GUARDED_BY(mu_);
   GradStats totals_ ABSL_GUARDED_BY(mu_);

@@ -2,6 +2,7 @@
 # README command 2: install what is missing, build, run every test.
 #   scripts/test.sh           default suite (unit tests + ASan/UBSan build)
 #   scripts/test.sh --slow    also the slow tests (crash loops, big runs)
+#                             and the ThreadSanitizer build (scripts/tsan.sh)
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +16,8 @@ echo "== build (Release, warnings as errors)"
 scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DMLPO_WERROR=ON
 echo "== build (ASan + UBSan, unit tests)"
 scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DMLPO_SANITIZE=ON \
-  -DMLPO_WERROR=ON -DMLPO_WITH_CUDA=OFF -DMLPO_WITH_PYTHON=OFF
+  -DMLPO_WERROR=ON -DMLPO_WITH_CUDA=OFF -DMLPO_WITH_PYTHON=OFF \
+  -DMLPO_BUILD_BENCH=OFF
 have_clang=0
 if command -v clang++ >/dev/null 2>&1; then
   have_clang=1
@@ -23,7 +25,7 @@ if command -v clang++ >/dev/null 2>&1; then
   mkdir -p build-clang
   CC=clang CXX=clang++ scripts/build.sh build-clang -DCMAKE_BUILD_TYPE=Debug \
     -DMLPO_WERROR=ON -DMLPO_WITH_CUDA=OFF -DBUILD_TESTING=OFF \
-    -DMLPO_WITH_PYTHON=OFF -DMLPO_FUZZ=ON
+    -DMLPO_WITH_PYTHON=OFF -DMLPO_FUZZ=ON -DMLPO_BUILD_BENCH=OFF
 else
   echo "== clang++ not found: skipping the -Wthread-safety build and the fuzzers"
 fi
@@ -41,5 +43,9 @@ echo "== tests (ASan + UBSan)"
 if [ $have_clang -eq 1 ]; then
   echo "== fuzzers (libFuzzer, ${MLPO_FUZZ_SECONDS:-10} s each)"
   scripts/fuzz.sh "${MLPO_FUZZ_SECONDS:-10}" build-clang || status=1
+fi
+if [ $slow -eq 1 ]; then
+  echo "== tests (ThreadSanitizer, unit tests)"
+  scripts/tsan.sh || status=1
 fi
 exit $status

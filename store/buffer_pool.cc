@@ -4,7 +4,7 @@ namespace mlpo {
 
 AlignedBuffer BufferPool::Get(size_t size) {
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     auto it = idle_.find(size);
     if (it != idle_.end()) {
       AlignedBuffer b = std::move(it->second);
@@ -15,14 +15,14 @@ AlignedBuffer BufferPool::Get(size_t size) {
     }
   }
   AlignedBuffer b(size);
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (registrar_ != nullptr) PinLocked(b);
   return b;
 }
 
 void BufferPool::Put(AlignedBuffer b) {
   if (b.data() == nullptr) return;
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (idle_bytes_ + b.size() > max_bytes_) {
     UnpinLocked(b);
     return;  // freed on return
@@ -52,7 +52,7 @@ void BufferPool::UnpinLocked(const AlignedBuffer& b) {
 
 absl::Status BufferPool::SetRegistrar(HostRegistrar* r) {
   ClearRegistrar();
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (r == nullptr) return absl::OkStatus();
   for (auto& [size, b] : idle_) {
     absl::Status st = r->RegisterHost(b.data(), b.size());
@@ -70,7 +70,7 @@ absl::Status BufferPool::SetRegistrar(HostRegistrar* r) {
 }
 
 void BufferPool::ClearRegistrar() {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (registrar_ == nullptr) return;
   for (auto& [p, n] : pinned_) registrar_->UnregisterHost(const_cast<char*>(p));
   pinned_.clear();
@@ -79,22 +79,22 @@ void BufferPool::ClearRegistrar() {
 }
 
 uint64_t BufferPool::idle_bytes() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return idle_bytes_;
 }
 
 uint64_t BufferPool::reused() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return reused_;
 }
 
 uint64_t BufferPool::pinned_bytes() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return pinned_bytes_;
 }
 
 uint64_t BufferPool::pin_failures() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return pin_failures_;
 }
 

@@ -18,7 +18,7 @@
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "base/host_registrar.h"
 #include "store/io/io_engine.h"
 
@@ -47,7 +47,7 @@ class BufferPool {
   void PinLocked(const AlignedBuffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnpinLocked(const AlignedBuffer& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const uint64_t max_bytes_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::multimap<size_t, AlignedBuffer> idle_ ABSL_GUARDED_BY(mu_);
   uint64_t idle_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t reused_ ABSL_GUARDED_BY(mu_) = 0;

@@ -46,8 +46,8 @@ ObjectStore::~ObjectStore() {
                    Where().c_str(), std::string(st.message()).c_str());
   }
   {
-    absl::MutexLock l(&mu_);
-    mu_.Await(absl::Condition(
+    MutexLock l(&mu_);
+    mu_.Await(Condition(
         +[](int* n) { return *n == 0; }, &commits_in_flight_));
   }
   // Reads still in flight complete into the hasher; drain the engines
@@ -72,7 +72,7 @@ absl::Status ObjectStore::CheckWritable(absl::string_view what) const {
 absl::Status ObjectStore::Declare(const std::string& object,
                                   const ObjectLayout& layout) {
   MLPO_RETURN_IF_ERROR(ValidateName("object", object));
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   auto it = objects_.find(object);
   if (it == objects_.end()) MLPO_RETURN_IF_ERROR(CheckWritable("declare"));
   if (it != objects_.end()) {
@@ -164,7 +164,7 @@ void ObjectStore::ReadRecord(const std::string& object,
   // hashing thread (not on a ring) as it lands; the last one reports.
   struct Pending {
     std::atomic<int> left;
-    absl::Mutex mu;
+    Mutex mu;
     std::vector<BadExtent> bad;
     std::function<void(std::vector<BadExtent>)> done;
   };
@@ -207,13 +207,13 @@ void ObjectStore::ReadRecord(const std::string& object,
           hasher_->Post([this, e, dst, object, pending, v, s] {
             ExtentCheck c = CheckExtent(e, dst, s);
             if (!c.error.empty()) {
-              absl::MutexLock l(&pending->mu);
+              MutexLock l(&pending->mu);
               pending->bad.push_back(Describe(object, v, e, c.error, c.code));
             }
             if (pending->left.fetch_sub(1) != 1) return;
             std::vector<BadExtent> bad;
             {
-              absl::MutexLock l(&pending->mu);
+              MutexLock l(&pending->mu);
               bad.swap(pending->bad);
             }
             pending->done(std::move(bad));
@@ -244,7 +244,7 @@ std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
   bool dirty = false;  // the newest version is dirty in the DRAM tier
   std::vector<AlignedBuffer> released;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     auto it = objects_.find(object);
     if (it == objects_.end()) {
       promise->set_value(absl::NotFoundError(
@@ -317,7 +317,7 @@ absl::StatusOr<Lease> ObjectStore::Blank(const std::string& object) {
   auto lease = std::make_shared<CheckoutLease>();
   lease->object_ = object;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     auto it = objects_.find(object);
     if (it == objects_.end())
       return absl::NotFoundError(
@@ -340,7 +340,7 @@ struct ObjectStore::CommitOp {
   VersionRecord rec;
   std::vector<bool> touched;
   std::atomic<int> left{0};
-  absl::Mutex mu;
+  Mutex mu;
   absl::Status error;
   std::promise<absl::Status> promise;
 };
@@ -358,7 +358,7 @@ absl::Status ObjectStore::WriteBack() {
     lease->version_ = version;
     lease->is_new_ = false;
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       auto it = objects_.find(object);
       if (it == objects_.end() || it->second.dirty != version) continue;
       lease->layout_ = it->second.layout;
@@ -390,7 +390,7 @@ std::future<absl::Status> ObjectStore::CommitImpl(Lease lease, uint64_t version,
   op->version = version;
   const std::string& object = op->lease->object();
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     auto it = objects_.find(object);
     absl::Status bad;
     if (it == objects_.end())
@@ -432,7 +432,7 @@ std::future<absl::Status> ObjectStore::CommitImpl(Lease lease, uint64_t version,
   absl::Status st = StartWrites(op);
   if (!st.ok()) {
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       --commits_in_flight_;
     }
     op->promise.set_value(st);
@@ -478,7 +478,7 @@ absl::Status ObjectStore::StartWrites(std::shared_ptr<CommitOp> op) {
           {e.offset, e.length}, src,
           [this, op, path = static_cast<int>(e.path)](const absl::Status& s) {
             if (!s.ok()) {
-              absl::MutexLock l(&op->mu);
+              MutexLock l(&op->mu);
               if (op->error.ok()) {
                 op->error = s;
                 op->failed_path = path;
@@ -499,7 +499,7 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
   absl::Status st;
   int failed = -1;
   {
-    absl::MutexLock l(&op->mu);
+    MutexLock l(&op->mu);
     st = op->error;
     failed = op->failed_path;
   }
@@ -523,7 +523,7 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
   }
   std::vector<ExtentRef> to_free;
   if (st.ok()) {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     ObjectState& os = objects_[object];
     if (os.has_head && op->version <= os.head) {
       st = absl::FailedPreconditionError(absl::StrCat(
@@ -574,7 +574,7 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
   op->lease.reset();
   {
     // Before the promise: a caller woken by it may Restore at once.
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     --commits_in_flight_;
   }
   op->promise.set_value(st);
@@ -608,7 +608,7 @@ absl::Status ObjectStore::ApplyRefChanges(MetaIndex::Batch* b,
 void ObjectStore::Unpin(const VKey& k) {
   std::vector<ExtentRef> free;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     auto it = versions_.find(k);
     if (it == versions_.end()) return;
     if (--it->second.pins > 0 || it->second.refs > 0 || !it->second.deleted)

@@ -28,7 +28,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "store/buffer_pool.h"
 #include "store/cache/object_cache.h"
 #include "store/fs/file_system.h"
@@ -312,7 +312,7 @@ class ObjectStore {
   // The normalised stripe fractions in use: the options' when any is set,
   // else the mixed bandwidths `mlpo profile --store` recorded, else equal.
   std::vector<double> fractions() const {
-    absl::MutexLock l(&placement_mu_);
+    MutexLock l(&placement_mu_);
     return fractions_;
   }
   // Adaptive placement, once a step: fractions f_k proportional to each
@@ -436,14 +436,14 @@ class ObjectStore {
 
   StoreOptions options_;
   std::string store_uuid_;
-  mutable absl::Mutex placement_mu_;
+  mutable Mutex placement_mu_;
   std::vector<double> fractions_ ABSL_GUARDED_BY(placement_mu_);
   std::map<std::string, std::vector<double>> object_fractions_
       ABSL_GUARDED_BY(placement_mu_);
   // Paths that failed a write or sync since open (degraded mode); empty
   // until one does.
   std::vector<bool> degraded_ ABSL_GUARDED_BY(placement_mu_);
-  absl::Mutex estimate_mu_;
+  Mutex estimate_mu_;
   std::vector<PathCounters> last_counters_ ABSL_GUARDED_BY(estimate_mu_);
   std::vector<double> estimates_ ABSL_GUARDED_BY(estimate_mu_);
   std::vector<std::unique_ptr<StoragePath>> paths_;
@@ -453,7 +453,7 @@ class ObjectStore {
   std::unique_ptr<MetaIndex> meta_;
   int lock_fd_ = -1;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::map<std::string, ObjectState> objects_ ABSL_GUARDED_BY(mu_);
   std::map<VKey, VersionState> versions_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::map<std::string, uint64_t>> tags_

@@ -44,7 +44,7 @@ absl::Status ObjectStore::Tag(const std::string& name) {
   MLPO_RETURN_IF_ERROR(CheckWritable("tag"));
   MLPO_RETURN_IF_ERROR(ValidateName("tag", name));
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     if (tags_.count(name))
       return absl::AlreadyExistsError(absl::StrCat("tag ", name, " exists"));
   }
@@ -61,7 +61,7 @@ absl::Status ObjectStore::TagImpl(const std::string& name) {
   // Commits finish their own durability; a tag must also cover what was
   // committed under durability "tag".
   MLPO_RETURN_IF_ERROR(SyncAllPaths());
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (tags_.count(name))
     return absl::AlreadyExistsError(absl::StrCat("tag ", name, " exists"));
   MetaIndex::Batch b = meta_->NewBatch();
@@ -82,7 +82,7 @@ absl::Status ObjectStore::Restore(const std::string& name) {
   MLPO_RETURN_IF_ERROR(CheckWritable("restore"));
   std::vector<ExtentRef> to_free;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     auto t = tags_.find(name);
     if (t == tags_.end())
       return absl::NotFoundError(absl::StrCat("no tag named ", name));
@@ -115,7 +115,7 @@ absl::Status ObjectStore::Restore(const std::string& name) {
   if (cache_) {  // heads went back: nothing cached is a head any more
     std::vector<AlignedBuffer> released;
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       for (auto& [obj, st] : objects_) st.dirty = 0;  // dropped, unwritten
       cache_->Clear(&released);
     }
@@ -133,7 +133,7 @@ absl::Status ObjectStore::DropTag(const std::string& name) {
 
 absl::Status ObjectStore::DropTagImpl(const std::string& name) {
   MLPO_RETURN_IF_ERROR(CheckWritable("drop-tag"));
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   auto t = tags_.find(name);
   if (t == tags_.end())
     return absl::NotFoundError(absl::StrCat("no tag named ", name));
@@ -152,7 +152,7 @@ absl::Status ObjectStore::DropTagImpl(const std::string& name) {
 
 std::map<std::string, std::map<std::string, uint64_t>> ObjectStore::Tags()
     const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return tags_;
 }
 
@@ -161,7 +161,7 @@ absl::StatusOr<uint64_t> ObjectStore::Gc() {
   std::vector<ExtentRef> to_free;
   uint64_t freed = 0;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     MetaIndex::Batch b = meta_->NewBatch();
     std::vector<VKey> garbage;
     for (auto& [k, vs] : versions_)
@@ -215,7 +215,7 @@ std::vector<BadExtent> ObjectStore::CheckExtentMap() const {
     auto st = fs()->Stat(f);
     return sizes[f] = st.ok() ? st->size : 0;
   };
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   for (auto& [key, vs] : versions_) {
    const std::string& obj = key.first;
    uint64_t v = key.second;
@@ -288,7 +288,7 @@ absl::StatusOr<VerifyReport> ObjectStore::Verify(
   if (deep) structural = CheckExtentMap();
   std::vector<std::pair<std::string, VersionRecord>> todo;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     std::map<std::string, uint64_t> set;
     if (tag.empty()) {
       for (auto& [obj, st] : objects_)
@@ -377,7 +377,7 @@ std::vector<PathCounters> ObjectStore::PathTraffic() const {
 }
 
 std::vector<double> ObjectStore::UpdateBandwidthEstimates() {
-  absl::MutexLock l(&estimate_mu_);
+  MutexLock l(&estimate_mu_);
   last_counters_.resize(paths_.size());
   estimates_.resize(paths_.size(), 0.0);
   for (size_t i = 0; i < paths_.size(); ++i) {
@@ -400,7 +400,7 @@ absl::Status ObjectStore::SetAttribute(const std::string& key,
                                        const std::string& value) {
   MLPO_RETURN_IF_ERROR(CheckWritable("set attribute"));
   MLPO_RETURN_IF_ERROR(ValidateName("attribute", key));
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   auto it = attributes_.find(key);
   if (it != attributes_.end() && it->second == value) return absl::OkStatus();
   MetaIndex::Batch b = meta_->NewBatch();
@@ -412,7 +412,7 @@ absl::Status ObjectStore::SetAttribute(const std::string& key,
 
 absl::StatusOr<std::string> ObjectStore::GetAttribute(
     const std::string& key) const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   auto it = attributes_.find(key);
   if (it == attributes_.end())
     return absl::NotFoundError(absl::StrCat(Where(), " has no attribute ", key));
@@ -421,7 +421,7 @@ absl::StatusOr<std::string> ObjectStore::GetAttribute(
 
 StoreStats ObjectStore::Stats() const {
   StoreStats s;
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   s.objects = objects_.size();
   for (auto& [o, st] : objects_) s.objects_with_head += st.has_head;
   s.versions = versions_.size();
@@ -448,7 +448,7 @@ StoreStats ObjectStore::Stats() const {
 }
 
 std::vector<ObjectInfo> ObjectStore::List() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   std::vector<ObjectInfo> out;
   for (auto& [name, st] : objects_) {
     ObjectInfo i;
@@ -466,7 +466,7 @@ std::vector<ObjectInfo> ObjectStore::List() const {
 
 absl::StatusOr<VersionRecord> ObjectStore::GetVersion(const std::string& object,
                                                       uint64_t version) const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   auto o = objects_.find(object);
   if (o == objects_.end())
     return absl::NotFoundError(absl::StrCat("no object named ", object));
@@ -488,7 +488,7 @@ absl::StatusOr<Lease> ObjectStore::ReadVersion(const std::string& object,
   VersionRecord rec;
   auto lease = std::make_shared<CheckoutLease>();
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     auto o = objects_.find(object);
     if (o == objects_.end())
       return absl::NotFoundError(absl::StrCat("no object named ", object));

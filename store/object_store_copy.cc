@@ -35,7 +35,7 @@ absl::StatusOr<CopyReport> ObjectStore::CopyTagTo(
   const std::string where =
       absl::StrCat("copy of tag ", tag, " to ", target->root());
   {
-    absl::MutexLock l(&placement_mu_);
+    MutexLock l(&placement_mu_);
     if (static_cast<size_t>(path) < degraded_.size() && degraded_[path])
       return absl::FailedPreconditionError(
           absl::StrCat(where, ": the path failed earlier (degraded mode); "
@@ -51,7 +51,7 @@ absl::StatusOr<CopyReport> ObjectStore::CopyTagTo(
   };
   std::vector<Item> todo;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     auto t = tags_.find(tag);
     if (t == tags_.end())
       return absl::NotFoundError(absl::StrCat("no tag named ", tag));
@@ -106,7 +106,7 @@ absl::StatusOr<CopyReport> ObjectStore::CopyTagTo(
     // Every extent in flight at once; wait for the last.
     struct Wait {
       std::atomic<int> left;
-      absl::Mutex mu;
+      Mutex mu;
       absl::Status error;
       std::promise<void> done;
     } w;
@@ -115,7 +115,7 @@ absl::StatusOr<CopyReport> ObjectStore::CopyTagTo(
       target->Write({e.offset, e.length}, buf.data() + e.blob_offset,
                     [&w](const absl::Status& s) {
                       if (!s.ok()) {
-                        absl::MutexLock l(&w.mu);
+                        MutexLock l(&w.mu);
                         if (w.error.ok()) w.error = s;
                       }
                       if (w.left.fetch_sub(1) == 1) w.done.set_value();
@@ -123,7 +123,7 @@ absl::StatusOr<CopyReport> ObjectStore::CopyTagTo(
     w.done.get_future().wait();
     pool_->Put(std::move(buf));
     {
-      absl::MutexLock l(&w.mu);
+      MutexLock l(&w.mu);
       st = w.error;
     }
     if (!st.ok()) break;
@@ -139,7 +139,7 @@ absl::StatusOr<CopyReport> ObjectStore::CopyTagTo(
   // One index write records every copy.
   std::vector<ExtentRef> to_free;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     MetaIndex::Batch b = meta_->NewBatch();
     std::vector<Item*> live;
     for (Item& it : todo) {
@@ -171,7 +171,7 @@ absl::StatusOr<CopyReport> ObjectStore::CopyTagTo(
     rep.path_write_bps = static_cast<double>(target->options().write_cap);
     rep.bandwidth_source = "write_cap";
   } else {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     auto bw = attributes_.find(kBandwidthAttribute);
     if (bw != attributes_.end()) {
       try {

@@ -376,11 +376,11 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
     }
   }
   {
-    absl::MutexLock l(&placement_mu_);
+    MutexLock l(&placement_mu_);
     fractions_ = NormaliseFractions(weights);
   }
 
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   for (auto& [name, layout] : snap.objects) objects_[name].layout = layout;
   for (auto& [name, v] : snap.heads) {
     objects_[name].has_head = true;

@@ -23,7 +23,7 @@ std::vector<double> ObjectStore::AdaptPlacement() {
     if (!(r > 0)) return fractions();  // not measured yet: keep as is
   uint64_t demand = 0;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     for (auto& [name, os] : objects_) demand += os.layout.total_bytes();
   }
   std::vector<uint64_t> room;
@@ -31,7 +31,7 @@ std::vector<double> ObjectStore::AdaptPlacement() {
     room.push_back(paths_[k]->options().capacity == 0 ? UINT64_MAX
                                               : paths_[k]->Usage().free);
   std::vector<double> f = WaterFill(rates, room, demand);
-  absl::MutexLock l(&placement_mu_);
+  MutexLock l(&placement_mu_);
   fractions_ = f;
   return f;
 }
@@ -42,7 +42,7 @@ absl::Status ObjectStore::SetObjectFractions(const std::string& object,
     return absl::InvalidArgumentError(absl::StrCat(
         "fractions of ", object, ": ", fractions.size(), " given, the store has ",
         paths_.size(), " paths"));
-  absl::MutexLock l(&placement_mu_);
+  MutexLock l(&placement_mu_);
   if (fractions.empty())
     object_fractions_.erase(object);
   else
@@ -58,7 +58,7 @@ absl::Status ObjectStore::AllocateStripes(
   std::vector<bool> full(n, false);
   std::vector<double> fractions;
   {
-    absl::MutexLock l(&placement_mu_);
+    MutexLock l(&placement_mu_);
     auto it = object_fractions_.find(object);
     fractions = it != object_fractions_.end() ? it->second : fractions_;
     // A failed path takes nothing new (degraded mode).
@@ -118,7 +118,7 @@ bool ObjectStore::Degrade(int path, const absl::Status& why) {
   if (absl::IsResourceExhausted(why) || absl::IsFailedPrecondition(why) ||
       absl::IsInvalidArgument(why))
     return false;
-  absl::MutexLock l(&placement_mu_);
+  MutexLock l(&placement_mu_);
   if (degraded_.empty()) degraded_.assign(paths_.size(), false);
   size_t healthy = 0;
   for (size_t k = 0; k < paths_.size(); ++k)
@@ -138,7 +138,7 @@ bool ObjectStore::Degrade(int path, const absl::Status& why) {
 }
 
 std::vector<bool> ObjectStore::degraded_paths() const {
-  absl::MutexLock l(&placement_mu_);
+  MutexLock l(&placement_mu_);
   return degraded_.empty() ? std::vector<bool>(paths_.size(), false)
                            : degraded_;
 }

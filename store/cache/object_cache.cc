@@ -7,13 +7,13 @@
 namespace mlpo {
 
 uint64_t ObjectCache::budget() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return budget_;
 }
 
 void ObjectCache::SetBudget(uint64_t bytes,
                             std::vector<AlignedBuffer>* released) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   budget_ = bytes;
   ShrinkLocked(released);
 }
@@ -58,7 +58,7 @@ void ObjectCache::ShrinkLocked(std::vector<AlignedBuffer>* released) {
 std::optional<AlignedBuffer> ObjectCache::Take(
     const std::string& object, uint64_t version,
     std::vector<AlignedBuffer>* released) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   auto n = next_.find(object);
   if (n != next_.end() && !n->second.empty()) n->second.pop_front();
   auto it = entries_.find(object);
@@ -79,7 +79,7 @@ std::optional<AlignedBuffer> ObjectCache::Take(
 
 bool ObjectCache::CopyDirty(const std::string& object, uint64_t version,
                             char* dst, size_t n) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   auto it = entries_.find(object);
   if (it == entries_.end() || !it->second.dirty ||
       it->second.version != version || it->second.buf.size() < n)
@@ -96,7 +96,7 @@ bool ObjectCache::CopyDirty(const std::string& object, uint64_t version,
 bool ObjectCache::Offer(const std::string& object, uint64_t version,
                         AlignedBuffer* buf, bool dirty,
                         std::vector<AlignedBuffer>* released) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   const uint64_t need = buf->size();  // what the buffer occupies
   auto old = entries_.find(object);
   uint64_t replaced = 0;  // bytes the old entry frees (it goes either way)
@@ -167,7 +167,7 @@ bool ObjectCache::Offer(const std::string& object, uint64_t version,
 
 std::vector<std::pair<std::string, uint64_t>> ObjectCache::DirtyEntries()
     const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   std::vector<std::pair<std::string, uint64_t>> out;
   for (auto& [name, e] : entries_)
     if (e.dirty) out.emplace_back(name, e.version);
@@ -177,7 +177,7 @@ std::vector<std::pair<std::string, uint64_t>> ObjectCache::DirtyEntries()
 bool ObjectCache::CopyForWriteBack(const std::string& object,
                                    uint64_t version, char* dst,
                                    size_t n) const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   auto it = entries_.find(object);
   if (it == entries_.end() || !it->second.dirty ||
       it->second.version != version || it->second.buf.size() < n)
@@ -187,7 +187,7 @@ bool ObjectCache::CopyForWriteBack(const std::string& object,
 }
 
 void ObjectCache::MarkClean(const std::string& object, uint64_t version) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   auto it = entries_.find(object);
   if (it == entries_.end() || !it->second.dirty ||
       it->second.version != version)
@@ -198,24 +198,24 @@ void ObjectCache::MarkClean(const std::string& object, uint64_t version) {
 
 void ObjectCache::Invalidate(const std::string& object,
                              std::vector<AlignedBuffer>* released) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   auto it = entries_.find(object);
   if (it != entries_.end()) ReleaseLocked(it, released);
 }
 
 void ObjectCache::Clear(std::vector<AlignedBuffer>* released) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   while (!entries_.empty()) ReleaseLocked(entries_.begin(), released);
 }
 
 void ObjectCache::DeclareOrder(const std::vector<std::string>& order) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   next_.clear();
   for (uint64_t i = 0; i < order.size(); ++i) next_[order[i]].push_back(i);
 }
 
 CacheStats ObjectCache::stats() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   CacheStats s = stats_;
   s.budget_bytes = budget_;
   s.cached_bytes = used_;
@@ -226,7 +226,7 @@ CacheStats ObjectCache::stats() const {
 }
 
 bool ObjectCache::Contains(const std::string& object, uint64_t version) const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   auto it = entries_.find(object);
   return it != entries_.end() && it->second.version == version;
 }

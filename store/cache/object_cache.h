@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "base/aligned_buffer.h"
 
 namespace mlpo {
@@ -121,7 +121,7 @@ class ObjectCache {
   void ShrinkLocked(std::vector<AlignedBuffer>* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   uint64_t budget_ ABSL_GUARDED_BY(mu_);
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t dirty_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of dirty entries

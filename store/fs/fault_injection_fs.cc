@@ -210,43 +210,43 @@ FaultInjectionFileSystem::FaultInjectionFileSystem() {
 FaultInjectionFileSystem::~FaultInjectionFileSystem() = default;
 
 void FaultInjectionFileSystem::FailNth(Op op, int n, int err) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   faults_[op] = {n, err};
 }
 
 void FaultInjectionFileSystem::SetPreallocateBudget(uint64_t bytes) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   budget_ = bytes;
 }
 
 void FaultInjectionFileSystem::CutPower() {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   cut_ = true;
 }
 
 bool FaultInjectionFileSystem::power_cut() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return cut_;
 }
 
 int FaultInjectionFileSystem::injected() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return injected_;
 }
 
 void FaultInjectionFileSystem::FailWhile(Op op, int err,
                                          const std::string& prefix) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   standing_.push_back({op, err, prefix});
 }
 
 void FaultInjectionFileSystem::ShortenNext(Op op, size_t bytes) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   shorten_[op] = bytes;
 }
 
 void FaultInjectionFileSystem::ClearFaults() {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   faults_.clear();
   standing_.clear();
   shorten_.clear();
@@ -258,7 +258,7 @@ IoCompletionFilter FaultInjectionFileSystem::CompletionFilter() {
     Op op = io == IoOp::kRead ? Op::kRead : Op::kWrite;
     absl::Status st = Check(op, file);
     if (!st.ok()) return power_cut() ? -EIO : -ErrnoOf(st);
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     auto s = shorten_.find(op);
     if (s != shorten_.end() && res > 0 && s->second < len) {
       int done = static_cast<int>(s->second);
@@ -271,7 +271,7 @@ IoCompletionFilter FaultInjectionFileSystem::CompletionFilter() {
 }
 
 absl::Status FaultInjectionFileSystem::Check(Op op, const std::string& file) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (cut_) return absl::InternalError("power lost (fault injection)");
   for (const Standing& f : standing_)
     if (f.op == op && file.rfind(f.prefix, 0) == 0) {
@@ -305,19 +305,19 @@ void FaultInjectionFileSystem::TrackLocked(const std::string& path,
 }
 
 void FaultInjectionFileSystem::Track(const std::string& path, bool created) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   TrackLocked(path, created);
 }
 
 void FaultInjectionFileSystem::Snapshot(const std::string& path) {
   std::string content;
   if (!ReadAll(path, &content)) return;
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   files_[path].synced = std::move(content);
 }
 
 void FaultInjectionFileSystem::DirSynced(const std::string& dir) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   pending_.erase(dir);
 }
 
@@ -325,7 +325,7 @@ void FaultInjectionFileSystem::Renamed(const std::string& from,
                                        const std::string& to) {
   std::error_code ec;
   bool dir = fs::is_directory(to, ec);
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   EntryOp op;
   op.rename = true;
   op.dir = dir;
@@ -356,7 +356,7 @@ void FaultInjectionFileSystem::Renamed(const std::string& from,
 void FaultInjectionFileSystem::BeforeRename(const std::string& to) {
   std::string content;
   bool there = ReadAll(to, &content);
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (files_.count(to) || !there) return;
   File f;
   f.synced = std::move(content);
@@ -364,14 +364,14 @@ void FaultInjectionFileSystem::BeforeRename(const std::string& to) {
 }
 
 void FaultInjectionFileSystem::Forget(const std::string& path) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   files_.erase(path);
 }
 
 void FaultInjectionFileSystem::BeforeDelete(const std::string& path) {
   std::string content;
   bool there = ReadAll(path, &content);
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   File f;
   auto it = files_.find(path);
   if (it != files_.end()) {
@@ -383,7 +383,7 @@ void FaultInjectionFileSystem::BeforeDelete(const std::string& path) {
 }
 
 void FaultInjectionFileSystem::Deleted(const std::string& path) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   EntryOp op;
   op.deleted = true;
   op.to = path;
@@ -458,7 +458,7 @@ absl::Status FaultInjectionFileSystem::RemoveTree(const std::string& path) {
   MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kUnlink, path), "remove " + path));
   MLPO_RETURN_IF_ERROR(DefaultFileSystem()->RemoveTree(path));
   std::string p = Normal(path);
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   for (auto it = files_.begin(); it != files_.end();)
     it = it->first == p || Under(it->first, p) ? files_.erase(it) : ++it;
   for (auto it = pending_.begin(); it != pending_.end();)
@@ -472,7 +472,7 @@ absl::Status FaultInjectionFileSystem::Link(const std::string& from,
   std::string content;
   bool there = ReadAll(from, &content);
   MLPO_RETURN_IF_ERROR(DefaultFileSystem()->Link(from, to));
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   std::string f = Normal(from), t = Normal(to);
   TrackLocked(t, /*created=*/true);
   auto it = files_.find(f);
@@ -537,7 +537,7 @@ absl::Status FaultInjectionFileSystem::Preallocate(int fd,
                                                    uint64_t len) {
   MLPO_RETURN_IF_ERROR(Check(Op::kPreallocate));
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     if (preallocated_ + len > budget_) {
       ++injected_;
       return ErrnoStatus(ENOSPC, absl::StrCat("preallocate ", path,
@@ -549,7 +549,7 @@ absl::Status FaultInjectionFileSystem::Preallocate(int fd,
 }
 
 int FaultInjectionFileSystem::ErrnoOf(const absl::Status&) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return last_errno_ ? last_errno_ : EIO;
 }
 
@@ -583,7 +583,7 @@ absl::Status FaultInjectionFileSystem::WriteFileSynced(const std::string& path,
   std::error_code ec;
   bool existed = fs::exists(path, ec);
   MLPO_RETURN_IF_ERROR(DefaultFileSystem()->WriteFileSynced(path, data));
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   std::string p = Normal(path);
   TrackLocked(p, !existed);
   files_[p].synced = std::string(data);
@@ -593,17 +593,17 @@ absl::Status FaultInjectionFileSystem::WriteFileSynced(const std::string& path,
 rocksdb::Env* FaultInjectionFileSystem::RocksEnv() { return env_.get(); }
 
 void FaultInjectionFileSystem::SetTornWrites(uint64_t seed) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   torn_seed_ = seed;
 }
 
 uint64_t FaultInjectionFileSystem::torn_blocks() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return torn_blocks_;
 }
 
 absl::Status FaultInjectionFileSystem::RestoreToLastSync() {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   std::error_code ec;
   // Directory entries that never became durable, undone newest first
   // across all directories, so each is undone on the tree it was made in.

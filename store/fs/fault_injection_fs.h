@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "store/fs/file_system.h"
 
 namespace mlpo {
@@ -144,7 +144,7 @@ class FaultInjectionFileSystem final : public FileSystem {
   void RekeyLocked(const std::string& from, const std::string& to)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::map<std::string, File> files_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::vector<EntryOp>> pending_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, File> before_rename_ ABSL_GUARDED_BY(mu_);

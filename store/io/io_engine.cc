@@ -40,7 +40,7 @@ absl::StatusOr<std::unique_ptr<IoEngine>> IoEngine::Create(
 
 absl::StatusOr<int> IoEngine::RegisterFile(int fd, std::string name,
                                            bool direct) {
-  absl::MutexLock l(&files_mu_);
+  MutexLock l(&files_mu_);
   int handle = -1;
   for (size_t i = 0; i < files_.size(); ++i) {
     if (!files_[i].in_use) {
@@ -64,7 +64,7 @@ absl::StatusOr<int> IoEngine::RegisterFile(int fd, std::string name,
 }
 
 absl::Status IoEngine::UnregisterFile(int handle) {
-  absl::MutexLock l(&files_mu_);
+  MutexLock l(&files_mu_);
   if (handle < 0 || static_cast<size_t>(handle) >= files_.size() ||
       !files_[handle].in_use) {
     return absl::InvalidArgumentError(
@@ -77,7 +77,7 @@ absl::Status IoEngine::UnregisterFile(int handle) {
 }
 
 IoEngine::FileEntry IoEngine::FileAt(int handle) const {
-  absl::MutexLock l(&files_mu_);
+  MutexLock l(&files_mu_);
   if (handle < 0 || static_cast<size_t>(handle) >= files_.size()) return {};
   return files_[handle];
 }
@@ -164,19 +164,19 @@ IoEngineStats IoEngine::Stats() const {
 }
 
 void IoLatch::Add(int n) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   pending_ += n;
 }
 
 void IoLatch::Done(const absl::Status& s) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (!s.ok() && first_error_.ok()) first_error_ = s;
   --pending_;
 }
 
 absl::Status IoLatch::Wait() {
-  absl::MutexLock l(&mu_);
-  mu_.Await(absl::Condition(
+  MutexLock l(&mu_);
+  mu_.Await(Condition(
       +[](int* n) { return *n == 0; }, &pending_));
   return first_error_;
 }

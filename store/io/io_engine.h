@@ -31,7 +31,7 @@
 #include "absl/base/thread_annotations.h"
 #include "base/aligned_buffer.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "absl/time/time.h"
 
 namespace mlpo {
@@ -151,7 +151,7 @@ class IoEngine {
   void CountDone(const IoRequest& r, bool ok);
 
   IoEngineOptions options_;
-  mutable absl::Mutex files_mu_;
+  mutable Mutex files_mu_;
   std::vector<FileEntry> files_ ABSL_GUARDED_BY(files_mu_);
 
   std::atomic<uint64_t> reads_{0}, writes_{0}, bytes_read_{0},
@@ -171,7 +171,7 @@ class IoLatch {
   }
 
  private:
-  absl::Mutex mu_;
+  Mutex mu_;
   int pending_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
 };

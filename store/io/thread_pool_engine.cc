@@ -31,7 +31,7 @@ class ThreadPoolEngine final : public IoEngine {
 
   void Close() override {
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       if (closing_) return;
       closing_ = true;
     }
@@ -43,7 +43,7 @@ class ThreadPoolEngine final : public IoEngine {
  protected:
   void SubmitImpl(std::vector<IoRequest> reqs) override {
     {
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       if (!closing_) {
         for (auto& r : reqs) queue_.push_back(std::move(r));
         reqs.clear();
@@ -62,7 +62,7 @@ class ThreadPoolEngine final : public IoEngine {
     for (;;) {
       absl::Duration d;
       {
-        absl::MutexLock l(&admit_mu_);
+        MutexLock l(&admit_mu_);
         d = options_.admission->Admit(r);
       }
       if (d <= absl::ZeroDuration()) return;
@@ -110,8 +110,8 @@ class ThreadPoolEngine final : public IoEngine {
     for (;;) {
       IoRequest r;
       {
-        absl::MutexLock l(&mu_);
-        mu_.Await(absl::Condition(this, &ThreadPoolEngine::HasWorkOrClosing));
+        MutexLock l(&mu_);
+        mu_.Await(Condition(this, &ThreadPoolEngine::HasWorkOrClosing));
         if (queue_.empty()) return;  // closing and drained
         r = std::move(queue_.front());
         queue_.pop_front();
@@ -123,11 +123,11 @@ class ThreadPoolEngine final : public IoEngine {
       if (r.done) r.done(s);
       bool idle;
       {
-        absl::MutexLock l(&mu_);
+        MutexLock l(&mu_);
         idle = --active_ == 0 && queue_.empty();
       }
       if (idle && options_.admission != nullptr) {
-        absl::MutexLock l(&admit_mu_);
+        MutexLock l(&admit_mu_);
         options_.admission->Idle();
       }
     }
@@ -137,11 +137,11 @@ class ThreadPoolEngine final : public IoEngine {
     return closing_ || !queue_.empty();
   }
 
-  absl::Mutex mu_;
+  Mutex mu_;
   std::deque<IoRequest> queue_ ABSL_GUARDED_BY(mu_);
   int active_ ABSL_GUARDED_BY(mu_) = 0;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Mutex admit_mu_;  // serialises IoAdmission calls
+  Mutex admit_mu_;  // serialises IoAdmission calls
   std::vector<std::thread> workers_;
 };
 

@@ -193,7 +193,7 @@ class UringEngine final : public IoEngine {
     FileEntry f;
     uint64_t gen;
     {
-      absl::MutexLock l(&files_mu_);
+      MutexLock l(&files_mu_);
       if (handle < 0 || static_cast<size_t>(handle) >= files_.size() ||
           !files_[handle].in_use)
         return false;

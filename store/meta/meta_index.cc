@@ -139,7 +139,7 @@ absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
 
 absl::Status MetaIndex::SetSealUuid(const std::string& uuid) {
   if (read_only_) return absl::OkStatus();
-  absl::MutexLock l(&seal_mu_);
+  MutexLock l(&seal_mu_);
   seal_uuid_ = uuid;
   if (seal_fd_ < 0) {
     std::string file = absl::StrCat(dir_, "/", kSealFile);
@@ -171,7 +171,7 @@ absl::Status MetaIndex::WriteSeal() {
 
 MetaIndex::~MetaIndex() {
   {
-    absl::MutexLock l(&seal_mu_);
+    MutexLock l(&seal_mu_);
     if (seal_fd_ >= 0) ::close(seal_fd_);
   }
   if (db_) {
@@ -288,7 +288,7 @@ void MetaIndex::Batch::PutPath(uint32_t id, const PathRecord& p) {
 absl::Status MetaIndex::Apply(Batch* b, bool sync) {
   rocksdb::WriteOptions wo;
   wo.sync = sync;
-  absl::MutexLock l(&seal_mu_);
+  MutexLock l(&seal_mu_);
   MLPO_RETURN_IF_ERROR(RocksStatus(db_->Write(wo, &b->batch_),
                                    absl::StrCat("write store index ", dir_)));
   // A synced write makes the whole WAL durable, earlier unsynced records

@@ -34,7 +34,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "rocksdb/db.h"
 #include "rocksdb/write_batch.h"
 #include "store/fs/file_system.h"
@@ -127,7 +127,7 @@ class MetaIndex {
   std::vector<rocksdb::ColumnFamilyHandle*> cf_;  // order of kCfNames
   bool read_only_ = false;
 
-  absl::Mutex seal_mu_;
+  Mutex seal_mu_;
   std::string seal_uuid_ ABSL_GUARDED_BY(seal_mu_);
   int seal_fd_ ABSL_GUARDED_BY(seal_mu_) = -1;
   FileSystem* fs_ = nullptr;

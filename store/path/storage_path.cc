@@ -143,7 +143,7 @@ absl::StatusOr<std::unique_ptr<StoragePath>> StoragePath::Open(
   eo.completion_filter = p->fs()->CompletionFilter();
   eo.name = options.root;
   MLPO_ASSIGN_OR_RETURN(p->engine_, IoEngine::Create(eo));
-  absl::MutexLock l(&p->mu_);
+  MutexLock l(&p->mu_);
   p->alloc_ = std::make_unique<ExtentAllocator>(options.segment_bytes);
   // Reopen existing segments in order; a gap means a lost file.
   for (uint64_t n = 0;; ++n) {
@@ -163,7 +163,7 @@ absl::StatusOr<std::unique_ptr<StoragePath>> StoragePath::Open(
 
 StoragePath::~StoragePath() {
   if (engine_) engine_->Close();
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   for (auto& s : segments_) ::close(s.fd);
 }
 
@@ -210,7 +210,7 @@ absl::Status StoragePath::AddSegment() {
 }
 
 absl::StatusOr<std::vector<Range>> StoragePath::Allocate(uint64_t length) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   uint64_t need = (length + kIoAlignment - 1) / kIoAlignment * kIoAlignment;
   while (alloc_->free() < need) MLPO_RETURN_IF_ERROR(AddSegment());
   auto r = alloc_->Allocate(need);
@@ -219,12 +219,12 @@ absl::StatusOr<std::vector<Range>> StoragePath::Allocate(uint64_t length) {
 }
 
 absl::Status StoragePath::Free(Range r) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   return Annotate(alloc_->Free(r), absl::StrCat("path ", root()));
 }
 
 absl::Status StoragePath::MarkUsed(Range r) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (r.offset + r.length > alloc_->total()) {
     // An extent past the last segment means a segment file vanished.
     return absl::DataLossError(absl::StrCat(
@@ -247,7 +247,7 @@ void StoragePath::Transfer(IoOp op, Range r, void* buf, IoCallback done) {
   uint64_t seg = r.offset / options_.segment_bytes;
   int handle = -1;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     if (seg < segments_.size() &&
         SegmentOffset(r.offset) + r.length <= options_.segment_bytes) {
       handle = segments_[seg].handle;
@@ -261,7 +261,7 @@ void StoragePath::Transfer(IoOp op, Range r, void* buf, IoCallback done) {
     return;
   }
   {
-    absl::MutexLock l(&busy_mu_);
+    MutexLock l(&busy_mu_);
     if (inflight_++ == 0) busy_since_ = absl::Now();
   }
   IoRequest req;
@@ -280,7 +280,7 @@ void StoragePath::Transfer(IoOp op, Range r, void* buf, IoCallback done) {
                              "path " + options_.root, traced, absl::Now(),
                              len);
     {
-      absl::MutexLock l(&busy_mu_);
+      MutexLock l(&busy_mu_);
       if (--inflight_ == 0) busy_ += absl::Now() - busy_since_;
     }
     done(s);
@@ -291,7 +291,7 @@ void StoragePath::Transfer(IoOp op, Range r, void* buf, IoCallback done) {
 absl::Status StoragePath::Sync() {
   std::vector<std::pair<int, std::string>> todo;
   {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     for (size_t i = 0; i < segments_.size(); ++i) {
       if (!segments_[i].dirty) continue;
       segments_[i].dirty = false;
@@ -315,7 +315,7 @@ absl::Status StoragePath::Sync() {
     if (!st.ok()) {
       // Whatever was written since the last good sync is suspect: keep the
       // segment dirty so the next Sync tries again.
-      absl::MutexLock l(&mu_);
+      MutexLock l(&mu_);
       for (size_t i = 0; i < segments_.size(); ++i)
         if (segments_[i].fd == fd) segments_[i].dirty = true;
       return st;
@@ -334,7 +334,7 @@ absl::Status StoragePath::SetCaps(uint64_t read_cap, uint64_t write_cap) {
 }
 
 PathUsage StoragePath::Usage() const {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   PathUsage u;
   u.total = alloc_->total();
   u.used = alloc_->used();
@@ -347,7 +347,7 @@ PathCounters StoragePath::Counters() const {
   PathCounters c;
   c.bytes_read = bytes_read_.load();
   c.bytes_written = bytes_written_.load();
-  absl::MutexLock l(&busy_mu_);
+  MutexLock l(&busy_mu_);
   absl::Duration b = busy_;
   if (inflight_ > 0) b += absl::Now() - busy_since_;
   c.busy_s = absl::ToDoubleSeconds(b);

@@ -21,7 +21,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "store/path/admission.h"
 #include "store/path/extent_allocator.h"
 #include "store/fs/file_system.h"
@@ -131,7 +131,7 @@ class StoragePath {
   std::unique_ptr<PathAdmission> admission_;
   std::unique_ptr<IoEngine> engine_;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::unique_ptr<ExtentAllocator> alloc_ ABSL_GUARDED_BY(mu_);
   struct Segment {
     int fd = -1;
@@ -141,7 +141,7 @@ class StoragePath {
   std::vector<Segment> segments_ ABSL_GUARDED_BY(mu_);
   bool direct_ = true;
 
-  mutable absl::Mutex busy_mu_;
+  mutable Mutex busy_mu_;
   int inflight_ ABSL_GUARDED_BY(busy_mu_) = 0;
   absl::Time busy_since_ ABSL_GUARDED_BY(busy_mu_);
   absl::Duration busy_ ABSL_GUARDED_BY(busy_mu_);
