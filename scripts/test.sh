@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # README command 2: install what is missing, build, run every test.
-#   scripts/test.sh           default suite (unit tests + ASan/UBSan build)
+#   scripts/test.sh           default suite (Release unit tests, pytest, the
+#                             clang ASan+UBSan build's unit tests, fuzzers)
 #   scripts/test.sh --slow    also the slow tests (crash loops, big runs)
 #                             and the ThreadSanitizer build (scripts/tsan.sh)
 # Exits non-zero on any failure.
@@ -9,25 +10,33 @@ cd "$(dirname "$0")/.."
 slow=0
 [ "${1:-}" = "--slow" ] && slow=1
 scripts/deps.sh
-mkdir -p build build-asan
+mkdir -p build
 export MLPO_TEST_TMPDIR=${MLPO_TEST_TMPDIR:-$PWD/var/test-tmp}
 mkdir -p "$MLPO_TEST_TMPDIR"
 echo "== build (Release, warnings as errors)"
 scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DMLPO_WERROR=ON
-echo "== build (ASan + UBSan, unit tests)"
-scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DMLPO_SANITIZE=ON \
-  -DMLPO_WERROR=ON -DMLPO_WITH_CUDA=OFF -DMLPO_WITH_PYTHON=OFF \
-  -DMLPO_BUILD_BENCH=OFF
+# One sanitizer build: clang with ASan + UBSan, -Wthread-safety and the
+# fuzzers' coverage (deps.sh installs clang). GCC's ASan build stands in
+# where clang is missing (then no thread-safety analysis and no fuzzers).
 have_clang=0
 if command -v clang++ >/dev/null 2>&1; then
   have_clang=1
-  echo "== build (clang, -Wthread-safety, warnings as errors; libraries, tools, fuzzers)"
+  san=build-clang
+  echo "== build (clang: ASan + UBSan, -Wthread-safety, warnings as errors;" \
+       "unit tests, tools, fuzzers)"
   mkdir -p build-clang
   CC=clang CXX=clang++ scripts/build.sh build-clang -DCMAKE_BUILD_TYPE=Debug \
-    -DMLPO_WERROR=ON -DMLPO_WITH_CUDA=OFF -DBUILD_TESTING=OFF \
-    -DMLPO_WITH_PYTHON=OFF -DMLPO_FUZZ=ON -DMLPO_BUILD_BENCH=OFF
+    -DMLPO_WERROR=ON -DMLPO_WITH_CUDA=OFF -DBUILD_TESTING=ON \
+    -DMLPO_SANITIZE=ON -DMLPO_WITH_PYTHON=OFF -DMLPO_FUZZ=ON \
+    -DMLPO_BUILD_BENCH=OFF
 else
-  echo "== clang++ not found: skipping the -Wthread-safety build and the fuzzers"
+  san=build-asan
+  echo "== clang++ not found: GCC's ASan + UBSan build, no -Wthread-safety" \
+       "and no fuzzers"
+  mkdir -p build-asan
+  scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DMLPO_SANITIZE=ON \
+    -DMLPO_WERROR=ON -DMLPO_WITH_CUDA=OFF -DMLPO_WITH_PYTHON=OFF \
+    -DMLPO_BUILD_BENCH=OFF
 fi
 labels=(-LE slow)
 [ $slow -eq 1 ] && labels=()
@@ -38,7 +47,7 @@ echo "== tests (PyTorch adapter, pytest, Debian's /usr/bin/python3)"
 PYTHONPATH=build/python /usr/bin/python3 -m pytest -q -p no:cacheprovider \
   python/tests || status=1
 echo "== tests (ASan + UBSan)"
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest -j "$(nproc)" \
+(cd "$san" && ASAN_OPTIONS=detect_leaks=1 ctest -j "$(nproc)" \
   --output-on-failure --timeout 900 -L unit -LE slow) || status=1
 if [ $have_clang -eq 1 ]; then
   echo "== fuzzers (libFuzzer, ${MLPO_FUZZ_SECONDS:-10} s each)"
