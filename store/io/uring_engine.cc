@@ -106,9 +106,13 @@ class UringEngine final : public IoEngine {
     {
       std::lock_guard<std::mutex> l(mu_);
       closing_ = true;
+      WakeLocked();
     }
-    Wake();
     thread_.join();
+    // Under mu_: a submitter still finishing its wake-up (its request may
+    // have completed, and the store be closing, before its write to the
+    // eventfd) must not write to a closed, perhaps reused, descriptor.
+    std::lock_guard<std::mutex> l(mu_);
     ::close(wake_fd_);
     wake_fd_ = -1;
   }
@@ -127,13 +131,13 @@ class UringEngine final : public IoEngine {
         }
         reqs.clear();
       }
+      WakeLocked();
     }
     for (auto& r : reqs) {  // engine closed
       CountDone(r, false);
       if (r.done) r.done(absl::FailedPreconditionError(
           absl::StrCat("io engine '", options_.name, "' is closed")));
     }
-    Wake();
   }
 
   void OnFileRegistered(int handle, int fd) override
@@ -145,7 +149,9 @@ class UringEngine final : public IoEngine {
   }
 
  private:
-  void Wake() {
+  // Called with mu_ held (Close closes the eventfd under it).
+  void WakeLocked() {
+    if (wake_fd_ < 0) return;
     uint64_t one = 1;
     ssize_t n = ::write(wake_fd_, &one, sizeof(one));
     (void)n;
@@ -155,8 +161,8 @@ class UringEngine final : public IoEngine {
     {
       std::lock_guard<std::mutex> l(mu_);
       control_.push_back(std::move(fn));
+      WakeLocked();
     }
-    Wake();
   }
 
   absl::Status SetupRing() {
