@@ -74,11 +74,13 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
         return absl::FailedPreconditionError(absl::StrCat(
             "store ", rank.store->options().meta_dir, ": object ", s.object,
             " has no version ", tag.empty() ? "" : "in tag " + tag));
-      if (r->step_ == 0) r->step_ = it->second;
-      if (it->second != r->step_)
+      MLPO_ASSIGN_OR_RETURN(VersionRecord rec,
+                            rank.store->GetVersion(s.object, it->second));
+      if (r->step_ == 0) r->step_ = rec.step;
+      if (rec.step != r->step_)
         return absl::FailedPreconditionError(absl::StrCat(
             "checkpoint holds state from different steps (", r->step_, " and ",
-            it->second, " in ", rank.store->options().meta_dir, ")"));
+            rec.step, " in ", rank.store->options().meta_dir, ")"));
       rank.versions[s.object] = it->second;
     }
     r->ranks_.push_back(std::move(rank));

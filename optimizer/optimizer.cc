@@ -99,7 +99,8 @@ absl::Status Optimizer::Init() {
 absl::Status Optimizer::LoadStep() {
   std::set<uint64_t> versions;
   for (const ObjectInfo& i : store_->List())
-    if (by_object_.count(i.name)) versions.insert(i.has_head ? i.head : 0);
+    if (by_object_.count(i.name))
+      versions.insert(i.has_head ? i.head_step : 0);
   if (versions.size() > 1)
     return absl::FailedPreconditionError(absl::StrCat(
         "store ", store_->options().meta_dir,

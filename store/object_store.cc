@@ -147,8 +147,8 @@ ExtentCheck CheckExtent(const ExtentRef& e, const char* dst,
 }  // namespace
 
 absl::Status BadExtentStatus(const BadExtent& b) {
-  std::string msg = absl::StrCat("object ", b.object, " version ", b.version,
-                                 ": path ", b.path, " file ", b.file,
+  std::string msg = absl::StrCat("object ", b.object, " step ", b.step,
+                                 " (version ", b.version, "): path ", b.path, " file ", b.file,
                                  " offset ", b.file_offset, " length ",
                                  b.length, ": ", b.error);
   return absl::Status(b.code == absl::StatusCode::kOk
@@ -203,12 +203,15 @@ void ObjectStore::ReadRecord(const std::string& object,
     char* dst = buf + e.blob_offset;
     paths_[e.path]->Read(
         {e.offset, e.length}, dst,
-        [this, e, dst, object, pending, v = rec.version](const absl::Status& s) {
-          hasher_->Post([this, e, dst, object, pending, v, s] {
+        [this, e, dst, object, pending, v = rec.version,
+         step = rec.step](const absl::Status& s) {
+          hasher_->Post([this, e, dst, object, pending, v, step, s] {
             ExtentCheck c = CheckExtent(e, dst, s);
             if (!c.error.empty()) {
+              BadExtent b = Describe(object, v, e, c.error, c.code);
+              b.step = step;
               MutexLock l(&pending->mu);
-              pending->bad.push_back(Describe(object, v, e, c.error, c.code));
+              pending->bad.push_back(std::move(b));
             }
             if (pending->left.fetch_sub(1) != 1) return;
             std::vector<BadExtent> bad;
@@ -258,10 +261,12 @@ std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
       // store's lock (never hand over the only copy to a lease that may be
       // dropped).
       lease->version_ = it->second.dirty;
+      lease->step_ = it->second.dirty_step;
       lease->is_new_ = false;
       dirty = true;
     } else if (it->second.has_head) {
       lease->version_ = it->second.head;
+      lease->step_ = it->second.head_step;
       lease->is_new_ = false;
       if (cache_) cached = cache_->Take(object, it->second.head, &released);
       if (!cached) {
@@ -324,6 +329,7 @@ absl::StatusOr<Lease> ObjectStore::Blank(const std::string& object) {
           absl::StrCat("object ", object, " is not declared"));
     lease->layout_ = it->second.layout;
     lease->version_ = it->second.head;
+    lease->step_ = it->second.head_step;
     lease->is_new_ = !it->second.has_head;
   }
   lease->buf_ = pool_->Get(lease->layout_.total_bytes());
@@ -333,7 +339,8 @@ absl::StatusOr<Lease> ObjectStore::Blank(const std::string& object) {
 
 struct ObjectStore::CommitOp {
   Lease lease;
-  uint64_t version;
+  uint64_t version;  // the store-wide sequence number given to it
+  uint64_t step;     // the caller's
   bool write_back = false;  // a dirty version from the DRAM tier
   int failed_path = -1;     // the path whose write failed first
   int retries = 0;          // degraded-mode rewrites so far
@@ -345,8 +352,8 @@ struct ObjectStore::CommitOp {
   std::promise<absl::Status> promise;
 };
 
-std::future<absl::Status> ObjectStore::Commit(Lease lease, uint64_t version) {
-  return CommitImpl(std::move(lease), version, /*write_back=*/false);
+std::future<absl::Status> ObjectStore::Commit(Lease lease, uint64_t step) {
+  return CommitImpl(std::move(lease), step, /*write_back=*/false);
 }
 
 absl::Status ObjectStore::WriteBack() {
@@ -362,6 +369,7 @@ absl::Status ObjectStore::WriteBack() {
       auto it = objects_.find(object);
       if (it == objects_.end() || it->second.dirty != version) continue;
       lease->layout_ = it->second.layout;
+      lease->step_ = it->second.dirty_step;
     }
     lease->buf_ = pool_->Get(lease->layout_.total_bytes());
     lease->pool_ = pool_;
@@ -378,7 +386,7 @@ absl::Status ObjectStore::WriteBack() {
   return Annotate(first, "write-back of the DRAM tier's dirty versions");
 }
 
-std::future<absl::Status> ObjectStore::CommitImpl(Lease lease, uint64_t version,
+std::future<absl::Status> ObjectStore::CommitImpl(Lease lease, uint64_t number,
                                                   bool write_back) {
   auto op = std::make_shared<CommitOp>();
   op->write_back = write_back;
@@ -387,7 +395,8 @@ std::future<absl::Status> ObjectStore::CommitImpl(Lease lease, uint64_t version,
   // expression ends (often a .get() on this future), and a lease only op
   // holds can move into the DRAM tier at the end.
   op->lease = std::move(lease);
-  op->version = version;
+  op->version = write_back ? number : 0;
+  op->step = write_back ? 0 : number;
   const std::string& object = op->lease->object();
   {
     MutexLock l(&mu_);
@@ -401,16 +410,27 @@ std::future<absl::Status> ObjectStore::CommitImpl(Lease lease, uint64_t version,
     else if (options_.read_only)
       bad = CheckWritable(absl::StrCat("commit of ", object));
     else if (!write_back &&
-             ((it->second.has_head && version <= it->second.head) ||
-              version <= it->second.dirty))
+             ((it->second.has_head && op->step <= it->second.head_step) ||
+              (it->second.dirty != 0 && op->step <= it->second.dirty_step)))
       bad = absl::FailedPreconditionError(absl::StrCat(
-          "commit of ", object, " version ", version,
-          ": versions must grow (head is ",
-          std::max(it->second.head, it->second.dirty), ")"));
+          "commit of ", object, " at step ", op->step,
+          ": steps must grow (the head is at step ",
+          it->second.dirty != 0 ? it->second.dirty_step
+                                : it->second.head_step,
+          ")"));
+    else if (!write_back && op->step == 0)
+      bad = absl::InvalidArgumentError(
+          absl::StrCat("commit of ", object, ": step 0 (steps start at 1)"));
     if (!bad.ok()) {
       op->promise.set_value(bad);
       return fut;
     }
+    if (write_back) {
+      op->step = op->lease->step();
+    } else {
+      op->version = next_version_++;
+    }
+    const uint64_t version = op->version;
     if (!write_back && cache_ && options_.durability == Durability::kTag &&
         op->lease.use_count() == 1) {
       // Write-back: the version stays in DRAM, dirty, until the next tag
@@ -419,6 +439,7 @@ std::future<absl::Status> ObjectStore::CommitImpl(Lease lease, uint64_t version,
       if (cache_->Offer(object, version, &op->lease->buf_, /*dirty=*/true,
                         &released)) {
         it->second.dirty = version;
+        it->second.dirty_step = op->step;
         ++commits_;
         for (AlignedBuffer& b : released) pool_->Put(std::move(b));
         op->promise.set_value(absl::OkStatus());
@@ -428,7 +449,8 @@ std::future<absl::Status> ObjectStore::CommitImpl(Lease lease, uint64_t version,
     }
     ++commits_in_flight_;
   }
-  op->rec.version = version;
+  op->rec.version = op->version;
+  op->rec.step = op->step;
   absl::Status st = StartWrites(op);
   if (!st.ok()) {
     {
@@ -450,7 +472,9 @@ absl::Status ObjectStore::StartWrites(std::shared_ptr<CommitOp> op) {
   op->error = absl::OkStatus();
   std::vector<std::vector<Range>> ranges;
   MLPO_RETURN_IF_ERROR(AllocateStripes(
-      absl::StrCat("commit of ", object, " version ", op->version), object,
+      absl::StrCat("commit of ", object, " version ", op->version, " (step ",
+                   op->step, ")"),
+      object,
       total, &ranges));
   uint64_t blob_off = 0;
   for (size_t p = 0; p < paths_.size(); ++p) {
@@ -494,8 +518,8 @@ absl::Status ObjectStore::StartWrites(std::shared_ptr<CommitOp> op) {
 
 void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
   const std::string& object = op->lease->object();
-  std::string where =
-      absl::StrCat("commit of ", object, " version ", op->version);
+  std::string where = absl::StrCat("commit of ", object, " version ",
+                                   op->version, " (step ", op->step, ")");
   absl::Status st;
   int failed = -1;
   {
@@ -532,6 +556,9 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
       MetaIndex::Batch b = meta_->NewBatch();
       b.PutVersion(object, op->rec);
       b.PutHead(object, op->version);
+      // Numbers handed out so far (commits in flight included) are never
+      // handed out again, even after a reopen.
+      b.PutNextVersion(next_version_);
       std::map<VKey, int> dec;
       if (os.has_head) dec[{object, os.head}] = 1;
       st = ApplyRefChanges(&b, dec, /*free_now=*/true,
@@ -542,6 +569,7 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
         nv.refs = 1;
         os.has_head = true;
         os.head = op->version;
+        os.head_step = op->step;
         if (!op->write_back) ++commits_;
         if (os.dirty != 0 && os.dirty <= op->version) {
           // The dirty version is on disk now (write-back), or an older one
@@ -554,6 +582,7 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
             Recycle(&released);
           }
           os.dirty = 0;
+          os.dirty_step = 0;
         }
       }
     }

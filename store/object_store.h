@@ -51,14 +51,18 @@ inline constexpr char kBandwidthAttribute[] = "bandwidth";
 inline constexpr char kIndexBackupDir[] = "meta-backup";
 
 // A checked-out object: its blob in an aligned host buffer, and the version
-// it holds (0 and is_new() for an object never committed).
+// it holds (0 and is_new() for an object never committed) with the step that
+// version was committed at.
 class CheckoutLease {
  public:
   ~CheckoutLease() {
     if (pool_) pool_->Put(std::move(buf_));
   }
   const std::string& object() const { return object_; }
+  // The store-wide sequence number of the version read (never reused).
   uint64_t version() const { return version_; }
+  // The caller's step the version was committed at (0 for a new object).
+  uint64_t step() const { return step_; }
   bool is_new() const { return is_new_; }
   const ObjectLayout& layout() const { return layout_; }
   char* data() { return buf_.data(); }
@@ -75,6 +79,7 @@ class CheckoutLease {
   friend class ObjectStore;
   std::string object_;
   uint64_t version_ = 0;
+  uint64_t step_ = 0;
   bool is_new_ = true;
   ObjectLayout layout_;
   AlignedBuffer buf_;
@@ -85,6 +90,7 @@ using Lease = std::shared_ptr<CheckoutLease>;
 struct BadExtent {
   std::string object;
   uint64_t version = 0;
+  uint64_t step = 0;  // the step of that version (0 when unknown)
   std::string path, file;  // path root; segment file
   uint64_t file_offset = 0, length = 0;
   std::string error;  // checksum mismatch or I/O error text
@@ -179,8 +185,10 @@ struct ObjectInfo {
   std::string name;
   ObjectLayout layout;
   bool has_head = false;
-  uint64_t head = 0;
+  uint64_t head = 0;       // the head's sequence number
+  uint64_t head_step = 0;  // the step the head was committed at
   std::vector<uint64_t> versions;  // with a record (head and tagged)
+  std::vector<uint64_t> steps;     // the step of each of `versions`
 };
 
 class ObjectStore {
@@ -218,9 +226,13 @@ class ObjectStore {
   // A lease for writing a whole new version without reading the old one
   // (contents unspecified). NotFound for an undeclared object.
   absl::StatusOr<Lease> Blank(const std::string& object);
-  // Writes `lease`'s blob as `version` (greater than the head's) to new
-  // extents, then moves the head. On error the previous head stays.
-  std::future<absl::Status> Commit(Lease lease, uint64_t version);
+  // Writes `lease`'s blob as a new version made at `step` (greater than the
+  // head's step) to new extents, then moves the head. The version gets the
+  // store's next sequence number, never used before (not even by a version
+  // a restore left behind), so a commit after a restore starts a new
+  // lineage beside the old one and every tagged record stays as it was.
+  // On error the previous head stays.
+  std::future<absl::Status> Commit(Lease lease, uint64_t step);
   // Writes every version the DRAM tier holds dirty (durability "tag") to
   // the paths and moves their heads; Tag and close do it first. A failure
   // leaves the dirty versions in DRAM, untouched.
@@ -232,6 +244,11 @@ class ObjectStore {
   void DeclareAccessOrder(const std::vector<std::string>& objects);
 
   absl::Status Tag(const std::string& name);
+  // Moves every head back to the tag's versions, all or nothing: every
+  // extent of the tag is read and checked first (a replica stands in for a
+  // bad first copy); a failure changes nothing and names what is bad.
+  // Versions only the old heads referenced are freed; versions of other
+  // tags stay. The next commit starts a new lineage.
   absl::Status Restore(const std::string& name);
   absl::Status DropTag(const std::string& name);
   std::map<std::string, std::map<std::string, uint64_t>> Tags() const;
@@ -353,9 +370,11 @@ class ObjectStore {
     ObjectLayout layout;
     bool has_head = false;
     uint64_t head = 0;
+    uint64_t head_step = 0;
     // Durability "tag" with the DRAM tier: a committed version newer than
     // `head` that lives only in the cache (dirty) until written back.
     uint64_t dirty = 0;
+    uint64_t dirty_step = 0;
   };
   using VKey = std::pair<std::string, uint64_t>;
   struct CommitOp;
@@ -393,7 +412,8 @@ class ObjectStore {
   bool Degrade(int path, const absl::Status& why);
   // Commit; `write_back`: the blob is the dirty version `version` from the
   // DRAM tier, written through (it may equal the dirty version).
-  std::future<absl::Status> CommitImpl(Lease lease, uint64_t version,
+  // `number`: the step of a new commit, or the dirty version written back.
+  std::future<absl::Status> CommitImpl(Lease lease, uint64_t number,
                                        bool write_back);
   // Writes `b` after adding the deletion of every record whose references
   // all go (when `free_now`), then drops the references in memory and
@@ -460,6 +480,9 @@ class ObjectStore {
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> attributes_ ABSL_GUARDED_BY(mu_);
   uint64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
+  // The next commit's sequence number: above every version the index ever
+  // recorded (persisted as "next_version" with each commit).
+  uint64_t next_version_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t checkouts_ ABSL_GUARDED_BY(mu_) = 0;
   int commits_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 

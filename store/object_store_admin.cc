@@ -80,6 +80,41 @@ absl::Status ObjectStore::TagImpl(const std::string& name) {
 
 absl::Status ObjectStore::Restore(const std::string& name) {
   MLPO_RETURN_IF_ERROR(CheckWritable("restore"));
+  {
+    MutexLock l(&mu_);
+    if (!tags_.count(name))
+      return absl::NotFoundError(absl::StrCat("no tag named ", name));
+  }
+  // All or nothing: every extent of the tag is read and checked (the
+  // replica standing in for a bad first copy) before any head moves. The
+  // tag's versions cannot go meanwhile: the tag holds them, and only this
+  // store (one writer) could drop it.
+  std::vector<std::pair<std::string, VersionRecord>> todo;
+  {
+    MutexLock l(&mu_);
+    for (auto& [obj, v] : tags_[name]) {
+      VersionState& vs = versions_[{obj, v}];
+      ++vs.pins;
+      todo.emplace_back(obj, vs.rec);
+    }
+  }
+  std::vector<BadExtent> bad;
+  for (auto& [obj, rec] : todo) {
+    AlignedBuffer buf = pool_->Get(rec.blob_bytes);
+    ReadExtents(obj, rec, buf.data(), &bad);  // falls back to a replica
+    pool_->Put(std::move(buf));
+    Unpin({obj, rec.version});
+  }
+  if (!bad.empty()) {
+    std::string first = std::string(BadExtentStatus(bad.front()).message());
+    return absl::Status(
+        bad.front().code == absl::StatusCode::kOk ? absl::StatusCode::kDataLoss
+                                                  : bad.front().code,
+        absl::StrCat("restore ", name, ": ", bad.size(),
+                     " extent(s) of the tag are unreadable (first: ", first,
+                     "); nothing was changed: the heads and every version "
+                     "are as they were"));
+  }
   std::vector<ExtentRef> to_free;
   {
     MutexLock l(&mu_);
@@ -109,6 +144,7 @@ absl::Status ObjectStore::Restore(const std::string& name) {
       if (st.has_head && tagged && st.head == want->second) continue;
       st.has_head = tagged;
       st.head = tagged ? want->second : 0;
+      st.head_step = tagged ? versions_[{obj, want->second}].rec.step : 0;
       if (tagged) ++versions_[{obj, want->second}].refs;
     }
   }
@@ -456,9 +492,13 @@ std::vector<ObjectInfo> ObjectStore::List() const {
     i.layout = st.layout;
     i.has_head = st.has_head;
     i.head = st.head;
+    i.head_step = st.head_step;
     for (auto it = versions_.lower_bound({name, 0});
-         it != versions_.end() && it->first.first == name; ++it)
+         it != versions_.end() && it->first.first == name; ++it) {
+      if (it->second.deleted) continue;  // freed when its reader unpins it
       i.versions.push_back(it->first.second);
+      i.steps.push_back(it->second.rec.step);
+    }
     out.push_back(std::move(i));
   }
   return out;
@@ -503,6 +543,7 @@ absl::StatusOr<Lease> ObjectStore::ReadVersion(const std::string& object,
   }
   lease->object_ = object;
   lease->version_ = version;
+  lease->step_ = rec.step;
   lease->is_new_ = false;
   lease->buf_ = pool_->Get(rec.blob_bytes);
   lease->pool_ = pool_;

@@ -402,6 +402,16 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
           " is referenced but has no record"));
     ++it->second.refs;
   }
+  for (auto& [name, st] : objects_)
+    if (st.has_head) st.head_step = versions_[{name, st.head}].rec.step;
+  // Never hand out a number the index has seen: above the recorded counter,
+  // every record, head and tag (a store made before the counter has only
+  // the latter).
+  next_version_ = std::max<uint64_t>(1, snap.next_version);
+  for (const VKey& k : referenced)
+    next_version_ = std::max(next_version_, k.second + 1);
+  for (auto& [k, vs] : versions_)
+    next_version_ = std::max(next_version_, k.second + 1);
   // Rebuild free space from every record. Records no head or tag references
   // (left by DropTag) keep their space until Gc() deletes them, so that
   // `mlpo drop-tag` then `mlpo gc` frees what the README says.

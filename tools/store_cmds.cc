@@ -89,6 +89,43 @@ json SectionStats(const CheckoutLease& l) {
   return out;
 }
 
+// The step a tag's versions were committed at: one number when all agree
+// (every optimizer tag), else null; "mixed" in text.
+json TagStep(const ObjectStore& s,
+             const std::map<std::string, uint64_t>& objs) {
+  json step = nullptr;
+  for (auto& [obj, v] : objs) {
+    auto rec = s.GetVersion(obj, v);
+    if (!rec.ok()) return nullptr;
+    if (step.is_null()) {
+      step = rec->step;
+    } else if (step.get<uint64_t>() != rec->step) {
+      return "mixed";
+    }
+  }
+  return step;
+}
+
+std::string StepText(const json& step) {
+  if (step.is_null()) return "-";
+  if (step.is_string()) return step.get<std::string>();
+  return std::to_string(step.get<uint64_t>());
+}
+
+json ExtentsJson(ObjectStore* s, const std::vector<ExtentRef>& list) {
+  json ext = json::array();
+  for (auto& e : list) {
+    StoragePath* p = s->path(e.path);
+    ext.push_back({{"path", p->root()},
+                   {"file", p->SegmentFile(e.offset)},
+                   {"offset", p->SegmentOffset(e.offset)},
+                   {"length", e.length},
+                   {"blob_offset", e.blob_offset},
+                   {"xxh3", absl::StrFormat("%016x", e.checksum)}});
+  }
+  return ext;
+}
+
 json PathsJson(const StoreStats& st) {
   json paths = json::array();
   for (auto& p : st.paths)
@@ -126,7 +163,9 @@ void AddStoreCommands(CLI::App& app) {
                 {"tags", json::array()},
                 {"paths", PathsJson(st)}};
       for (auto& [t, objs] : tags)
-        j["tags"].push_back({{"name", t}, {"objects", objs.size()}});
+        j["tags"].push_back({{"name", t},
+                             {"objects", objs.size()},
+                             {"step", TagStep(*s, objs)}});
       if (a->json) {
         std::cout << j.dump(2) << "\n";
         return;
@@ -146,31 +185,41 @@ void AddStoreCommands(CLI::App& app) {
                     FormatBytes(p.unreferenced_bytes).c_str(),
                     FormatBytes(p.usage.used).c_str(),
                     FormatBytes(p.usage.free).c_str());
-      for (auto& [t, objs] : tags)
-        std::printf("tag %s: %zu objects\n", t.c_str(), objs.size());
+      for (auto& t : j["tags"])
+        std::printf("tag %s: %zu objects, step %s\n",
+                    t["name"].get<std::string>().c_str(),
+                    (size_t)t["objects"].get<uint64_t>(),
+                    StepText(t["step"]).c_str());
     });
   }
   {
     auto a = std::make_shared<CommonArgs>();
-    auto* c = AddStoreSub(app, "ls", "List objects with their head version, "
-                                     "size and kept versions", a.get());
+    auto* c = AddStoreSub(app, "ls", "List objects with their head (step and "
+                                     "sequence number), size and kept "
+                                     "versions", a.get());
     c->callback([a] {
       auto s = OpenTarget("ls", a->store, /*read_only=*/true);
       json j = json::array();
       for (auto& i : s->List())
         j.push_back({{"name", i.name},
                      {"head", i.has_head ? json(i.head) : json(nullptr)},
+                     {"head_step",
+                      i.has_head ? json(i.head_step) : json(nullptr)},
                      {"bytes", i.layout.total_bytes()},
                      {"layout", i.layout.DebugString()},
-                     {"versions", i.versions}});
+                     {"versions", i.versions},
+                     {"steps", i.steps}});
       if (a->json) {
         std::cout << json{{"objects", j}}.dump(2) << "\n";
         return;
       }
-      std::printf("%-32s %8s %12s  %s\n", "object", "head", "bytes", "layout");
+      std::printf("%-32s %8s %8s %8s %12s  %s\n", "object", "step", "version",
+                  "kept", "bytes", "layout");
       for (auto& o : j)
-        std::printf("%-32s %8s %12s  %s\n", o["name"].get<std::string>().c_str(),
-                    o["head"].is_null() ? "-" : std::to_string(o["head"].get<uint64_t>()).c_str(),
+        std::printf("%-32s %8s %8s %8zu %12s  %s\n",
+                    o["name"].get<std::string>().c_str(),
+                    StepText(o["head_step"]).c_str(),
+                    StepText(o["head"]).c_str(), o["versions"].size(),
                     FormatBytes(o["bytes"].get<double>()).c_str(),
                     o["layout"].get<std::string>().c_str());
     });
@@ -179,40 +228,52 @@ void AddStoreCommands(CLI::App& app) {
     auto a = std::make_shared<CommonArgs>();
     auto obj = std::make_shared<std::string>();
     auto ver = std::make_shared<int64_t>(0);
+    auto step = std::make_shared<int64_t>(0);
     auto* c = AddStoreSub(app, "show", "One object: layout, extents per path "
                                        "with checksums, per-section statistics "
                                        "(min, max, mean, L2, NaN, Inf)", a.get());
     c->add_option("object", *obj, "Object name")->required();
-    c->add_option("--version", *ver,
-                  "Version to show, a step number >= 1 (default: the head)")
-        ->check(CLI::PositiveNumber);
-    c->callback([a, obj, ver] {
+    auto* vo = c->add_option("--version", *ver,
+                             "Version to show: its sequence number, as `mlpo "
+                             "ls --json` lists them (default: the head)")
+                   ->check(CLI::PositiveNumber);
+    c->add_option("--step", *step,
+                  "Show the newest kept version committed at this step "
+                  "(after a restore, two lineages can each hold one)")
+        ->check(CLI::PositiveNumber)
+        ->excludes(vo);
+    c->callback([a, obj, ver, step] {
       auto s = OpenTarget("show", a->store, /*read_only=*/true);
-      auto rec = s->GetVersion(*obj, static_cast<uint64_t>(*ver));
+      uint64_t want = static_cast<uint64_t>(*ver);
+      if (*step > 0) {
+        for (auto& i : s->List())
+          if (i.name == *obj)
+            for (size_t k = 0; k < i.versions.size(); ++k)
+              if (i.steps[k] == static_cast<uint64_t>(*step))
+                want = std::max(want, i.versions[k]);
+        if (want == 0)
+          Fail("show", absl::NotFoundError(absl::StrCat(
+                           "object ", *obj, " has no kept version at step ",
+                           *step)));
+      }
+      auto rec = s->GetVersion(*obj, want);
       if (!rec.ok()) Fail("show", rec.status());
       auto lease = s->ReadVersion(*obj, rec->version);
       if (!lease.ok()) Fail("show", lease.status());
-      json ext = json::array();
-      for (auto& e : rec->extents) {
-        StoragePath* p = s->path(e.path);
-        ext.push_back({{"path", p->root()},
-                       {"file", p->SegmentFile(e.offset)},
-                       {"offset", p->SegmentOffset(e.offset)},
-                       {"length", e.length},
-                       {"blob_offset", e.blob_offset},
-                       {"xxh3", absl::StrFormat("%016x", e.checksum)}});
-      }
+      json ext = ExtentsJson(s.get(), rec->extents);
       json j = {{"object", *obj},
                 {"version", rec->version},
+                {"step", rec->step},
                 {"bytes", rec->blob_bytes},
                 {"sections", SectionStats(**lease)},
-                {"extents", ext}};
+                {"extents", ext},
+                {"replica", ExtentsJson(s.get(), rec->replica)}};
       if (a->json) {
         std::cout << j.dump(2) << "\n";
         return;
       }
-      std::printf("object %s version %lu (%s)\n", obj->c_str(),
-                  (unsigned long)rec->version,
+      std::printf("object %s step %lu (version %lu, %s)\n", obj->c_str(),
+                  (unsigned long)rec->step, (unsigned long)rec->version,
                   FormatBytes(rec->blob_bytes).c_str());
       std::printf("%-8s %-5s %12s %13s %13s %13s %13s %6s %6s\n", "section",
                   "dtype", "count", "min", "max", "mean", "l2", "nan", "inf");
@@ -225,14 +286,21 @@ void AddStoreCommands(CLI::App& app) {
                     x["mean"].get<double>(), x["l2"].get<double>(),
                     (unsigned long)x["nan"].get<uint64_t>(),
                     (unsigned long)x["inf"].get<uint64_t>());
-      std::printf("%zu extents:\n", ext.size());
-      for (auto& e : ext)
-        std::printf("  %s @%lu +%lu  blob@%lu  xxh3 %s\n",
-                    e["file"].get<std::string>().c_str(),
-                    (unsigned long)e["offset"].get<uint64_t>(),
-                    (unsigned long)e["length"].get<uint64_t>(),
-                    (unsigned long)e["blob_offset"].get<uint64_t>(),
-                    e["xxh3"].get<std::string>().c_str());
+      for (const char* which : {"extents", "replica"}) {
+        const json& list = j[which];
+        if (list.empty()) continue;
+        std::printf("%zu %s:\n", list.size(),
+                    std::string(which) == "extents"
+                        ? "extents"
+                        : "replica extents (tag --copy-to)");
+        for (auto& e : list)
+          std::printf("  %s @%lu +%lu  blob@%lu  xxh3 %s\n",
+                      e["file"].get<std::string>().c_str(),
+                      (unsigned long)e["offset"].get<uint64_t>(),
+                      (unsigned long)e["length"].get<uint64_t>(),
+                      (unsigned long)e["blob_offset"].get<uint64_t>(),
+                      e["xxh3"].get<std::string>().c_str());
+      }
     });
   }
   {
@@ -359,15 +427,16 @@ void AddStoreCommands(CLI::App& app) {
       for (auto& [t, objs] : s->Tags()) {
         json o = json::object();
         for (auto& [n, v] : objs) o[n] = v;
-        j.push_back({{"name", t}, {"objects", o}});
+        j.push_back({{"name", t}, {"objects", o}, {"step", TagStep(*s, objs)}});
       }
       if (a->json) {
         std::cout << json{{"tags", j}}.dump(2) << "\n";
         return;
       }
       for (auto& t : j)
-        std::printf("%s (%zu objects)\n", t["name"].get<std::string>().c_str(),
-                    t["objects"].size());
+        std::printf("%s (%zu objects, step %s)\n",
+                    t["name"].get<std::string>().c_str(), t["objects"].size(),
+                    StepText(t["step"]).c_str());
     });
   }
   {

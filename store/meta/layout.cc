@@ -158,6 +158,9 @@ namespace {
 
 // Marks a replica list after the extents (before the trailer).
 constexpr uint64_t kReplicaMarker = 0x52455045414c5231ull;  // "1RLAEPER"
+// Marks the step when it differs from the version (records from before the
+// store-wide sequence have none: their step is their version).
+constexpr uint64_t kStepMarker = 0x5045545331ull;  // "1STEP"
 
 void PutExtents(std::string* out, const std::vector<ExtentRef>& list) {
   PutU64(out, list.size());
@@ -220,6 +223,10 @@ std::string VersionRecord::Encode() const {
     PutU64(&out, kReplicaMarker);
     PutExtents(&out, replica);
   }
+  if (step != version) {
+    PutU64(&out, kStepMarker);
+    PutU64(&out, step);
+  }
   SealRecord(&out);
   return out;
 }
@@ -230,12 +237,24 @@ absl::StatusOr<VersionRecord> VersionRecord::Decode(absl::string_view in) {
   if (!GetU64(&in, &r.version) || !GetU64(&in, &r.blob_bytes) ||
       !GetExtents(&in, &r.extents))
     return absl::DataLossError("corrupt version record");
-  // More than a trailer left: a replica list.
-  if (in.size() > 8) {
+  r.step = r.version;
+  // More than a trailer left: a replica list, then a step, each optional.
+  bool seen_replica = false, seen_step = false;
+  while (in.size() > 8) {
     uint64_t marker;
-    if (!GetU64(&in, &marker) || marker != kReplicaMarker ||
-        !GetExtents(&in, &r.replica) || r.replica.empty())
-      return absl::DataLossError("corrupt version record (replica)");
+    if (!GetU64(&in, &marker))
+      return absl::DataLossError("corrupt version record");
+    if (marker == kReplicaMarker && !seen_replica && !seen_step) {
+      seen_replica = true;
+      if (!GetExtents(&in, &r.replica) || r.replica.empty())
+        return absl::DataLossError("corrupt version record (replica)");
+    } else if (marker == kStepMarker && !seen_step) {
+      seen_step = true;
+      if (!GetU64(&in, &r.step) || r.step == r.version)
+        return absl::DataLossError("corrupt version record (step)");
+    } else {
+      return absl::DataLossError("corrupt version record (unknown field)");
+    }
   }
   if (absl::Status t = CheckTrailer(whole, in, "version record"); !t.ok())
     return t;

@@ -60,7 +60,12 @@ struct ExtentRef {
 };
 
 struct VersionRecord {
+  // The store-wide commit sequence number: the record's key, never reused,
+  // so a commit after a restore starts a new lineage beside the old one.
   uint64_t version = 0;
+  // The optimizer step (the caller's number) that produced the contents.
+  // Records written before the sequence existed have step == version.
+  uint64_t step = 0;
   uint64_t blob_bytes = 0;
   std::vector<ExtentRef> extents;
   // A second whole copy of the blob (`mlpo tag --copy-to PATH`), read when

@@ -140,6 +140,7 @@ absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
 absl::Status MetaIndex::SetSealUuid(const std::string& uuid) {
   if (read_only_) return absl::OkStatus();
   MutexLock l(&seal_mu_);
+  if (!poison_.ok()) return poison_;
   seal_uuid_ = uuid;
   if (seal_fd_ < 0) {
     std::string file = absl::StrCat(dir_, "/", kSealFile);
@@ -200,6 +201,12 @@ absl::StatusOr<MetaSnapshot> MetaIndex::Load() {
   MLPO_RETURN_IF_ERROR(scan(kMeta, [&](absl::string_view k, absl::string_view v) {
     if (absl::StartsWith(k, "attr/"))
       snap.attributes[std::string(k.substr(5))] = std::string(v);
+    if (k == "next_version") {
+      if (v.size() != 8)
+        return absl::DataLossError(
+            absl::StrCat("corrupt next_version record in ", dir_));
+      snap.next_version = FromBE64(v);
+    }
     return absl::OkStatus();
   }));
   MLPO_RETURN_IF_ERROR(scan(kObjects, [&](absl::string_view k, absl::string_view v) {
@@ -289,14 +296,33 @@ absl::Status MetaIndex::Apply(Batch* b, bool sync) {
   rocksdb::WriteOptions wo;
   wo.sync = sync;
   MutexLock l(&seal_mu_);
-  MLPO_RETURN_IF_ERROR(RocksStatus(db_->Write(wo, &b->batch_),
-                                   absl::StrCat("write store index ", dir_)));
+  if (!poison_.ok()) return poison_;
+  if (read_only_)
+    return absl::FailedPreconditionError(
+        absl::StrCat("store index ", dir_, " is open read-only"));
+  absl::Status st = RocksStatus(db_->Write(wo, &b->batch_),
+                                absl::StrCat("write store index ", dir_));
   // A synced write makes the whole WAL durable, earlier unsynced records
   // included: everything up to here is now acknowledged.
-  return sync ? WriteSeal() : absl::OkStatus();
+  if (st.ok() && sync) st = WriteSeal();
+  if (!st.ok()) {
+    poison_ = absl::Status(
+        st.code(),
+        absl::StrCat(st.message(),
+                     "; the index takes no more writes until the store is "
+                     "reopened (what it held before this write is intact)"));
+    return poison_;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MetaIndex::poisoned() const {
+  MutexLock l(&seal_mu_);
+  return poison_;
 }
 
 absl::Status MetaIndex::Checkpoint(const std::string& dir) {
+  MLPO_RETURN_IF_ERROR(poisoned());
   rocksdb::Checkpoint* cp = nullptr;
   MLPO_RETURN_IF_ERROR(RocksStatus(rocksdb::Checkpoint::Create(db_.get(), &cp),
                                    absl::StrCat("checkpoint of ", dir_)));
@@ -308,6 +334,10 @@ absl::Status MetaIndex::Checkpoint(const std::string& dir) {
 void MetaIndex::Batch::PutAttribute(const std::string& key,
                                     const std::string& value) {
   batch_.Put(m_->cf_[kMeta], "attr/" + key, value);
+}
+
+void MetaIndex::Batch::PutNextVersion(uint64_t v) {
+  batch_.Put(m_->cf_[kMeta], "next_version", BE64(v));
 }
 
 void MetaIndex::Batch::PutStoreUuid(const std::string& uuid) {

@@ -8,6 +8,8 @@
 //            "store_uuid"            -> the store's identity
 //            "attr/<key>"            -> a user attribute (e.g. the adapter's
 //                                       parameter manifest)
+//            "next_version"          -> BE64: the next commit's sequence
+//                                       number (versions are never reused)
 // The whole index is small (a record per object version) and is loaded into
 // memory on open; every change is one WriteBatch.
 //
@@ -58,6 +60,7 @@ struct MetaSnapshot {
   std::map<std::pair<std::string, uint64_t>, VersionRecord> versions;
   std::vector<PathRecord> paths;
   std::map<std::string, std::string> attributes;
+  uint64_t next_version = 0;  // 0: not recorded (stores made before it)
 };
 
 // The newest valid sequence number recorded in <dir>/MLPO-SEAL for `uuid`
@@ -98,6 +101,7 @@ class MetaIndex {
     void PutPath(uint32_t id, const PathRecord& p);
     void PutStoreUuid(const std::string& uuid);
     void PutAttribute(const std::string& key, const std::string& value);
+    void PutNextVersion(uint64_t v);
     bool empty() const { return batch_.Count() == 0; }
 
    private:
@@ -109,7 +113,14 @@ class MetaIndex {
   Batch NewBatch() { return Batch(this); }
   // One atomic write; `sync` makes it durable before returning and advances
   // the seal (once the store's uuid is known: see SetSealUuid).
+  // A failed write poisons the index: RocksDB's state after a failed WAL
+  // write or sync is not to be trusted (a later write can trip its
+  // assertions and abort the process), so every later Apply, Checkpoint and
+  // seal write returns the first error, unchanged in substance, until the
+  // store is reopened. What the index held before the failure stays.
   absl::Status Apply(Batch* b, bool sync);
+  // The first failed write's error, or OK.
+  absl::Status poisoned() const;
   // The uuid the seal is written for; writes the seal at the current
   // sequence.
   absl::Status SetSealUuid(const std::string& uuid);
@@ -127,7 +138,8 @@ class MetaIndex {
   std::vector<rocksdb::ColumnFamilyHandle*> cf_;  // order of kCfNames
   bool read_only_ = false;
 
-  Mutex seal_mu_;
+  mutable Mutex seal_mu_;
+  absl::Status poison_ ABSL_GUARDED_BY(seal_mu_);
   std::string seal_uuid_ ABSL_GUARDED_BY(seal_mu_);
   int seal_fd_ ABSL_GUARDED_BY(seal_mu_) = -1;
   FileSystem* fs_ = nullptr;

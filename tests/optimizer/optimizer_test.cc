@@ -240,7 +240,7 @@ TEST(OptimizerTest, BaselineModeGivesTheSameStateAsMlpoMode) {
   // The fp32 gradient objects went through the store.
   auto rec = (*opt)->store()->GetVersion("grad.g0.s000000", 0);
   ASSERT_TRUE(rec.ok());
-  EXPECT_EQ(rec->version, 3u);
+  EXPECT_EQ(rec->step, 3u);
 }
 
 TEST(OptimizerTest, ReportCarriesTheLowerBoundWhenBandwidthsAreGiven) {

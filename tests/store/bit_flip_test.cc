@@ -75,7 +75,7 @@ TEST(BitFlipTest, EveryFlipInAnExtentIsReportedAndNoneIsRead) {
   for (auto& f : flips) want.insert({f.object, f.file, f.extent_offset});
   for (auto& b : rep->bad) {
     got.insert({b.object, b.file, b.file_offset});
-    EXPECT_EQ(b.version, 1u);
+    EXPECT_EQ(b.step, 1u);
     EXPECT_EQ(b.code, absl::StatusCode::kDataLoss);
     EXPECT_NE(b.error.find("checksum"), std::string::npos) << b.error;
   }

@@ -50,7 +50,7 @@ TEST_P(RoundTripTest, ManyObjectsAndVersionsReadBackExactly) {
     for (int i = 0; i < kObjects; ++i) {
       auto l = (*s)->Checkout("sg-" + std::to_string(i)).get();
       ASSERT_TRUE(l.ok()) << l.status();
-      EXPECT_EQ((*l)->version(), 4u);
+      EXPECT_EQ((*l)->step(), 4u);
       EXPECT_TRUE(Matches(**l, 4));
     }
     // Striping follows the fractions.
@@ -110,7 +110,7 @@ TEST(ObjectStoreTest, CorruptByteIsDataLossNamingTheExtentAndOthersStayReadable)
   EXPECT_EQ(l.status().code(), absl::StatusCode::kDataLoss);
   std::string msg(l.status().message());
   EXPECT_NE(msg.find("object a"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("version 3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("step 3"), std::string::npos) << msg;
   EXPECT_NE(msg.find(p->root()), std::string::npos) << msg;
   EXPECT_NE(msg.find("offset " + std::to_string(p->SegmentOffset(e.offset))),
             std::string::npos)
@@ -124,7 +124,7 @@ TEST(ObjectStoreTest, CorruptByteIsDataLossNamingTheExtentAndOthersStayReadable)
   EXPECT_EQ(rep->bad[0].object, "a");
   EXPECT_EQ(rep->bad[0].file, file);
   EXPECT_EQ(rep->bad[0].file_offset, p->SegmentOffset(e.offset));
-  EXPECT_EQ(rep->bad[0].version, 3u);
+  EXPECT_EQ(rep->bad[0].step, 3u);
 }
 
 TEST(ObjectStoreTest, TagCommitRestoreAndDropTagGcFreesSpace) {
@@ -150,7 +150,7 @@ TEST(ObjectStoreTest, TagCommitRestoreAndDropTagGcFreesSpace) {
   for (std::string obj : {"x", "y"}) {
     auto l = (*s)->Checkout(obj).get();
     ASSERT_TRUE(l.ok());
-    EXPECT_EQ((*l)->version(), 1u);
+    EXPECT_EQ((*l)->step(), 1u);
     EXPECT_TRUE(Matches(**l, 1));
   }
   auto z = (*s)->Checkout("z").get();
@@ -186,13 +186,13 @@ TEST(ObjectStoreTest, EnospcOnOnePathMidCommitKeepsPreviousHead) {
                  o.paths[1].path.root);
   absl::Status st = CommitVersion(s->get(), "w", 2);
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
-  EXPECT_NE(st.message().find("commit of w version 2"), std::string::npos)
+  EXPECT_NE(st.message().find("(step 2)"), std::string::npos)
       << st;
   EXPECT_NE(st.message().find(o.paths[1].path.root), std::string::npos) << st;
   fsys.ClearFaults();
   auto l = (*s)->Checkout("w").get();
   ASSERT_TRUE(l.ok());
-  EXPECT_EQ((*l)->version(), 1u);
+  EXPECT_EQ((*l)->step(), 1u);
   EXPECT_TRUE(Matches(**l, 1));
   ExpectNoLeak(s->get());
   // Capacity exhaustion of every path (no I/O error) also leaves the head.
@@ -308,10 +308,10 @@ TEST(ObjectStoreTest, ReadErrorsKeepTheErrnoCodeOnEveryReadPath) {
   ASSERT_FALSE(l.ok());
   EXPECT_EQ(l.status().code(), absl::StatusCode::kPermissionDenied)
       << l.status();
-  EXPECT_NE(l.status().message().find("object r version 3"), std::string::npos)
+  EXPECT_NE(l.status().message().find("object r step 3"), std::string::npos)
       << l.status();
   EXPECT_NE(l.status().message().find(o.paths[1].path.root), std::string::npos);
-  auto rv = (*s)->ReadVersion("r", 3);
+  auto rv = (*s)->ReadVersion("r", 0);  // the head
   EXPECT_EQ(rv.status().code(), absl::StatusCode::kPermissionDenied);
   auto rep = (*s)->Verify();
   ASSERT_TRUE(rep.ok());
@@ -363,13 +363,13 @@ TEST(ObjectStoreTest, FailedSyncFailsTheCommitAndKeepsThePreviousHead) {
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("fdatasync"), std::string::npos) << st;
   EXPECT_NE(st.message().find("seg-000000"), std::string::npos) << st;
-  EXPECT_NE(st.message().find("commit of d version 2"), std::string::npos)
+  EXPECT_NE(st.message().find("(step 2)"), std::string::npos)
       << st;
   ExpectNoLeak(s->get());
   fsys.ClearFaults();
   auto l = (*s)->Checkout("d").get();
   ASSERT_TRUE(l.ok());
-  EXPECT_EQ((*l)->version(), 1u);
+  EXPECT_EQ((*l)->step(), 1u);
   EXPECT_TRUE(Matches(**l, 1));
   // The path recovers: the next commit syncs again and succeeds.
   ASSERT_TRUE(CommitVersion(s->get(), "d", 2).ok());
@@ -378,7 +378,7 @@ TEST(ObjectStoreTest, FailedSyncFailsTheCommitAndKeepsThePreviousHead) {
   ASSERT_TRUE(s.ok());
   l = (*s)->Checkout("d").get();
   ASSERT_TRUE(l.ok());
-  EXPECT_EQ((*l)->version(), 2u);
+  EXPECT_EQ((*l)->step(), 2u);
   EXPECT_TRUE(Matches(**l, 2));
   ExpectNoLeak(s->get());
 }
@@ -611,7 +611,7 @@ TEST(ObjectStoreTest, DegradedModeStripesNewVersionsOverTheRemainingPaths) {
                  o.paths[1].path.root);
   ASSERT_TRUE(CommitVersion(s->get(), "a", 2).ok());
   EXPECT_EQ((*s)->degraded_paths(), (std::vector<bool>{false, true}));
-  auto rec = (*s)->GetVersion("a", 2);
+  auto rec = (*s)->GetVersion("a", 0);  // the head: step 2
   ASSERT_TRUE(rec.ok());
   for (const ExtentRef& e : rec->extents) EXPECT_EQ(e.path, 0u);
   ASSERT_TRUE(CommitVersion(s->get(), "a", 3).ok());  // no new failure
@@ -644,7 +644,7 @@ TEST(ObjectStoreTest, DegradedModeStripesNewVersionsOverTheRemainingPaths) {
   EXPECT_EQ((*r)->degraded_paths(), (std::vector<bool>{false, false}));
   auto a = (*r)->Checkout("a").get();
   ASSERT_TRUE(a.ok());
-  EXPECT_EQ((*a)->version(), 3u);
+  EXPECT_EQ((*a)->step(), 3u);
   EXPECT_TRUE(Matches(**a, 3));
   ExpectStoreVerifies(r->get());
 }
@@ -663,7 +663,7 @@ TEST(ObjectStoreTest, ADirectoryRemovedWhileOpenIsNoticedAtTheNextSync) {
   std::filesystem::remove_all(o.paths[1].path.root + "/t");
   ASSERT_TRUE(CommitVersion(s->get(), "a", 2).ok());
   EXPECT_EQ((*s)->degraded_paths(), (std::vector<bool>{false, true}));
-  auto rec = (*s)->GetVersion("a", 2);
+  auto rec = (*s)->GetVersion("a", 0);  // the head: step 2
   ASSERT_TRUE(rec.ok());
   for (const ExtentRef& e : rec->extents) EXPECT_EQ(e.path, 0u);
   absl::Status tag = (*s)->Tag("after");

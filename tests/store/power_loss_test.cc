@@ -123,13 +123,13 @@ TEST_P(PowerLossTest, AcknowledgedStateSurvivesEveryCut) {
         continue;
       }
       if (step) {
-        EXPECT_GE((*l)->version(), want) << Obj(i) << " went back";
+        EXPECT_GE((*l)->step(), want) << Obj(i) << " went back";
       } else {
-        EXPECT_EQ((*l)->version(), want) << Obj(i);
+        EXPECT_EQ((*l)->step(), want) << Obj(i);
       }
-      EXPECT_TRUE(Matches(**l, (*l)->version()))
-          << Obj(i) << " version " << (*l)->version();
-      acked[Obj(i)] = (*l)->version();
+      EXPECT_TRUE(Matches(**l, (*l)->step()))
+          << Obj(i) << " version " << (*l)->step();
+      acked[Obj(i)] = (*l)->step();
     }
     ExpectStoreVerifies(s->get());
     if (!step) {
@@ -189,7 +189,7 @@ TEST(FaultInjectionTest, EachInjectedFaultFailsCleanlyAndLosesNothing) {
     ASSERT_TRUE(s.ok()) << s.status();
     auto l = (*s)->Checkout("a").get();
     ASSERT_TRUE(l.ok());
-    uint64_t before = (*l)->version();
+    uint64_t before = (*l)->step();
     FillFor(l->get(), v);
     fsys.FailNth(c.op, 1, c.err);
     absl::Status st = (*s)->Commit(*l, v).get();
@@ -221,8 +221,8 @@ TEST(FaultInjectionTest, EachInjectedFaultFailsCleanlyAndLosesNothing) {
     ASSERT_TRUE(r.ok()) << r.status();
     auto back = (*r)->Checkout("a").get();
     ASSERT_TRUE(back.ok()) << back.status();
-    EXPECT_GE((*back)->version(), before);
-    EXPECT_TRUE(Matches(**back, (*back)->version()));
+    EXPECT_GE((*back)->step(), before);
+    EXPECT_TRUE(Matches(**back, (*back)->step()));
     ExpectNoLeak(r->get());
     ++v;
   }

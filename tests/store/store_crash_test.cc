@@ -73,7 +73,7 @@ TEST(StoreCrashTest, SigkillDuringCommitsLosesNothingCommitted) {
         EXPECT_EQ(last_head[name], 0u) << name << " lost its head";
         continue;
       }
-      uint64_t v = (*l)->version();
+      uint64_t v = (*l)->step();
       EXPECT_GE(v, last_head[name]) << name << " went backwards";
       EXPECT_TRUE(Matches(**l, v)) << name << " version " << v;
       last_head[name] = v;

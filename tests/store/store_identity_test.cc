@@ -48,7 +48,7 @@ void ExpectIntact(const StoreOptions& o) {
   for (const char* n : {"a", "b"}) {
     auto l = (*s)->Checkout(n).get();
     ASSERT_TRUE(l.ok()) << l.status();
-    EXPECT_EQ((*l)->version(), 3u);
+    EXPECT_EQ((*l)->step(), 3u);
     EXPECT_TRUE(Matches(**l, 3));
   }
   auto tags = (*s)->Tags();
@@ -146,7 +146,7 @@ TEST(StoreIdentityTest, AMissingIndexIsAnErrorNotAFreshStart) {
   for (const char* n : {"a", "b"}) {
     auto l = (*s2)->Checkout(n).get();
     ASSERT_TRUE(l.ok()) << l.status();
-    EXPECT_EQ((*l)->version(), 2u);
+    EXPECT_EQ((*l)->step(), 2u);
     EXPECT_TRUE(Matches(**l, 2));
   }
   ExpectNoLeak(s2->get());

@@ -70,7 +70,8 @@ TEST_F(CliTest, InspectLsShowAndTagsReportTheStore) {
   ASSERT_EQ(r.code, 0);
   j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["objects"][0]["name"], "w0");
-  EXPECT_EQ(j["objects"][0]["head"], 7);
+  EXPECT_EQ(j["objects"][0]["head_step"], 7);
+  EXPECT_EQ(j["objects"][0]["head"], 1);  // the store's first commit
   r = Mlpo("show " + store_dir_ + " w0 --json");
   ASSERT_EQ(r.code, 0) << r.out;
   j = nlohmann::json::parse(r.out);
@@ -90,7 +91,8 @@ TEST_F(CliTest, InspectLsShowAndTagsReportTheStore) {
   EXPECT_FALSE(j["extents"].empty());
   r = Mlpo("tags " + store_dir_ + " --json");
   j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["tags"][0]["objects"]["w0"], 7);
+  EXPECT_EQ(j["tags"][0]["objects"]["w0"], 1);  // the version
+  EXPECT_EQ(j["tags"][0]["step"], 7);
 }
 
 TEST_F(CliTest, VerifyExitsNonZeroAndNamesTheCorruptExtent) {
@@ -124,7 +126,7 @@ TEST_F(CliTest, ReadingCommandsWorkWhileAWriterHoldsTheStore) {
   ASSERT_TRUE(writer.ok()) << writer.status();
   CliRun r = Mlpo("ls " + store_dir_ + " --json");
   ASSERT_EQ(r.code, 0);
-  EXPECT_EQ(nlohmann::json::parse(r.out)["objects"][0]["head"], 7);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["objects"][0]["head_step"], 7);
   EXPECT_EQ(Mlpo("verify " + store_dir_).code, 0);
   EXPECT_EQ(Mlpo("show " + store_dir_ + " w0").code, 0);
   // Mutating commands need the lock and say who holds it.
@@ -223,7 +225,7 @@ TEST_F(CliTest, RecoverReportsAndRepairsARolledBackIndex) {
   r = Mlpo("ls " + store_dir_ + " --json");
   ASSERT_EQ(r.code, 0);
   j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["objects"][0]["head"], 7);  // version 8 was lost, and said so
+  EXPECT_EQ(j["objects"][0]["head_step"], 7);  // step 8 was lost, and said so
   EXPECT_EQ(Mlpo("verify " + store_dir_).code, 0);
   EXPECT_EQ(Mlpo("verify " + store_dir_ + " --tag first").code, 0);
 }

@@ -304,7 +304,7 @@ TEST(StoreCacheTest, SpillOverWithTheCacheOn) {
   for (int i = 0; i < 6; ++i) {
     auto l = (*s)->Checkout("s" + std::to_string(i)).get();
     ASSERT_TRUE(l.ok());
-    EXPECT_EQ((*l)->version(), 3u);
+    EXPECT_EQ((*l)->step(), 3u);
     EXPECT_TRUE(Matches(**l, 3));
   }
   ExpectStoreVerifies(s->get());

@@ -199,7 +199,7 @@ TEST(FaultInjectionFsTest, StoreCallsOfEveryKindGoThroughTheSeam) {
       if (acked > 0) {
         auto l = (*s)->Checkout("a").get();
         ASSERT_TRUE(l.ok()) << l.status();
-        EXPECT_EQ((*l)->version(), acked);
+        EXPECT_EQ((*l)->step(), acked);
         EXPECT_TRUE(Matches(**l, acked));
       }
       ExpectStoreVerifies(s->get());
