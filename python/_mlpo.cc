@@ -317,6 +317,19 @@ class Engine {
     for (auto& [t, objs] : opt()->store()->Tags()) out.push_back(t);
     return out;
   }
+  // Whether `name` records exactly the current heads (the state a new
+  // state_dict() would tag): after a rollback a tag of the same step can
+  // belong to another lineage.
+  bool TagIsCurrent(const std::string& name) {
+    ObjectStore* st = opt()->store();
+    auto tags = st->Tags();
+    auto t = tags.find(name);
+    if (t == tags.end()) return false;
+    std::map<std::string, uint64_t> heads;
+    for (const ObjectInfo& i : st->List())
+      if (i.has_head) heads[i.name] = i.head;
+    return heads == t->second;
+  }
   void SetAttribute(const std::string& k, const std::string& v) {
     Check(opt()->store()->SetAttribute(k, v));
   }
@@ -415,6 +428,7 @@ PYBIND11_MODULE(_mlpo, m) {
       .def("drop_tag", &Engine::DropTag)
       .def("gc", &Engine::Gc)
       .def("tags", &Engine::Tags)
+      .def("tag_is_current", &Engine::TagIsCurrent)
       .def("set_attribute", &Engine::SetAttribute)
       .def("get_attribute", &Engine::GetAttribute)
       .def_property_readonly("step_count", &Engine::step)

@@ -68,8 +68,8 @@ class CheckpointMixin:
         if self.keep_checkpoints <= 0:
             return
         eng = self._engine
-        auto = sorted((int(t[5:]), t) for t in eng.tags()
-                      if t.startswith("step-") and t[5:].isdigit())
+        auto = sorted((k, t) for t in eng.tags()
+                      if (k := _step_tag_key(t)) is not None)
         old = auto[:-self.keep_checkpoints]
         for _, t in old:
             eng.drop_tag(t)
@@ -88,8 +88,14 @@ class CheckpointMixin:
         """A small dict naming the store, a tag taken now ("step-<t>") and
         the hyperparameters; no tensors. torch.save it with the model."""
         eng = self._require_engine()
-        tag = f"step-{eng.step_count}"
-        if tag not in eng.tags():
+        # "step-<t>", or "step-<t>.<k>" when a tag of that step already
+        # holds another lineage's state (training on after a rollback): a
+        # dict never names a tag of another lineage, and no tag is replaced.
+        tags = set(eng.tags())
+        tag, k = f"step-{eng.step_count}", 1
+        while tag in tags and not eng.tag_is_current(tag):
+            tag, k = f"step-{eng.step_count}.{k}", k + 1
+        if tag not in tags:
             eng.tag(tag)
             self._prune_checkpoints()
         groups = []
@@ -310,6 +316,17 @@ def _step_number(step, name):
         raise ValueError(f"mlpo.torch: step of {name} is {step!r}, not a "
                          "positive whole number")
     return int(step)
+
+
+def _step_tag_key(tag):
+    """(step, k) of an automatic tag "step-<t>" or "step-<t>.<k>", else
+    None."""
+    if not tag.startswith("step-"):
+        return None
+    step, _, k = tag[5:].partition(".")
+    if not step.isdigit() or (k and not k.isdigit()):
+        return None
+    return (int(step), int(k) if k else 0)
 
 
 def export_state_dict(store, tag=None, name="mlpo"):

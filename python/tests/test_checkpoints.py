@@ -199,3 +199,38 @@ def test_safetensors_export_reads_back_with_an_independent_reader(
                         "--tag", "nosuch"], capture_output=True, text=True)
     assert r.returncode == 1 and "nosuch" in r.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_rollback_and_train_on_keeps_every_checkpoint(store_dir):
+    """Issue 17, reproduction 1: train to 10 and 20 (a dict each), load the
+    dict of step 10, train to 30. The step-20 dict still loads the first
+    lineage bit for bit, the new lineage's dict at step 20 names a tag of
+    its own, and a fresh optimizer on the store opens and loads them all."""
+    model = make_model()
+    opt = mt.AdamW(model.parameters(), lr=1e-2, store=store_dir)
+    train(model, opt, range(10))
+    sd10 = opt.state_dict()
+    train(model, opt, range(10, 20))
+    sd20 = opt.state_dict()
+    at20 = [p.detach().clone() for p in model.parameters()]
+    opt.load_state_dict(sd10)
+    # Another lineage: other batches than the first time.
+    train(model, opt, range(100, 110))
+    sd20b = opt.state_dict()
+    assert sd20b["mlpo"]["tag"] != sd20["mlpo"]["tag"]
+    at20b = [p.detach().clone() for p in model.parameters()]
+    assert not all(torch.equal(a, b) for a, b in zip(at20, at20b))
+    train(model, opt, range(110, 120))
+    opt.state_dict()  # step 30
+    opt.load_state_dict(sd20)
+    assert opt.step_count == 20
+    assert all(torch.equal(a, b) for a, b in zip(at20, model.parameters()))
+    opt.load_state_dict(sd20b)
+    assert all(torch.equal(a, b) for a, b in zip(at20b, model.parameters()))
+    # The same dict asked for twice names the same tag.
+    assert opt.state_dict()["mlpo"]["tag"] == sd20b["mlpo"]["tag"]
+    opt.close()
+    model2 = make_model()
+    opt2 = mt.AdamW(model2.parameters(), lr=1e-2, store=store_dir)
+    opt2.load_state_dict(sd20)
+    assert all(torch.equal(a, b) for a, b in zip(at20, model2.parameters()))
