@@ -20,13 +20,15 @@
 #include "base/status_macros.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
+#include "tools/output_path.h"
+#include "absl/strings/str_cat.h"
 
 namespace mlpo {
 namespace {
 
 struct ExportArgs {
   std::string store, tag, format = "safetensors", out;
-  bool moments = false, json = false;
+  bool moments = false, json = false, force = false;
 };
 
 [[noreturn]] void Fail(const absl::Status& s) {
@@ -54,7 +56,12 @@ void AddExportCommand(CLI::App& app) {
   c->add_flag("--moments", a->moments,
               "Also write <name>.exp_avg and <name>.exp_avg_sq");
   c->add_flag("--json", a->json, "Print a JSON summary on stdout");
+  c->add_flag("--force", a->force,
+              "Replace OUT when it exists (a path inside any store directory "
+              "is refused even then)");
   c->callback([a] {
+    absl::Status where = CheckOutputPath(a->out, a->force);
+    if (!where.ok()) Fail(where);
     auto o = StoreOptionsForTarget(a->store);
     if (!o.ok()) Fail(o.status());
     auto r = CheckpointReader::Open(*o, a->tag);
@@ -100,7 +107,8 @@ void AddExportCommand(CLI::App& app) {
                               {"mlpo_tag", a->tag}};
     std::string h = header.dump();
     while (h.size() % 8) h += ' ';
-    std::string tmp = a->out + ".tmp";
+    // A name of our own beside OUT: never someone's "OUT.tmp".
+    std::string tmp = absl::StrCat(a->out, ".mlpo-export-", ::getpid());
     FILE* f = std::fopen(tmp.c_str(), "wb");
     if (!f) Fail(ErrnoStatus(errno, "create " + tmp));
     uint64_t n = h.size();

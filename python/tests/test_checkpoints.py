@@ -199,6 +199,35 @@ def test_safetensors_export_reads_back_with_an_independent_reader(
                         "--tag", "nosuch"], capture_output=True, text=True)
     assert r.returncode == 1 and "nosuch" in r.stderr
     assert not (tmp_path / "x").exists()
+    # Issue 17, reproduction 4: outputs never land on state. Over the
+    # store's own segment file, into its index, or beside its descriptor:
+    # refused, even with --force, and the store still opens.
+    seg = os.path.join(store, "seg-000000")
+    before = open(seg, "rb").read(4096)
+    for target in (seg, os.path.join(store, "meta", "x.safetensors"),
+                   os.path.join(store, "new.safetensors")):
+        for force in ([], ["--force"]):
+            r = subprocess.run([mlpo_cli, "export", store, target] + force,
+                               capture_output=True, text=True)
+            assert r.returncode == 1, (target, r.stdout)
+            assert "inside the store directory" in r.stderr, r.stderr
+    assert open(seg, "rb").read(4096) == before
+    assert not os.path.exists(os.path.join(store, "new.safetensors"))
+    # An existing file is kept unless --force.
+    mine = tmp_path / "mine.txt"
+    mine.write_text("keep me")
+    r = subprocess.run([mlpo_cli, "export", store, str(mine)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "--force" in r.stderr
+    assert mine.read_text() == "keep me"
+    r = subprocess.run([mlpo_cli, "export", store, str(mine), "--force"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert read_safetensors(mine)[0].keys() == {n for n, _ in
+                                                model.named_parameters()}
+    r = subprocess.run([mlpo_cli, "verify", store], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_rollback_and_train_on_keeps_every_checkpoint(store_dir):
