@@ -164,6 +164,14 @@ struct RecoverReport {
   std::vector<TagState> tags;
 };
 
+// What `ObjectStore::Relocate` did.
+struct RelocateReport {
+  std::string old_uuid, new_uuid;  // equal unless given a new identity
+  std::vector<std::string> old_roots, new_roots;
+  std::string old_meta_dir, new_meta_dir;
+  std::vector<bool> new_path_identity;  // per path: a new .mlpo/uuid
+};
+
 struct StorePathStats {
   std::string root, kind, uuid;
   PathUsage usage;
@@ -210,6 +218,18 @@ class ObjectStore {
   static absl::StatusOr<RecoverReport> Recover(const StoreOptions& options,
                                                bool discard,
                                                int lost_path = -1);
+  // Makes a moved or copied store a store at its new place. `options`
+  // names the new roots and index (meta_dir), in the store's path order.
+  // Each new root must hold the store's directory with a descriptor of this
+  // store. The index's path records and every descriptor are rewritten to
+  // the new roots; when `new_identity` (a copy: the original is still
+  // there), the store gets a new uuid (index, descriptors, seal) and each
+  // root whose identity file is the original's a new one, so the copy and
+  // the original never mistake each other's directories. The index backups
+  // are refreshed. Takes the writer lock of the new index; the original is
+  // never opened or changed.
+  static absl::StatusOr<RelocateReport> Relocate(const StoreOptions& options,
+                                                 bool new_identity);
   // The pid holding the writer lock of the store in `meta_dir`, or 0.
   static int WriterPid(const std::string& meta_dir,
                        FileSystem* fs = nullptr);

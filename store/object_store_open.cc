@@ -314,6 +314,16 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
   for (size_t i = 0; i < options_.paths.size(); ++i) {
     auto& po = options_.paths[i].path;
     const PathRecord& rec = snap.paths[i];
+    if (!rec.root.empty() && !SameDirectory(po.root, rec.root))
+      return absl::FailedPreconditionError(absl::StrCat(
+          Where(), ": path ", i, " is ", po.root, ", but the store's index "
+          "records the absolute root ", rec.root, " (",
+          fs()->Exists(rec.root) ? "another directory" : "which is gone",
+          "): the store was moved or copied (its index and descriptors "
+          "record absolute roots). Nothing was changed. `mlpo relocate ",
+          po.root, "/", StoreNamespace(options_),
+          "` makes it a store at its new place (a copy gets an identity of "
+          "its own)"));
     auto uuid = PathUuid(po.root, false, fs());
     if (!uuid.ok())
       return absl::FailedPreconditionError(absl::StrCat(

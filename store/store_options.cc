@@ -1,5 +1,7 @@
 #include "store/store_options.h"
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -367,7 +369,14 @@ absl::StatusOr<StoreOptions> StoreOptionsFromDescriptor(const std::string& text)
   }
 }
 
-absl::StatusOr<StoreOptions> StoreOptionsForTarget(const std::string& target) {
+bool SameDirectory(const std::string& a, const std::string& b) {
+  struct stat x, y;
+  if (::stat(a.c_str(), &x) != 0 || ::stat(b.c_str(), &y) != 0) return false;
+  return S_ISDIR(x.st_mode) && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+absl::StatusOr<StoreOptions> StoreOptionsForTarget(const std::string& target,
+                                                   bool any_location) {
   std::error_code ec;
   if (fs::is_directory(target, ec)) {
     std::string f = target + "/STORE";
@@ -379,7 +388,22 @@ absl::StatusOr<StoreOptions> StoreOptionsForTarget(const std::string& target) {
     if (!text.ok()) return text.status();
     auto o = StoreOptionsFromDescriptor(*text);
     if (!o.ok()) return Annotate(o.status(), f);
-    return o;
+    if (any_location) return o;
+    std::string roots;
+    for (auto& pc : o->paths) {
+      if (SameDirectory(target,
+                        absl::StrCat(pc.path.root, "/", StoreNamespace(*o))))
+        return o;
+      absl::StrAppend(&roots, roots.empty() ? "" : ", ", pc.path.root);
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        target, " is not where its store lives: its descriptor ", f,
+        " records the absolute roots ", roots, " (index ", o->meta_dir,
+        "), and this directory is under none of them. It is a copy or a "
+        "moved store; nothing was opened (acting on it would change the "
+        "store at those roots). `mlpo relocate ", target,
+        "` makes it a store at its own place (a copy gets an identity of "
+        "its own)"));
   }
   if (!fs::exists(target, ec))
     return absl::NotFoundError(absl::StrCat("no such store or config: ", target));

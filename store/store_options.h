@@ -120,7 +120,16 @@ absl::StatusOr<StoreOptions> StoreOptionsFromDescriptor(
 inline constexpr size_t kMaxConfigBytes = 1 << 20;
 
 // For the CLI: a TOML config file, or a store directory holding STORE.
-absl::StatusOr<StoreOptions> StoreOptionsForTarget(const std::string& target);
+// A directory that is not one of the roots its descriptor records (a copy
+// or a moved store: descriptors record absolute roots) is refused with
+// FailedPrecondition naming `mlpo relocate`, unless `any_location` (what
+// relocate itself reads).
+absl::StatusOr<StoreOptions> StoreOptionsForTarget(const std::string& target,
+                                                   bool any_location = false);
+
+// Whether `a` and `b` name one existing directory (links and spellings
+// resolved: device and inode compared). False when either is missing.
+bool SameDirectory(const std::string& a, const std::string& b);
 
 }  // namespace mlpo
 

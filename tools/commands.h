@@ -10,6 +10,7 @@ void AddProfileCommand(CLI::App& app);
 void AddStoreCommands(CLI::App& app);  // inspect, ls, show, verify, tag, ...
 void AddExportCommand(CLI::App& app);  // export (the adapter's checkpoints)
 void AddPlanCommand(CLI::App& app);    // plan (the capacity planner)
+void AddRelocateCommand(CLI::App& app);  // relocate (a moved or copied store)
 
 }  // namespace mlpo
 

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   mlpo::AddStoreCommands(app);
   mlpo::AddExportCommand(app);
   mlpo::AddPlanCommand(app);
+  mlpo::AddRelocateCommand(app);
   // CLI11 reports a mistyped subcommand as "A subcommand is required":
   // name it instead.
   if (argc > 1 && argv[1][0] != '-') {

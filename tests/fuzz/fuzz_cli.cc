@@ -36,6 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   mlpo::AddStoreCommands(app);
   mlpo::AddExportCommand(app);
   mlpo::AddPlanCommand(app);
+  mlpo::AddRelocateCommand(app);
   app.parse_complete_callback([] { throw Parsed(); });
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

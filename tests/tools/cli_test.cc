@@ -232,3 +232,106 @@ TEST_F(CliTest, RecoverReportsAndRepairsARolledBackIndex) {
 
 }  // namespace
 }  // namespace mlpo
+
+namespace mlpo {
+namespace {
+
+// Issue 17, reproduction 2: a tool run on a copy acted on the original
+// (the copied descriptor names the original's absolute roots and index).
+// Now the copy is refused until relocated, then is a store of its own.
+TEST_F(CliTest, ACopyIsRefusedUntilRelocatedAndThenNeverTouchesTheOriginal) {
+  {
+    auto s = ObjectStore::Open(o_);
+    ASSERT_TRUE(s.ok());
+    auto lease = (*s)->Checkout("w0").get();
+    ASSERT_TRUE(lease.ok());
+    ASSERT_TRUE((*s)->Commit(*lease, 8).get().ok());
+  }
+  TempDir copies;
+  std::string copy = copies.path() + "/backup";
+  ASSERT_EQ(std::system(("cp -a " + dir_.path() + " " + copy).c_str()), 0);
+  std::string copy_dir = copy + "/p1/t/rank-0";
+  for (const char* cmd : {"restore", "drop-tag"}) {
+    CliRun r = Mlpo(std::string(cmd) + " " + copy_dir + " first", true);
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("mlpo relocate"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("copy or a moved store"), std::string::npos) << r.out;
+  }
+  CliRun r = Mlpo("ls " + copy_dir, true);
+  EXPECT_EQ(r.code, 1) << r.out;
+  // The original: head still at step 8, tag still there.
+  auto j = nlohmann::json::parse(Mlpo("ls " + store_dir_ + " --json").out);
+  EXPECT_EQ(j["objects"][0]["head_step"], 8);
+  EXPECT_EQ(Mlpo("tags " + store_dir_ + " --json").out.find("first") !=
+                std::string::npos,
+            true);
+  // Opened through options naming the copy's roots: refused too, nothing
+  // written.
+  StoreOptions oc = o_;
+  oc.paths[0].path.root = copy + "/p0";
+  oc.paths[1].path.root = copy + "/p1";
+  oc.meta_dir.clear();
+  auto refused = ObjectStore::Open(oc);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("mlpo relocate"),
+            std::string::npos)
+      << refused.status();
+
+  r = Mlpo("relocate " + copy_dir + " --json", true);
+  ASSERT_EQ(r.code, 0) << r.out;
+  j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_TRUE(j["copy"].get<bool>());
+  EXPECT_NE(j["new_uuid"], j["old_uuid"]);
+  r = Mlpo("restore " + copy_dir + " first", true);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(Mlpo("drop-tag " + copy_dir + " first").code, 0);
+  EXPECT_EQ(Mlpo("gc " + copy_dir).code, 0);
+  // The copy moved; the original did not.
+  j = nlohmann::json::parse(Mlpo("ls " + copy_dir + " --json").out);
+  EXPECT_EQ(j["objects"][0]["head_step"], 7);
+  j = nlohmann::json::parse(Mlpo("ls " + store_dir_ + " --json").out);
+  EXPECT_EQ(j["objects"][0]["head_step"], 8);
+  j = nlohmann::json::parse(Mlpo("tags " + store_dir_ + " --json").out);
+  ASSERT_EQ(j["tags"].size(), 1u);
+  EXPECT_EQ(j["tags"][0]["name"], "first");
+  EXPECT_EQ(Mlpo("verify " + store_dir_ + " --tag first").code, 0);
+  EXPECT_EQ(Mlpo("verify " + copy_dir).code, 0);
+  // Both open through the API, each as itself.
+  auto orig = ObjectStore::Open(o_);
+  ASSERT_TRUE(orig.ok()) << orig.status();
+  auto cs = ObjectStore::Open(oc);
+  ASSERT_TRUE(cs.ok()) << cs.status();
+  EXPECT_NE((*orig)->store_uuid(), (*cs)->store_uuid());
+}
+
+// A moved store (the original is gone) keeps its identity when relocated;
+// the error before names the old root as gone.
+TEST_F(CliTest, AMovedStoreIsRelocatedWithItsIdentity) {
+  std::string uuid;
+  {
+    auto s = ObjectStore::Open(o_);
+    ASSERT_TRUE(s.ok());
+    uuid = (*s)->store_uuid();
+  }
+  TempDir other;
+  std::string moved = other.path() + "/moved";
+  ASSERT_EQ(std::system(("mv " + dir_.path() + " " + moved).c_str()), 0);
+  std::string dir = moved + "/p1/t/rank-0";
+  CliRun r = Mlpo("tags " + dir, true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("mlpo relocate"), std::string::npos) << r.out;
+  // A bad --root is a usage error, and changes nothing.
+  EXPECT_EQ(Mlpo("relocate " + dir + " --root 7=/nowhere").code, 2);
+  r = Mlpo("relocate " + dir + " --json", true);
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_FALSE(j["copy"].get<bool>());
+  EXPECT_EQ(j["new_uuid"], uuid);
+  j = nlohmann::json::parse(Mlpo("tags " + dir + " --json").out);
+  EXPECT_EQ(j["tags"][0]["step"], 7);
+  EXPECT_EQ(Mlpo("verify " + dir + " --tag first").code, 0);
+  ASSERT_EQ(std::system(("mv " + moved + " " + dir_.path()).c_str()), 0);
+}
+
+}  // namespace
+}  // namespace mlpo

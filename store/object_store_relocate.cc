@@ -1,0 +1,136 @@
+// ObjectStore::Relocate: a moved or copied store becomes a store at its new
+// place. The index and the descriptors record absolute roots (so that a
+// tool opened on any of a store's directories finds the others); after a
+// `mv` or `cp -a` they name the old place, and opening is refused until the
+// records are rewritten here.
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "store/object_store.h"
+#include "store/store_survey.h"
+
+namespace mlpo {
+namespace {
+
+std::string Abs(const std::string& p) {
+  return std::filesystem::absolute(p).lexically_normal().string();
+}
+
+}  // namespace
+
+absl::StatusOr<RelocateReport> ObjectStore::Relocate(
+    const StoreOptions& options, bool new_identity) {
+  MLPO_RETURN_IF_ERROR(ValidateStoreOptions(options));
+  StoreOptions o = options;
+  o.store_uuid.clear();
+  o.create_if_missing = false;
+  o.read_only = false;
+  if (o.meta_dir.empty()) o.meta_dir = DefaultMetaDir(o);
+  std::unique_ptr<ObjectStore> s(new ObjectStore(o));
+  FileSystem* fsys = s->fs();
+  MLPO_RETURN_IF_ERROR(s->CheckRoots());
+  if (!fsys->IsDirectory(o.meta_dir) || !fsys->Exists(o.meta_dir + "/CURRENT"))
+    return absl::NotFoundError(absl::StrCat(
+        "relocate: there is no store index at ", o.meta_dir,
+        " (pass --meta-dir where the moved index is)"));
+  MLPO_RETURN_IF_ERROR(s->LockStore());
+
+  MetaSnapshot snap;
+  {
+    MLPO_ASSIGN_OR_RETURN(
+        auto view, MetaIndex::Open(o.meta_dir, MetaIndex::Mode::kReadOnly, fsys));
+    MLPO_ASSIGN_OR_RETURN(snap, view->Load());
+    MLPO_ASSIGN_OR_RETURN(uint64_t seal,
+                          ReadSeal(o.meta_dir, fsys, snap.store_uuid));
+    if (seal > view->sequence())
+      return absl::DataLossError(absl::StrCat(
+          "relocate: the index at ", o.meta_dir,
+          " has lost acknowledged writes; run `mlpo recover` on it first"));
+  }
+  if (snap.paths.size() != o.paths.size())
+    return absl::FailedPreconditionError(absl::StrCat(
+        "relocate: the store at ", o.meta_dir, " has ", snap.paths.size(),
+        " paths; ", o.paths.size(), " were named"));
+  RelocateReport rep;
+  rep.old_uuid = snap.store_uuid;
+  rep.old_meta_dir = snap.paths.empty() ? "" : o.meta_dir;
+  const std::string ns = StoreNamespace(o);
+  for (size_t i = 0; i < o.paths.size(); ++i) {
+    const std::string& root = o.paths[i].path.root;
+    const PathRecord& rec = snap.paths[i];
+    rep.old_roots.push_back(rec.root);
+    rep.new_roots.push_back(Abs(root));
+    // The data must be this store's: its descriptor names the same store.
+    std::string dir = absl::StrCat(root, "/", ns);
+    auto text = fsys->ReadFile(dir + "/STORE", kMaxConfigBytes);
+    if (!text.ok())
+      return Annotate(text.status(),
+                      absl::StrCat("relocate: path ", i, " (", root,
+                                   ") has no store directory ", dir));
+    auto theirs = StoreOptionsFromDescriptor(*text);
+    if (!theirs.ok())
+      return Annotate(theirs.status(), absl::StrCat("relocate: ", dir));
+    if (!snap.store_uuid.empty() && !theirs->store_uuid.empty() &&
+        theirs->store_uuid != snap.store_uuid &&
+        theirs->store_uuid != o.store_uuid)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "relocate: ", dir, " belongs to store ", theirs->store_uuid,
+          ", not to the store of the index at ", o.meta_dir, " (",
+          snap.store_uuid, ")"));
+    if (new_identity && SameDirectory(root, rec.root))
+      return absl::FailedPreconditionError(absl::StrCat(
+          "relocate: path ", i, " (", root, ") is where the store already "
+          "lives; a new identity is for a copy at another place"));
+  }
+  if (new_identity && SameDirectory(o.meta_dir, rep.old_meta_dir) &&
+      snap.paths.size() > 0 && SameDirectory(o.paths[0].path.root,
+                                             snap.paths[0].root))
+    return absl::FailedPreconditionError(
+        "relocate: nothing was moved or copied");
+
+  MLPO_ASSIGN_OR_RETURN(
+      s->meta_, MetaIndex::Open(o.meta_dir, MetaIndex::Mode::kWrite, fsys));
+  rep.new_uuid = new_identity ? NewUuid() : snap.store_uuid;
+  if (rep.new_uuid.empty()) rep.new_uuid = NewUuid();  // a store before uuids
+  MetaIndex::Batch b = s->meta_->NewBatch();
+  for (size_t i = 0; i < o.paths.size(); ++i) {
+    const auto& po = o.paths[i].path;
+    const PathRecord& rec = snap.paths[i];
+    MLPO_ASSIGN_OR_RETURN(std::string uuid, PathUuid(po.root, false, fsys));
+    bool fresh = false;
+    if (new_identity && uuid == rec.uuid) {
+      // The copied root still carries the original's identity: its own now
+      // (a sibling store of the same copy adopts it when relocated).
+      uuid = NewUuid();
+      MLPO_RETURN_IF_ERROR(
+          fsys->WriteFileAtomic(po.root + "/.mlpo/uuid", uuid + "\n"));
+      MLPO_RETURN_IF_ERROR(fsys->SyncDir(po.root + "/.mlpo"));
+      fresh = true;
+    }
+    rep.new_path_identity.push_back(fresh);
+    PathRecord r = rec;
+    r.uuid = uuid;
+    r.root = Abs(po.root);
+    b.PutPath(static_cast<uint32_t>(i), r);
+    // The store keeps its own segment size.
+    if (rec.segment_bytes != 0)
+      s->options_.paths[i].path.segment_bytes = rec.segment_bytes;
+  }
+  if (rep.new_uuid != snap.store_uuid) b.PutStoreUuid(rep.new_uuid);
+  MLPO_RETURN_IF_ERROR(s->meta_->Apply(&b, true));
+  MLPO_RETURN_IF_ERROR(s->meta_->SetSealUuid(rep.new_uuid));
+  s->options_.meta_dir = Abs(o.meta_dir);
+  MLPO_RETURN_IF_ERROR(s->WriteDescriptors(rep.new_uuid));
+  rep.new_meta_dir = s->options_.meta_dir;
+  s.reset();  // lets the lock go
+
+  // Opens as any store now, and its index backups name the new place.
+  StoreOptions reopen = o;
+  reopen.store_uuid = rep.new_uuid;
+  MLPO_ASSIGN_OR_RETURN(auto store, Open(reopen));
+  store->BackupIndex();
+  return rep;
+}
+
+}  // namespace mlpo

@@ -1,0 +1,186 @@
+// `mlpo relocate DIR`: a moved or copied store becomes a store at its new
+// place (ObjectStore::Relocate). The new roots are worked out from DIR (one
+// of the store's directories at the new place) by replacing the prefix the
+// old roots share; --root and --meta-dir say it where that guess fails.
+#include <filesystem>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+#include "store/object_store.h"
+#include "tools/commands.h"
+#include "tools/store_cmd_util.h"
+
+namespace mlpo {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+struct RelocateArgs {
+  std::string dir, meta_dir;
+  std::vector<std::string> roots;  // "I=PATH"
+  bool copy = false, move = false, json = false;
+};
+
+std::string Norm(const fs::path& p) {
+  return fs::absolute(p).lexically_normal().string();
+}
+
+// `path` with its leading `from` replaced by `to`, or "" when `path` is not
+// under `from`.
+std::string Rebase(const std::string& path, const fs::path& from,
+                   const fs::path& to) {
+  fs::path rel = fs::path(path).lexically_relative(from);
+  if (rel.empty() || *rel.begin() == "..") return "";
+  return Norm(rel == "." ? to : to / rel);
+}
+
+// The old roots and index as they would be under the directory DIR lies
+// in: DIR is <new root k>/<ns> for the path k whose old root, rebased, is
+// DIR's root; every other old root and the index move by the same prefix.
+bool Infer(const StoreOptions& old, const std::string& dir,
+           std::vector<std::string>* roots, std::string* meta) {
+  std::string ns = StoreNamespace(old);
+  fs::path new_root = fs::path(Norm(dir));
+  for (const auto& part : fs::path(ns)) {
+    (void)part;
+    new_root = new_root.parent_path();  // one level per component of <ns>
+  }
+  for (size_t k = 0; k < old.paths.size(); ++k) {
+    // Old root k = P/rel and new root k = P'/rel: find the longest common
+    // tail, whose heads are the old and new prefixes.
+    fs::path a = fs::path(Norm(old.paths[k].path.root)), b = new_root;
+    while (!a.filename().empty() && a.filename() == b.filename() &&
+           a.has_parent_path() && b.has_parent_path() &&
+           a.parent_path() != a && b.parent_path() != b) {
+      a = a.parent_path();
+      b = b.parent_path();
+    }
+    std::vector<std::string> r;
+    bool ok = true;
+    for (auto& pc : old.paths) {
+      std::string moved = Rebase(Norm(pc.path.root), a, b);
+      std::error_code ec;
+      if (moved.empty() ||
+          !fs::exists(fs::path(moved) / ns / "STORE", ec)) {
+        ok = false;
+        break;
+      }
+      r.push_back(moved);
+    }
+    std::string m = Rebase(Norm(old.meta_dir), a, b);
+    std::error_code ec;
+    if (ok && !m.empty() && fs::exists(fs::path(m) / "CURRENT", ec)) {
+      *roots = r;
+      *meta = m;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void AddRelocateCommand(CLI::App& app) {
+  auto a = std::make_shared<RelocateArgs>();
+  auto* c = app.add_subcommand(
+      "relocate",
+      "Make a moved or copied store a store at its new place: the index and "
+      "the STORE descriptors record absolute roots, so a store opened after "
+      "`mv` or `cp -a` is refused until they name the new place. A copy "
+      "(the original is still where it was) gets an identity of its own, "
+      "so the two never act on each other");
+  c->add_option("dir", a->dir,
+                "One of the store's directories at its new place "
+                "(<root>/<store>/rank-<r>)")
+      ->required();
+  c->add_option("--root", a->roots,
+                "I=PATH: path I's new root, where the guess from DIR is "
+                "wrong (repeatable)");
+  c->add_option("--meta-dir", a->meta_dir,
+                "The index's new place (default: guessed like the roots)");
+  auto* cp = c->add_flag("--copy", a->copy,
+                         "Treat it as a copy: a new identity (default when "
+                         "the original is still at its recorded roots)");
+  c->add_flag("--move", a->move,
+              "Treat it as a move: keep the identity (default when the "
+              "original is gone)")
+      ->excludes(cp);
+  c->add_flag("--json", a->json, "Print one JSON object on stdout");
+  c->callback([a] {
+    auto old = StoreOptionsForTarget(a->dir, /*any_location=*/true);
+    if (!old.ok()) Fail("relocate", old.status());
+    std::vector<std::string> roots;
+    std::string meta;
+    bool guessed = Infer(*old, a->dir, &roots, &meta);
+    if (!guessed) {
+      roots.clear();
+      for (auto& pc : old->paths) roots.push_back(pc.path.root);
+      meta = old->meta_dir;
+    }
+    for (const std::string& r : a->roots) {
+      size_t eq = r.find('=');
+      int i = -1;
+      try {
+        i = std::stoi(r.substr(0, eq));
+      } catch (...) {
+      }
+      if (eq == std::string::npos || i < 0 ||
+          i >= static_cast<int>(roots.size()))
+        Fail("relocate",
+             absl::InvalidArgumentError(absl::StrCat(
+                 "--root ", r, ": expected I=PATH with I in 0..",
+                 roots.size() - 1)),
+             2);
+      roots[i] = Norm(r.substr(eq + 1));
+    }
+    if (!a->meta_dir.empty()) meta = Norm(a->meta_dir);
+    if (!guessed && a->roots.empty())
+      Fail("relocate",
+           absl::InvalidArgumentError(absl::StrCat(
+               "cannot tell where the store's other directories and index "
+               "are from ", a->dir, " (recorded roots: ",
+               absl::StrJoin(roots, ", "), "; index ", old->meta_dir,
+               "); name them with --root I=PATH and --meta-dir")),
+           2);
+    // A copy when the original is still at its recorded place.
+    bool original_there = false;
+    for (auto& pc : old->paths) {
+      std::string d = absl::StrCat(pc.path.root, "/", StoreNamespace(*old));
+      auto there = StoreOptionsForTarget(d);
+      if (there.ok() && there->store_uuid == old->store_uuid &&
+          !SameDirectory(d, absl::StrCat(roots[0], "/", StoreNamespace(*old))))
+        original_there = true;
+    }
+    bool copy = a->copy || (!a->move && original_there);
+    StoreOptions o = *old;
+    for (size_t i = 0; i < roots.size(); ++i) o.paths[i].path.root = roots[i];
+    o.meta_dir = meta;
+    auto rep = ObjectStore::Relocate(o, copy);
+    if (!rep.ok()) Fail("relocate", rep.status());
+    if (a->json) {
+      std::cout << json{{"copy", copy},
+                        {"old_uuid", rep->old_uuid},
+                        {"new_uuid", rep->new_uuid},
+                        {"old_roots", rep->old_roots},
+                        {"new_roots", rep->new_roots},
+                        {"new_meta_dir", rep->new_meta_dir}}
+                       .dump(2)
+                << "\n";
+      return;
+    }
+    std::printf("relocate: store %s is now at %s (index %s)%s\n",
+                old->name.c_str(), absl::StrJoin(rep->new_roots, ", ").c_str(),
+                rep->new_meta_dir.c_str(),
+                copy ? absl::StrCat("; a copy: new identity ", rep->new_uuid,
+                                    " (the original keeps ", rep->old_uuid,
+                                    ")")
+                           .c_str()
+                     : "; moved: identity kept");
+  });
+}
+
+}  // namespace mlpo
