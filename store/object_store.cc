@@ -409,6 +409,8 @@ std::future<absl::Status> ObjectStore::CommitImpl(Lease lease, uint64_t number,
           "commit of ", object, ": lease layout differs from the declared one"));
     else if (options_.read_only)
       bad = CheckWritable(absl::StrCat("commit of ", object));
+    else if (absl::Status p = meta_->poisoned(); !p.ok())
+      bad = Annotate(p, absl::StrCat("commit of ", object));
     else if (!write_back &&
              ((it->second.has_head && op->step <= it->second.head_step) ||
               (it->second.dirty != 0 && op->step <= it->second.dirty_step)))
@@ -546,6 +548,12 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
     op->rec.extents.clear();
   }
   std::vector<ExtentRef> to_free;
+  // An index write that fails may still have reached the disk (a WAL
+  // record written whose sync failed, a seal that failed after the
+  // write): the new extents may be referenced after a reopen, so they are
+  // not freed (the index is poisoned: nothing else is written until the
+  // reopen rebuilds free space from what the index really holds).
+  bool index_failed = false;
   if (st.ok()) {
     MutexLock l(&mu_);
     ObjectState& os = objects_[object];
@@ -563,6 +571,7 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
       if (os.has_head) dec[{object, os.head}] = 1;
       st = ApplyRefChanges(&b, dec, /*free_now=*/true,
                            options_.durability == Durability::kStep, &to_free);
+      index_failed = !st.ok();
       if (st.ok()) {
         VersionState& nv = versions_[{object, op->version}];
         nv.rec = op->rec;
@@ -588,7 +597,8 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
     }
   }
   if (!st.ok()) {
-    FreeExtents(op->rec.extents);  // never referenced: free at once
+    if (!index_failed)
+      FreeExtents(op->rec.extents);  // never referenced: free at once
     st = Annotate(st, where);
   }
   FreeExtents(to_free);

@@ -161,9 +161,17 @@ absl::StatusOr<CopyReport> ObjectStore::CopyTagTo(
       }
     }
   }
-  free_copies();  // of versions dropped meanwhile, or all on a failure
+  if (st.ok()) {
+    free_copies();  // of versions dropped meanwhile
+  }
+  // A failed index write may still have reached the disk: the copies stay
+  // allocated until the reopen rebuilds free space from the index (which
+  // is poisoned meanwhile, so nothing else is written).
   unpin_all();
-  if (!st.ok()) return Annotate(st, where + " (nothing recorded)");
+  if (!st.ok())
+    return Annotate(st, where + " (the index write failed: the copy is "
+                               "recorded or not as the index says after a "
+                               "reopen)");
   FreeExtents(to_free);  // replicas replaced
   BackupIndex();  // backups on every path know the copy
   rep.seconds = absl::ToDoubleSeconds(absl::Now() - t0);

@@ -60,13 +60,13 @@ class RocksFile final : public rocksdb::FSWritableFileOwnerWrapper {
         owner_(owner) {}
   rocksdb::IOStatus Append(const rocksdb::Slice& d, const rocksdb::IOOptions& o,
                            rocksdb::IODebugContext* g) override {
-    auto s = ToIo(owner_->Check(Op::kWriteFile));
+    auto s = ToIo(owner_->Check(Op::kWriteFile, path_));
     return s.ok() ? target()->Append(d, o, g) : s;
   }
   rocksdb::IOStatus Append(const rocksdb::Slice& d, const rocksdb::IOOptions& o,
                            const rocksdb::DataVerificationInfo& v,
                            rocksdb::IODebugContext* g) override {
-    auto s = ToIo(owner_->Check(Op::kWriteFile));
+    auto s = ToIo(owner_->Check(Op::kWriteFile, path_));
     return s.ok() ? target()->Append(d, o, v, g) : s;
   }
   rocksdb::IOStatus Sync(const rocksdb::IOOptions& o,
@@ -85,7 +85,7 @@ class RocksFile final : public rocksdb::FSWritableFileOwnerWrapper {
  private:
   rocksdb::IOStatus Synced(rocksdb::IOStatus s) {
     if (!s.ok()) return s;
-    s = ToIo(owner_->Check(Op::kSync));
+    s = ToIo(owner_->Check(Op::kSync, path_));
     if (!s.ok()) return s;
     // Durable: everything appended so far (flushed by the sync above).
     owner_->Snapshot(path_);
