@@ -417,7 +417,10 @@ class ObjectStore {
   // The first records of a new index: its identity and its paths.
   absl::Status InitializeIndex(MetaIndex* m, const std::string& uuid);
   absl::Status CheckIndex(const MetaSnapshot& snap, uint64_t seq,
-                          const StoreSurvey& survey, bool* empty) const;
+                          const StoreSurvey& survey, bool* empty,
+                          const uint64_t* seal_before = nullptr) const;
+  // OpenImpl for options_.read_only: beside a writer, never a false alarm.
+  absl::Status OpenReadOnly();
   // Opens the paths and builds the in-memory state from the index.
   absl::Status LoadState(const MetaSnapshot& snap);
   // FailedPrecondition naming `what` when the store is open read-only.

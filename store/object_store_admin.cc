@@ -378,7 +378,7 @@ absl::StatusOr<VerifyReport> ObjectStore::Verify(
     // view was opened: read the index again, and a version that is no longer
     // the head (or no longer in the tag) was superseded, not corrupted.
     auto now =
-        MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kReadOnly, fs());
+        MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kSecondary, fs());
     absl::StatusOr<MetaSnapshot> snap =
         now.ok() ? (*now)->Load() : absl::StatusOr<MetaSnapshot>(now.status());
     if (snap.ok()) {

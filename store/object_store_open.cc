@@ -32,6 +32,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
 #include "store/fs/file_util.h"
 #include "store/object_store.h"
@@ -196,10 +197,14 @@ absl::Status ObjectStore::InitializeIndex(MetaIndex* m,
 // store's directories. Sets *empty for an index with no records at all over
 // directories without data: a creation cut short, finished by the caller.
 absl::Status ObjectStore::CheckIndex(const MetaSnapshot& snap, uint64_t seq,
-                                     const StoreSurvey& sv, bool* empty) const {
+                                     const StoreSurvey& sv, bool* empty,
+                                     const uint64_t* seal_before) const {
   *empty = false;
   const std::string& uuid = snap.store_uuid;
   MLPO_ASSIGN_OR_RETURN(uint64_t seal, ReadSeal(options_.meta_dir, fs(), uuid));
+  // Beside a writer the seal moves on while the index is read: the one read
+  // before the index was caught up is the one to compare.
+  if (seal_before != nullptr) seal = *seal_before;
   if (seal > seq)
     return absl::DataLossError(absl::StrCat(
         Where(), " has lost acknowledged writes: it opens at index sequence ",
@@ -231,8 +236,71 @@ absl::Status ObjectStore::CheckIndex(const MetaSnapshot& snap, uint64_t seq,
   return absl::OkStatus();
 }
 
+// A read-only open beside a writer: the seal is read first, then the index
+// is opened as a RocksDB secondary and caught up. The writer writes its
+// index before its seal, so the index seen is never behind the seal read
+// unless writes were really lost. What looks damaged is looked at again
+// (a fresh survey, seal and index) before it is reported.
+absl::Status ObjectStore::OpenReadOnly() {
+  MLPO_RETURN_IF_ERROR(CheckRoots());
+  for (auto& pc : options_.paths) pc.path.read_only = true;
+  absl::Status st;
+  MetaSnapshot snap;
+  for (int look = 0; look < 5; ++look) {
+    if (look > 0) absl::SleepFor(absl::Milliseconds(20 * look));
+    st = [&]() -> absl::Status {
+      Survey sv = SurveyStore(options_);
+      if (sv.index == IndexState::kAbsent) {
+        MLPO_RETURN_IF_ERROR(CheckNoStoreData(options_, sv, Where(), fs()));
+        return absl::NotFoundError(absl::StrCat(
+            "store ", options_.name, " rank ", options_.rank,
+            " has no index in ", options_.meta_dir));
+      }
+      if (sv.index == IndexState::kDamaged)
+        return absl::DataLossError(absl::StrCat(
+            Where(), " is damaged: its CURRENT file is missing, but it holds ",
+            absl::StrJoin(sv.index_files, ", "),
+            ". Nothing was changed; run `mlpo recover STORE`"));
+      MLPO_ASSIGN_OR_RETURN(uint64_t seal, ReadSeal(options_.meta_dir, fs(), ""));
+      MLPO_ASSIGN_OR_RETURN(
+          std::unique_ptr<MetaIndex> view,
+          MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kSecondary, fs()));
+      MLPO_ASSIGN_OR_RETURN(snap, view->Load());
+      bool empty = false;
+      MLPO_RETURN_IF_ERROR(
+          CheckIndex(snap, view->sequence(), sv, &empty, &seal));
+      // Every head and tag has its record (a view caught up between two of
+      // the writer's flushes can lack one: looked at again).
+      for (auto& [obj, v] : snap.heads)
+        if (!snap.versions.count({obj, v}))
+          return absl::DataLossError(absl::StrCat(
+              Where(), ": object ", obj, " version ", v,
+              " is referenced but has no record"));
+      for (auto& [tag, objs] : snap.tags)
+        for (auto& [obj, v] : objs)
+          if (!snap.versions.count({obj, v}))
+            return absl::DataLossError(absl::StrCat(
+                Where(), ": tag ", tag, " object ", obj, " version ", v,
+                " is referenced but has no record"));
+      if (empty)
+        return absl::NotFoundError(absl::StrCat(
+            Where(), " was never initialised (its creation was cut short)"));
+      meta_ = std::move(view);
+      return absl::OkStatus();
+    }();
+    // Only what a writer's progress can make appear is looked at again.
+    if (st.ok() || !(absl::IsDataLoss(st) || absl::IsNotFound(st) ||
+                     absl::IsInternal(st) || absl::IsUnavailable(st) ||
+                     absl::IsAborted(st)))
+      break;
+  }
+  MLPO_RETURN_IF_ERROR(st);
+  return LoadState(snap);
+}
+
 absl::Status ObjectStore::OpenImpl() {
   const bool ro = options_.read_only;
+  if (ro) return OpenReadOnly();
   MLPO_RETURN_IF_ERROR(CheckRoots());
   for (auto& pc : options_.paths) pc.path.read_only = ro;
   if (!ro && fs()->IsDirectory(options_.meta_dir))

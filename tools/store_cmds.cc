@@ -259,6 +259,15 @@ void AddStoreCommands(CLI::App& app) {
       auto rec = s->GetVersion(*obj, want);
       if (!rec.ok()) Fail("show", rec.status());
       auto lease = s->ReadVersion(*obj, rec->version);
+      // Beside a writer, the version read may have been replaced and its
+      // space reused meanwhile: a fresh look decides whether it is damage.
+      for (int look = 0; look < 3 && !lease.ok() && want == 0; ++look) {
+        s = OpenTarget("show", a->store, /*read_only=*/true);
+        auto again = s->GetVersion(*obj, 0);
+        if (!again.ok() || again->version == rec->version) break;  // damage
+        rec = again;
+        lease = s->ReadVersion(*obj, rec->version);
+      }
       if (!lease.ok()) Fail("show", lease.status());
       json ext = ExtentsJson(s.get(), rec->extents);
       json j = {{"object", *obj},

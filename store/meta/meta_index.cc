@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
 
 #include "absl/strings/match.h"
 #include "rocksdb/utilities/checkpoint.h"
@@ -93,6 +96,9 @@ absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
   opts.max_background_jobs = 2;
   opts.info_log_level = rocksdb::WARN_LEVEL;
   opts.keep_log_file_num = 2;
+  // Every column family flushes together, so that a reader (a secondary
+  // instance) never sees one family's flush without the others'.
+  opts.atomic_flush = true;
   // Point-in-time: a damaged WAL replays up to the damage. Whether that lost
   // acknowledged writes is for the seal to say (see the header).
   opts.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
@@ -102,11 +108,34 @@ absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
   std::unique_ptr<MetaIndex> m(new MetaIndex());
   m->dir_ = dir;
   m->fs_ = fs;
-  m->read_only_ = mode == Mode::kReadOnly;
+  m->read_only_ = mode == Mode::kReadOnly || mode == Mode::kSecondary;
   rocksdb::DB* db = nullptr;
-  rocksdb::Status s =
-      m->read_only_ ? rocksdb::DB::OpenForReadOnly(opts, dir, cfs, &m->cf_, &db)
-                    : rocksdb::DB::Open(opts, dir, cfs, &m->cf_, &db);
+  rocksdb::Status s;
+  if (mode == Mode::kSecondary) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ =
+        absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/mlpo-reader-XXXXXX");
+    if (::mkdtemp(templ.data()) == nullptr)
+      return ErrnoStatus(errno, absl::StrCat("create a reader's directory ",
+                                             templ));
+    m->secondary_dir_ = templ;
+    opts.max_open_files = -1;  // keep every file the view needs
+    s = rocksdb::DB::OpenAsSecondary(opts, dir, m->secondary_dir_, cfs,
+                                     &m->cf_, &db);
+    if (s.ok()) {
+      s = db->TryCatchUpWithPrimary();
+      if (!s.ok()) {
+        for (auto* h : m->cf_) db->DestroyColumnFamilyHandle(h);
+        m->cf_.clear();
+        delete db;
+        db = nullptr;
+      }
+    }
+  } else if (m->read_only_) {
+    s = rocksdb::DB::OpenForReadOnly(opts, dir, cfs, &m->cf_, &db);
+  } else {
+    s = rocksdb::DB::Open(opts, dir, cfs, &m->cf_, &db);
+  }
   if (!s.ok()) {
     if (mode != Mode::kCreate &&
         (s.IsInvalidArgument() || s.IsCorruption() || s.IsNotFound()))
@@ -178,6 +207,11 @@ MetaIndex::~MetaIndex() {
   if (db_) {
     for (auto* h : cf_) db_->DestroyColumnFamilyHandle(h);
     db_->Close();
+    db_.reset();
+  }
+  if (!secondary_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(secondary_dir_, ec);
   }
 }
 

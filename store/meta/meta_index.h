@@ -75,6 +75,11 @@ class MetaIndex {
     kCreate,    // a new index in an empty directory
     kWrite,     // an existing index, for writing
     kReadOnly,  // RocksDB's read-only mode: no lock, nothing written
+    // Beside a writer: RocksDB's secondary instance (every file it needs
+    // held open, so the writer's flushes and compactions cannot pull one
+    // away mid-read), caught up with the writer once when opened. Its own
+    // info log goes to a private temporary directory, removed at close.
+    kSecondary,
     kRecover,   // writing, WAL replayed to its last consistent point
   };
   // Opens the index in `dir`. A format other than kStoreFormat is
@@ -134,6 +139,7 @@ class MetaIndex {
   absl::Status WriteSeal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(seal_mu_);
 
   std::string dir_;
+  std::string secondary_dir_;  // kSecondary: the private log directory
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> cf_;  // order of kCfNames
   bool read_only_ = false;

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <atomic>
 #include <cstdio>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -331,6 +333,71 @@ TEST_F(CliTest, AMovedStoreIsRelocatedWithItsIdentity) {
   EXPECT_EQ(j["tags"][0]["step"], 7);
   EXPECT_EQ(Mlpo("verify " + dir + " --tag first").code, 0);
   ASSERT_EQ(std::system(("mv " + moved + " " + dir_.path()).c_str()), 0);
+}
+
+}  // namespace
+}  // namespace mlpo
+
+namespace mlpo {
+namespace {
+
+// Issue 17, reproduction 6: read-only tools beside a stepping, tagging job
+// raised false alarms ("lost acknowledged writes ... run mlpo recover",
+// "Can't access NNN.sst", ENOENT on a .log). Every read-only command of
+// every kind, run beside a writer that commits, tags (each tag flushes the
+// index into a backup), drops tags and collects garbage, must succeed.
+// MLPO_READER_RUNS: runs of each kind (the slow label runs 1000).
+TEST_F(CliTest, ReadOnlyCommandsBesideAWritingJobRaiseNoFalseAlarm) {
+  const char* env = std::getenv("MLPO_READER_RUNS");
+  const int runs = env ? std::max(1, std::atoi(env)) : 25;
+  std::atomic<bool> stop{false};
+  std::atomic<int> steps{0};
+  std::string writer_error;
+  std::thread writer([&] {
+    auto s = ObjectStore::Open(o_);
+    if (!s.ok()) {
+      writer_error = std::string(s.status().message());
+      return;
+    }
+    for (uint64_t step = 8; !stop; ++step) {
+      auto l = (*s)->Checkout("w0").get();
+      if (!l.ok()) {
+        writer_error = std::string(l.status().message());
+        return;
+      }
+      absl::Status st = (*s)->Commit(*l, step).get();
+      if (st.ok() && step % 2 == 0) st = (*s)->Tag("s" + std::to_string(step));
+      if (st.ok() && step % 2 == 0 && step >= 14)
+        st = (*s)->DropTag("s" + std::to_string(step - 6));
+      if (st.ok() && step % 6 == 0) st = (*s)->Gc().status();
+      if (!st.ok()) {
+        writer_error = std::string(st.message());
+        return;
+      }
+      ++steps;
+    }
+  });
+  std::map<std::string, int> failures;
+  std::string first_failure;
+  for (int i = 0; i < runs && writer_error.empty(); ++i) {
+    for (const char* cmd : {"ls", "tags", "inspect", "verify", "show"}) {
+      std::string args = std::string(cmd) + " " + store_dir_ +
+                         (std::string(cmd) == "show" ? " w0" : "") + " --json";
+      CliRun r = Mlpo(args, /*with_stderr=*/true);
+      if (r.code != 0) {
+        ++failures[cmd];
+        if (first_failure.empty()) first_failure = args + ": " + r.out;
+      }
+    }
+  }
+  stop = true;
+  writer.join();
+  EXPECT_TRUE(writer_error.empty()) << writer_error;
+  EXPECT_GT(steps.load(), 5) << "the writer hardly ran";
+  EXPECT_TRUE(failures.empty()) << failures.size() << " kinds failed; first: "
+                                << first_failure;
+  std::printf("%d runs of each read-only command beside %d writer steps\n",
+              runs, steps.load());
 }
 
 }  // namespace
