@@ -116,6 +116,20 @@ struct VerifyReport {
   // version (the index, re-read after the failure, no longer has it as the
   // head or in the tag). Not corruption.
   std::vector<BadExtent> superseded;
+  // Segment files that are gone, or shorter than their segment size (a
+  // read-only open looks past them; `deep` reads every version any head or
+  // tag holds, so that each one they cost is named).
+  std::vector<std::string> missing_segments, short_segments;
+};
+
+// What `ObjectStore::Salvage` kept and dropped.
+struct SalvageReport {
+  uint64_t versions_checked = 0;
+  std::vector<BadExtent> bad;  // every unreadable extent found
+  std::vector<std::string> kept_tags, dropped_tags;
+  uint64_t kept_heads = 0;
+  std::vector<std::string> dropped_heads;  // objects left without a head
+  std::vector<std::string> repaired_segments;  // recreated or extended
 };
 
 // What `ObjectStore::CopyTagTo` did.
@@ -230,6 +244,16 @@ class ObjectStore {
   // never opened or changed.
   static absl::StatusOr<RelocateReport> Relocate(const StoreOptions& options,
                                                  bool new_identity);
+  // Keeps every tag and head whose extents all read back (a replica
+  // standing in for a bad first copy) and drops the rest: a tag whole (a
+  // checkpoint is never restored in part), a head leaving its object with
+  // no committed version (restore a kept tag). Nothing that still reads is
+  // changed: dropped versions wait for `gc`. Then missing segment files are
+  // created again and short ones extended, so the store opens for writing.
+  // Takes the writer lock.
+  static absl::StatusOr<SalvageReport> Salvage(
+      const StoreOptions& options,
+      std::function<void(uint64_t, uint64_t)> progress = nullptr);
   // The pid holding the writer lock of the store in `meta_dir`, or 0.
   static int WriterPid(const std::string& meta_dir,
                        FileSystem* fs = nullptr);

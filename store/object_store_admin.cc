@@ -1,8 +1,10 @@
 // ObjectStore: tags, restore, gc, verify, stats and listing.
 #include <algorithm>
+#include <set>
 
 #include <cstdio>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "store/fs/file_util.h"
 #include "store/object_store.h"
@@ -325,24 +327,34 @@ absl::StatusOr<VerifyReport> ObjectStore::Verify(
   std::vector<std::pair<std::string, VersionRecord>> todo;
   {
     MutexLock l(&mu_);
-    std::map<std::string, uint64_t> set;
+    std::set<VKey> keys;
     if (tag.empty()) {
       for (auto& [obj, st] : objects_)
-        if (st.has_head) set[obj] = st.head;
+        if (st.has_head) keys.insert({obj, st.head});
+      // Deep: every version a tag holds too, so that each bad extent is
+      // named, whatever holds it.
+      if (deep)
+        for (auto& [t, objs] : tags_)
+          for (auto& [obj, v] : objs) keys.insert({obj, v});
     } else {
       auto t = tags_.find(tag);
       if (t == tags_.end())
         return absl::NotFoundError(absl::StrCat("no tag named ", tag));
-      set = t->second;
+      for (auto& [obj, v] : t->second) keys.insert({obj, v});
     }
-    for (auto& [obj, v] : set) {
-      VersionState& vs = versions_[{obj, v}];
+    for (auto& k : keys) {
+      VersionState& vs = versions_[k];
       ++vs.pins;
-      todo.emplace_back(obj, vs.rec);
+      todo.emplace_back(k.first, vs.rec);
     }
   }
   VerifyReport rep;
   rep.bad = std::move(structural);
+  for (auto& p : paths_) {
+    for (auto& f : p->MissingSegments()) rep.missing_segments.push_back(f);
+    if (deep)
+      for (auto& f : p->ShortSegments()) rep.short_segments.push_back(f);
+  }
   uint64_t total = 0;
   for (auto& [obj, rec] : todo) total += rec.blob_bytes;
   for (auto& [obj, rec] : todo) {
@@ -394,6 +406,14 @@ absl::StatusOr<VerifyReport> ObjectStore::Verify(
           auto cur = set->find(b.object);
           moved = cur == set->end() || cur->second != b.version;
         }
+        // Deep: a version any tag still holds was not replaced either.
+        if (deep && tag.empty())
+          for (auto& [t, objs] : snap->tags) {
+            auto cur = objs.find(b.object);
+            if (cur != objs.end() && cur->second == b.version) moved = false;
+          }
+        // Structural problems (index: ...) are about the index as loaded.
+        if (absl::StartsWith(b.error, "index: ")) moved = false;
         (moved ? rep.superseded : still_bad).push_back(std::move(b));
       }
       rep.bad = std::move(still_bad);

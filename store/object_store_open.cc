@@ -406,11 +406,16 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
     // stores.
     std::string dir = absl::StrCat(po.root, "/", StoreNamespace(options_));
     MLPO_ASSIGN_OR_RETURN(uint64_t on_disk, ExistingSegmentBytes(dir, fs()));
-    if (rec.segment_bytes != 0 && on_disk != 0 && on_disk != rec.segment_bytes)
+    // (A read-only look and a salvage go on: verify names it as short.)
+    if (rec.segment_bytes != 0 && on_disk != 0 &&
+        on_disk != rec.segment_bytes && !ro && !options_.salvage)
       return absl::DataLossError(absl::StrCat(
           "path ", po.root, ": segment file ", dir, "/seg-000000 is ", on_disk,
           " bytes, but the store's segments are ", rec.segment_bytes,
-          " bytes (truncated or replaced?)"));
+          " bytes (truncated or replaced?). Nothing was changed. `mlpo "
+          "verify --deep STORE` lists every version it held; `mlpo recover "
+          "--salvage STORE` keeps every tag and head that does not touch "
+          "it"));
     uint64_t seg = rec.segment_bytes != 0 ? rec.segment_bytes : on_disk;
     if (seg != 0) po.segment_bytes = seg;
     if (rec.segment_bytes == 0) {
@@ -428,6 +433,7 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
   }
   for (size_t i = 0; i < options_.paths.size(); ++i) {
     options_.paths[i].path.fs = options_.fs;
+    options_.paths[i].path.allow_missing_segments = ro || options_.salvage;
     auto path = StoragePath::Open(options_.paths[i].path,
                                   StoreNamespace(options_), /*create=*/false);
     if (!path.ok()) return path.status();
@@ -490,6 +496,19 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
     next_version_ = std::max(next_version_, k.second + 1);
   for (auto& [k, vs] : versions_)
     next_version_ = std::max(next_version_, k.second + 1);
+  // Every segment an extent lies in exists (trailing files can be gone
+  // too): placeholders for a read-only look or a salvage, else DataLoss.
+  {
+    std::vector<uint64_t> need(paths_.size(), 0);
+    for (auto& [k, vs] : versions_)
+      for (const ExtentRef& e : vs.rec.AllExtents())
+        if (e.path < paths_.size())
+          need[e.path] = std::max(
+              need[e.path],
+              e.offset / paths_[e.path]->options().segment_bytes + 1);
+    for (size_t p = 0; p < paths_.size(); ++p)
+      MLPO_RETURN_IF_ERROR(paths_[p]->EnsureSegments(need[p]));
+  }
   // Rebuild free space from every record. Records no head or tag references
   // (left by DropTag) keep their space until Gc() deletes them, so that
   // `mlpo drop-tag` then `mlpo gc` frees what the README says.

@@ -84,6 +84,9 @@ struct StoreOptions {
   // Tests pass a FaultInjectionFileSystem. Not owned; not in TOML.
   FileSystem* fs = nullptr;
   ObjectInitializer initializer;  // not in TOML
+  // Open although segment files are missing (ObjectStore::Salvage sets it;
+  // read-only opens always may). Not in TOML.
+  bool salvage = false;
 };
 
 // Ranges of the options, checked by ValidateStoreOptions and the TOML loader.

@@ -358,10 +358,16 @@ void AddStoreCommands(CLI::App& app) {
                           {"extents", rep->extents}, {"bytes", rep->bytes},
                           {"replicas", rep->replicas}, {"bad", bad},
                           {"covered_by_replica", covered},
-                          {"superseded", superseded}}
+                          {"superseded", superseded},
+                          {"missing_segments", rep->missing_segments},
+                          {"short_segments", rep->short_segments}}
                          .dump(2)
                   << "\n";
       } else {
+        for (auto& f : rep->missing_segments)
+          std::printf("MISSING segment file %s\n", f.c_str());
+        for (auto& f : rep->short_segments)
+          std::printf("SHORT segment file %s (truncated)\n", f.c_str());
         for (auto& b : rep->superseded)
           std::printf("superseded while reading: object %s version %lu (the "
                       "running job replaced it; not corruption)\n",
@@ -484,9 +490,70 @@ void AddStoreCommands(CLI::App& app) {
                   "mounted at the same place): versions copied elsewhere "
                   "with `tag --copy-to` are kept, the rest are named as "
                   "lost, and the path starts empty");
-    c->callback([a, discard, lost] {
+    auto salvage = std::make_shared<bool>(false);
+    auto* sv = c->add_flag(
+        "--salvage", *salvage,
+        "After data was lost (a deleted or truncated segment file, extents "
+        "that fail their checksum): keep every tag and head that still reads "
+        "back whole, drop the rest (a tag whole), and name both; nothing "
+        "that still reads is changed (dropped versions wait for `mlpo gc`)");
+    sv->excludes("--discard");
+    sv->excludes("--lost-path");
+    c->callback([a, discard, lost, salvage] {
       auto o = StoreOptionsForTarget(a->store);
       if (!o.ok()) Fail("recover", o.status());
+      if (*salvage) {
+        auto rep = ObjectStore::Salvage(*o, [](uint64_t d, uint64_t t) {
+          Progress("salvage: read " + FormatBytes(d) + " / " + FormatBytes(t));
+        });
+        Progress("");
+        if (!rep.ok()) Fail("recover", rep.status());
+        json bad = json::array();
+        for (auto& b : rep->bad)
+          bad.push_back({{"object", b.object}, {"version", b.version},
+                         {"step", b.step}, {"file", b.file},
+                         {"offset", b.file_offset}, {"error", b.error}});
+        if (a->json) {
+          std::cout << json{{"salvage", true},
+                            {"versions_checked", rep->versions_checked},
+                            {"bad", bad},
+                            {"kept_tags", rep->kept_tags},
+                            {"dropped_tags", rep->dropped_tags},
+                            {"kept_heads", rep->kept_heads},
+                            {"dropped_heads", rep->dropped_heads},
+                            {"repaired_segments", rep->repaired_segments}}
+                           .dump(2)
+                    << "\n";
+        } else {
+          for (auto& b : rep->bad)
+            std::printf("BAD object %s step %lu (version %lu) file %s offset "
+                        "%lu: %s\n",
+                        b.object.c_str(), (unsigned long)b.step,
+                        (unsigned long)b.version, b.file.c_str(),
+                        (unsigned long)b.file_offset, b.error.c_str());
+          for (auto& t : rep->kept_tags) std::printf("kept tag %s\n", t.c_str());
+          for (auto& t : rep->dropped_tags)
+            std::printf("DROPPED tag %s (an extent of it is unreadable)\n",
+                        t.c_str());
+          for (auto& h : rep->dropped_heads)
+            std::printf("DROPPED head of %s (no committed version now: "
+                        "restore a kept tag)\n",
+                        h.c_str());
+          for (auto& f : rep->repaired_segments)
+            std::printf("segment file %s made whole again (what it lost "
+                        "belonged to dropped versions)\n",
+                        f.c_str());
+          std::printf("salvage: %lu versions checked, %zu bad extents; kept "
+                      "%zu tags and %lu heads, dropped %zu tags and %zu "
+                      "heads. `mlpo gc STORE` frees what the dropped ones "
+                      "held\n",
+                      (unsigned long)rep->versions_checked, rep->bad.size(),
+                      rep->kept_tags.size(), (unsigned long)rep->kept_heads,
+                      rep->dropped_tags.size(), rep->dropped_heads.size());
+        }
+        return;
+      }
+
       int lost_path = -1;
       if (!lost->empty()) {
         std::vector<std::string> list;

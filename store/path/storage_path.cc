@@ -11,6 +11,8 @@
 #include <random>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/trace.h"
@@ -146,19 +148,123 @@ absl::StatusOr<std::unique_ptr<StoragePath>> StoragePath::Open(
   MutexLock l(&p->mu_);
   p->alloc_ = std::make_unique<ExtentAllocator>(options.segment_bytes);
   // Reopen existing segments in order; a gap means a lost file.
-  for (uint64_t n = 0;; ++n) {
-    std::string f = absl::StrFormat("%s/seg-%06d", p->dir_, n);
-    if (!fsys->Exists(f)) break;
-    bool direct;
-    MLPO_ASSIGN_OR_RETURN(int fd, p->fs()->OpenForIo(f, false, options.direct,
-                                                     &direct,
-                                                     options.read_only));
-    p->direct_ = direct;
-    MLPO_ASSIGN_OR_RETURN(int h, p->engine_->RegisterFile(fd, f, direct));
-    p->segments_.push_back({fd, h, false});
+  uint64_t count = 0;
+  {
+    auto names = fsys->ListDir(p->dir_);
+    if (!names.ok()) return names.status();
+    for (const std::string& name : *names) {
+      uint64_t n = 0;
+      if (name.size() == 10 && name.rfind("seg-", 0) == 0 &&
+          absl::SimpleAtoi(name.substr(4), &n))
+        count = std::max(count, n + 1);
+    }
+  }
+  std::vector<uint64_t> missing;
+  for (uint64_t n = 0; n < count; ++n) {
+    Segment seg;
+    if (fsys->Exists(absl::StrFormat("%s/seg-%06d", p->dir_, n))) {
+      MLPO_RETURN_IF_ERROR(p->OpenSegment(n, &seg));
+    } else {
+      seg.missing = true;
+      missing.push_back(n);
+    }
+    p->segments_.push_back(seg);
     p->alloc_->AddSegment();
   }
+  if (!missing.empty() && !options.allow_missing_segments)
+    return p->MissingError(missing);
   return p;
+}
+
+absl::Status StoragePath::OpenSegment(uint64_t n, Segment* seg) {
+  std::string f = absl::StrFormat("%s/seg-%06d", dir_, n);
+  bool direct;
+  MLPO_ASSIGN_OR_RETURN(int fd, fs()->OpenForIo(f, false, options_.direct,
+                                                &direct, options_.read_only));
+  direct_ = direct;
+  auto h = engine_->RegisterFile(fd, f, direct);
+  if (!h.ok()) {
+    ::close(fd);
+    return h.status();
+  }
+  *seg = Segment{fd, *h, false, false};
+  return absl::OkStatus();
+}
+
+absl::Status StoragePath::MissingError(
+    const std::vector<uint64_t>& missing) const {
+  std::string names;
+  for (size_t i = 0; i < missing.size() && i < 8; ++i)
+    absl::StrAppend(&names, i ? ", " : "",
+                    absl::StrFormat("seg-%06d", missing[i]));
+  if (missing.size() > 8) absl::StrAppend(&names, ", ...");
+  return absl::DataLossError(absl::StrCat(
+      "path ", options_.root, ": ", missing.size(),
+      " segment file(s) of the store are missing from ", dir_, " (", names,
+      "). Nothing was changed. `mlpo verify --deep STORE` lists every "
+      "version they held; `mlpo recover --salvage STORE` keeps every tag "
+      "and head that does not touch them"));
+}
+
+absl::Status StoragePath::EnsureSegments(uint64_t count) {
+  MutexLock l(&mu_);
+  std::vector<uint64_t> missing;
+  for (uint64_t n = segments_.size(); n < count; ++n) {
+    Segment seg;
+    seg.missing = true;
+    missing.push_back(n);
+    segments_.push_back(seg);
+    alloc_->AddSegment();
+  }
+  if (!missing.empty() && !options_.allow_missing_segments)
+    return MissingError(missing);
+  return absl::OkStatus();
+}
+
+std::vector<std::string> StoragePath::MissingSegments() const {
+  MutexLock l(&mu_);
+  std::vector<std::string> out;
+  for (size_t n = 0; n < segments_.size(); ++n)
+    if (segments_[n].missing)
+      out.push_back(absl::StrFormat("%s/seg-%06d", dir_, n));
+  return out;
+}
+
+std::vector<std::string> StoragePath::ShortSegments() const {
+  std::vector<std::string> out;
+  size_t n_segments;
+  {
+    MutexLock l(&mu_);
+    n_segments = segments_.size();
+  }
+  for (size_t n = 0; n < n_segments; ++n) {
+    std::string f = absl::StrFormat("%s/seg-%06d", dir_, n);
+    auto st = fs()->Stat(f);
+    if (st.ok() && st->size < options_.segment_bytes) out.push_back(f);
+  }
+  return out;
+}
+
+absl::Status StoragePath::RepairSegments() {
+  MutexLock l(&mu_);
+  for (size_t n = 0; n < segments_.size(); ++n) {
+    std::string f = absl::StrFormat("%s/seg-%06d", dir_, n);
+    Segment& seg = segments_[n];
+    if (seg.missing) {
+      bool direct;
+      MLPO_ASSIGN_OR_RETURN(int fd, fs()->OpenForIo(f, true, options_.direct,
+                                                     &direct, false));
+      ::close(fd);
+      MLPO_RETURN_IF_ERROR(OpenSegment(n, &seg));
+    }
+    auto st = fs()->Stat(f);
+    if (!st.ok()) return st.status();
+    if (st->size < options_.segment_bytes) {
+      MLPO_RETURN_IF_ERROR(fs()->Preallocate(seg.fd, f, options_.segment_bytes));
+      MLPO_RETURN_IF_ERROR(fs()->Fdatasync(seg.fd, f));
+    }
+  }
+  return fs()->SyncDir(dir_);
 }
 
 StoragePath::~StoragePath() {
@@ -255,6 +361,17 @@ void StoragePath::Transfer(IoOp op, Range r, void* buf, IoCallback done) {
     }
   }
   if (handle < 0) {
+    bool missing = false;
+    {
+      MutexLock l(&mu_);
+      missing = seg < segments_.size() && segments_[seg].missing;
+    }
+    if (missing) {
+      done(absl::NotFoundError(absl::StrCat("segment file ",
+                                            SegmentFile(r.offset),
+                                            " is missing")));
+      return;
+    }
     done(absl::InvalidArgumentError(absl::StrCat(
         "path ", root(), ": extent [", r.offset, ", +", r.length,
         ") is outside the segments")));

@@ -60,6 +60,10 @@ struct PathOptions {
   // I/O slot: for tools that inspect a store on a read-only mount or that
   // belongs to another user who granted read access.
   bool read_only = false;
+  // Open although segment files are missing (a read-only look, or `mlpo
+  // recover --salvage`): each missing file is a placeholder whose reads
+  // fail with NotFound naming it. Without it a gap is DataLoss.
+  bool allow_missing_segments = false;
   // Where segment files are opened, preallocated and synced; nullptr = the
   // POSIX default. Tests pass a FaultInjectionFileSystem. Not owned.
   FileSystem* fs = nullptr;
@@ -104,6 +108,18 @@ class StoragePath {
   // Makes everything written so far durable (fdatasync of dirty segments).
   absl::Status Sync();
 
+  // Segments up to (not including) `count` exist: placeholders for missing
+  // files when allow_missing_segments, else DataLoss naming them. LoadState
+  // calls it with the count the index's extents need.
+  absl::Status EnsureSegments(uint64_t count);
+  // Segment files that are missing, and those shorter than segment_bytes.
+  std::vector<std::string> MissingSegments() const;
+  std::vector<std::string> ShortSegments() const;
+  // Creates every missing segment file (preallocated, synced) and extends
+  // short ones to the segment size, so that new extents can go anywhere:
+  // `mlpo recover --salvage` after it has dropped what they held.
+  absl::Status RepairSegments();
+
   // "<dir>/seg-<n>" of the segment that holds linear offset `off`.
   std::string SegmentFile(uint64_t off) const;
   uint64_t SegmentOffset(uint64_t off) const {
@@ -137,7 +153,13 @@ class StoragePath {
     int fd = -1;
     int handle = -1;
     bool dirty = false;
+    bool missing = false;  // a placeholder: the file is gone
   };
+  // Opens segment `n`'s file (existing) and registers it in `seg`.
+  absl::Status OpenSegment(uint64_t n, Segment* seg)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // DataLoss naming the missing segment files of [from, to).
+  absl::Status MissingError(const std::vector<uint64_t>& missing) const;
   std::vector<Segment> segments_ ABSL_GUARDED_BY(mu_);
   bool direct_ = true;
 
