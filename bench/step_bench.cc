@@ -222,6 +222,8 @@ ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
   o.pipeline.prefetch_depth = mc.prefetch;
   o.pipeline.max_commits_in_flight = mc.commits;
   o.pipeline.adaptive_placement = mc.adaptive;
+  // The fractions start at U_k; +adaptive lets them follow the rates.
+  o.store.adaptive = mc.adaptive ? 1 : 0;
   o.pipeline.declare_order = mc.declare_order;
   // The paths' bandwidth as the bound sees it (scaled down when paths
   // share a device); fractions stay proportional to U_k.

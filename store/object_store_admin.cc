@@ -3,6 +3,7 @@
 #include <set>
 
 #include <cstdio>
+#include <filesystem>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,35 @@ absl::Status ObjectStore::SyncAllPaths() {
   return absl::OkStatus();
 }
 
+namespace {
+
+// RocksDB's checkpoint makes its directory 0755 and hard-links the index's
+// files (0644 under the usual umask): the backup is the index, so it is the
+// owner's alone, like every other file of the store. (The links share
+// their inodes with the index's files, which become 0600 too.)
+absl::Status MakeOwnerOnly(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  if (ec)
+    return absl::InternalError(absl::StrCat("chmod ", dir, ": ", ec.message()));
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    fs::permissions(e.path(),
+                    e.is_directory() ? fs::perms::owner_all
+                                     : fs::perms::owner_read |
+                                           fs::perms::owner_write,
+                    fs::perm_options::replace, ec);
+    if (ec)
+      return absl::InternalError(
+          absl::StrCat("chmod ", e.path().string(), ": ", ec.message()));
+  }
+  return ec ? absl::InternalError(absl::StrCat("list ", dir, ": ",
+                                               ec.message()))
+            : absl::OkStatus();
+}
+
+}  // namespace
+
 void ObjectStore::BackupIndex() {
   for (auto& p : paths_) {
     std::string dir = p->dir() + "/" + kIndexBackupDir;
@@ -26,6 +56,7 @@ void ObjectStore::BackupIndex() {
     absl::Status st = fs()->RemoveTree(tmp);
     if (st.ok()) st = fs()->RemoveTree(tmp + ".tmp");
     if (st.ok()) st = meta_->Checkpoint(tmp);
+    if (st.ok()) st = MakeOwnerOnly(tmp);
     if (st.ok()) {
       // Keep a complete copy at every instant: meta-backup or, during the
       // swap, meta-backup.old.

@@ -19,6 +19,11 @@ std::vector<uint64_t> ObjectStore::StripeBytes(uint64_t total) const {
 
 std::vector<double> ObjectStore::AdaptPlacement() {
   std::vector<double> rates = UpdateBandwidthEstimates();
+  // Explicit fractions stay as written unless `adaptive = true`.
+  bool explicit_fractions = false;
+  for (auto& pc : options_.paths) explicit_fractions |= pc.fraction > 0;
+  if (options_.adaptive == 0 || (options_.adaptive < 0 && explicit_fractions))
+    return fractions();
   for (double r : rates)
     if (!(r > 0)) return fractions();  // not measured yet: keep as is
   uint64_t demand = 0;

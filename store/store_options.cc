@@ -199,6 +199,11 @@ absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
     } else if (key == "extent_bytes") {
       MLPO_ASSIGN_OR_RETURN(o.extent_bytes,
                             SizeValue(v, key, 64 << 10, 64 << 20));
+    } else if (key == "adaptive") {
+      if (!v.is_boolean())
+        return absl::InvalidArgumentError(
+            "config key 'adaptive': expected true or false");
+      o.adaptive = *v.value<bool>() ? 1 : 0;
     } else if (key == "buffer_pool_bytes") {
       MLPO_ASSIGN_OR_RETURN(o.buffer_pool_bytes, SizeValue(v, key));
     } else if (key == "cache") {

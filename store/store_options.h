@@ -70,6 +70,11 @@ struct StoreOptions {
   // Read-only opens never cache (they read what is on disk).
   uint64_t cache_bytes = 0;
   double cache_percent = 0;
+  // Adaptive placement (AdaptPlacement, once a step): stripe fractions
+  // follow each path's observed rate. -1 (default): on unless a path has an
+  // explicit `fraction` (explicit fractions win); 0: off; 1: on, starting
+  // from the explicit fractions. TOML `adaptive = true|false`.
+  int adaptive = -1;
   bool create_if_missing = true;
   // Open without the writer lock and without writing anything, e.g. to
   // inspect a store a training job holds. The view is the index as of open;

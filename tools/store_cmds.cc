@@ -317,7 +317,10 @@ void AddStoreCommands(CLI::App& app) {
     auto tag = std::make_shared<std::string>();
     auto* c = AddStoreSub(app, "verify",
                           "Read every extent of every head (or of --tag) and "
-                          "check its xxh3; exit 0 when all hold, 1 otherwise",
+                          "check its xxh3; exit 0 when all hold, 3 when some "
+                          "version reads back only from its replica (tag "
+                          "--copy-to: nothing lost, but one copy is bad), 1 "
+                          "when something is unreadable",
                           a.get());
     c->add_option("--tag", *tag, "Verify this tag's versions instead of heads");
     auto deep = std::make_shared<bool>(false);
@@ -354,7 +357,11 @@ void AddStoreCommands(CLI::App& app) {
       for (auto& b : rep->superseded)
         superseded.push_back({{"object", b.object}, {"version", b.version}});
       if (a->json) {
-        std::cout << json{{"ok", rep->bad.empty()}, {"objects", rep->objects},
+        std::cout << json{{"ok", rep->bad.empty()},
+                          {"state", !rep->bad.empty()       ? "bad"
+                                    : !rep->covered.empty() ? "replica_only"
+                                                            : "ok"},
+                          {"objects", rep->objects},
                           {"extents", rep->extents}, {"bytes", rep->bytes},
                           {"replicas", rep->replicas}, {"bad", bad},
                           {"covered_by_replica", covered},
@@ -387,13 +394,16 @@ void AddStoreCommands(CLI::App& app) {
                       (unsigned long)b.length, b.error.c_str());
         std::printf("%s: %lu objects (%lu with a replica), %lu extents, %s "
                     "checked, %zu bad, %zu readable from the replica only\n",
-                    rep->bad.empty() ? "OK" : "FAILED",
+                    !rep->bad.empty()       ? "FAILED"
+                    : !rep->covered.empty() ? "READABLE ONLY FROM THE REPLICA"
+                                            : "OK",
                     (unsigned long)rep->objects, (unsigned long)rep->replicas,
                     (unsigned long)rep->extents,
                     FormatBytes(rep->bytes).c_str(), rep->bad.size(),
                     rep->covered.size());
       }
       if (!rep->bad.empty()) throw CLI::RuntimeError(1);
+      if (!rep->covered.empty()) throw CLI::RuntimeError(3);
     });
   }
   struct TagCmd {

@@ -342,11 +342,26 @@ TEST(StoreIdentityTest, FilesAndDirectoriesAreOwnerOnlyUnderAnyUmask) {
   o.paths[1].path.slots = 1;
   mode_t old = ::umask(0);
   MakeStore(o);
+  {
+    // A tag writes the index backup on every path (issue 17: it was 0755
+    // with 0644 files, hard links of the index's).
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_TRUE((*s)->Tag("perm").ok());
+  }
   ::umask(old);
   std::string ns0 = o.paths[0].path.root + "/t/rank-0";
+  std::string ns1 = o.paths[1].path.root + "/t/rank-0";
+  for (const std::string& b : {ns0 + "/meta-backup", ns1 + "/meta-backup"})
+    for (const auto& e : std::filesystem::directory_iterator(b)) {
+      struct stat st;
+      ASSERT_EQ(::stat(e.path().c_str(), &st), 0);
+      EXPECT_EQ(st.st_mode & 0777, 0600u) << e.path();
+    }
   for (const std::string& d :
        {o.paths[0].path.root + "/.mlpo", o.paths[0].path.root + "/t", ns0,
-        MetaDir(o), o.paths[1].path.root + "/.mlpo/slots"}) {
+        MetaDir(o), o.paths[1].path.root + "/.mlpo/slots",
+        ns0 + "/meta-backup", ns1 + "/meta-backup"}) {
     struct stat st;
     ASSERT_EQ(::stat(d.c_str(), &st), 0) << d;
     EXPECT_EQ(st.st_mode & 0777, 0700u) << d;

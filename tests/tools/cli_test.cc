@@ -402,3 +402,91 @@ TEST_F(CliTest, ReadOnlyCommandsBesideAWritingJobRaiseNoFalseAlarm) {
 
 }  // namespace
 }  // namespace mlpo
+
+namespace mlpo {
+namespace {
+
+// Flips one byte of `e` in its segment file.
+void FlipExtentByte(ObjectStore* s, const ExtentRef& e) {
+  std::string file = s->path(e.path)->SegmentFile(e.offset);
+  uint64_t off = s->path(e.path)->SegmentOffset(e.offset) + 5;
+  int fd = ::open(file.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << file;
+  char c;
+  ASSERT_EQ(pread(fd, &c, 1, off), 1);
+  c = ~c;
+  ASSERT_EQ(pwrite(fd, &c, 1, off), 1);
+  ::close(fd);
+}
+
+// Issue 17: verify said OK and exited 0 when only a replica was readable,
+// and show never listed replica extents.
+TEST_F(CliTest, VerifyHasItsOwnStateWhenOnlyTheReplicaReads) {
+  ASSERT_EQ(Mlpo("tag " + store_dir_ + " first --copy-to 1").code, 0);
+  CliRun r = Mlpo("show " + store_dir_ + " w0 --json");
+  ASSERT_EQ(r.code, 0);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j["replica"].empty());
+  for (auto& e : j["replica"]) EXPECT_EQ(e["path"], o_.paths[1].path.root);
+  r = Mlpo("show " + store_dir_ + " w0", true);
+  EXPECT_NE(r.out.find("replica extents"), std::string::npos) << r.out;
+  VersionRecord rec;
+  {
+    auto s = ObjectStore::Open(o_);
+    ASSERT_TRUE(s.ok());
+    rec = *(*s)->GetVersion("w0", 0);
+    FlipExtentByte(s->get(), rec.extents[0]);
+  }
+  r = Mlpo("verify " + store_dir_ + " --tag first --json");
+  EXPECT_EQ(r.code, 3);
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["state"], "replica_only");
+  EXPECT_TRUE(j["ok"].get<bool>());  // nothing lost
+  r = Mlpo("verify " + store_dir_ + " --tag first", true);
+  EXPECT_EQ(r.code, 3);
+  EXPECT_NE(r.out.find("READABLE ONLY FROM THE REPLICA"), std::string::npos)
+      << r.out;
+  {
+    auto s = ObjectStore::Open(o_);
+    ASSERT_TRUE(s.ok());
+    FlipExtentByte(s->get(), rec.replica[0]);
+  }
+  r = Mlpo("verify " + store_dir_ + " --tag first --json");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["state"], "bad");
+}
+
+// Issue 17, reproduction 3: a restore that fails still changed the store
+// (heads moved back, newer untagged state freed). Now nothing changes.
+TEST_F(CliTest, ARestoreThatFailsChangesNothing) {
+  std::string head_bytes;
+  {
+    auto s = ObjectStore::Open(o_);
+    ASSERT_TRUE(s.ok());
+    auto l = (*s)->Checkout("w0").get();
+    ASSERT_TRUE(l.ok());
+    (*l)->Section<float>("p")[0] = 42.0f;
+    ASSERT_TRUE((*s)->Commit(*l, 8).get().ok());  // untagged, newer
+    auto h = (*s)->Checkout("w0").get();
+    head_bytes.assign((*h)->data(), (*h)->size());
+    auto tags = (*s)->Tags();
+    FlipExtentByte(s->get(),
+                   (*s)->GetVersion("w0", tags["first"]["w0"])->extents[0]);
+  }
+  CliRun r = Mlpo("restore " + store_dir_ + " first", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("nothing was changed"), std::string::npos) << r.out;
+  auto s = ObjectStore::Open(o_);
+  ASSERT_TRUE(s.ok());
+  absl::Status st = (*s)->Restore("first");
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  auto h = (*s)->Checkout("w0").get();
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ((*h)->step(), 8u);
+  EXPECT_EQ(std::string((*h)->data(), (*h)->size()), head_bytes);
+  EXPECT_EQ((*s)->Tags().count("first"), 1u);
+  ExpectNoLeak(s->get());
+}
+
+}  // namespace
+}  // namespace mlpo

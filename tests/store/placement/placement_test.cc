@@ -85,6 +85,7 @@ TEST(AdaptivePlacementTest, FractionsFollowAChangedCapWithinThreeSteps) {
     pc.path.cap_burst = absl::Milliseconds(1);
   }
   o.pipeline.adaptive_placement = true;
+  o.store.adaptive = 1;  // explicit fractions, adaptive asked for
   auto opt = Optimizer::Open(o);
   ASSERT_TRUE(opt.ok()) << opt.status();
   InMemoryRef ref(o);
@@ -120,6 +121,64 @@ TEST(AdaptivePlacementTest, FractionsFollowAChangedCapWithinThreeSteps) {
   absl::Status st = (*s)->path(0)->SetCaps(1 << 20, 1 << 20);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(st.message().find(so.paths[0].path.root), std::string::npos);
+}
+
+// Issue 17: explicit fractions were overridden by adaptive placement while
+// the README says explicit wins. They stay as written (the same cap cut as
+// above) unless `adaptive = true`; without explicit fractions the default
+// adapts; a bad `adaptive` value in TOML names the key.
+TEST(AdaptivePlacementTest, ExplicitFractionsStayFixedUnlessAdaptiveIsAsked) {
+  for (int adaptive : {-1, 0}) {
+    TempDir dir;
+    OptimizerOptions o = TestOptimizerOptions(dir, {262144}, 32768);
+    o.store.paths[0].fraction = 0.7;
+    o.store.paths[1].fraction = 0.3;
+    for (auto& pc : o.store.paths) {
+      pc.path.read_cap = pc.path.write_cap = 40 << 20;
+      pc.path.cap_burst = absl::Milliseconds(1);
+    }
+    o.store.adaptive = adaptive;
+    auto opt = Optimizer::Open(o);
+    ASSERT_TRUE(opt.ok()) << opt.status();
+    ASSERT_TRUE((*opt)->store()->path(1)->SetCaps(10 << 20, 10 << 20).ok());
+    for (uint64_t t = 1; t <= 4; ++t) {
+      ASSERT_TRUE(StageAll(opt->get(), t).ok());
+      auto r = (*opt)->Step(1024.0);
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_EQ(r->fractions.size(), 2u);
+      EXPECT_NEAR(r->fractions[0], 0.7, 1e-9) << "step " << t;
+      EXPECT_NEAR(r->fractions[1], 0.3, 1e-9) << "step " << t;
+    }
+  }
+  // No explicit fraction: the default adapts (the fractions move off 0.5).
+  {
+    TempDir dir;
+    OptimizerOptions o = TestOptimizerOptions(dir, {262144}, 32768);
+    for (auto& pc : o.store.paths) {
+      pc.fraction = 0;
+      pc.path.read_cap = pc.path.write_cap = 40 << 20;
+      pc.path.cap_burst = absl::Milliseconds(1);
+    }
+    auto opt = Optimizer::Open(o);
+    ASSERT_TRUE(opt.ok()) << opt.status();
+    ASSERT_TRUE((*opt)->store()->path(1)->SetCaps(10 << 20, 10 << 20).ok());
+    double last = 0.5;
+    for (uint64_t t = 1; t <= 4; ++t) {
+      ASSERT_TRUE(StageAll(opt->get(), t).ok());
+      auto r = (*opt)->Step(1024.0);
+      ASSERT_TRUE(r.ok()) << r.status();
+      last = r->fractions[1];
+    }
+    EXPECT_LT(last, 0.4);
+  }
+  auto bad = ParseStoreOptions("adaptive = \"yes\"\n[[path]]\nroot = \"x\"\n",
+                               "/tmp");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("adaptive"), std::string::npos);
+  auto good = ParseStoreOptions("adaptive = true\n[[path]]\nroot = \"x\"\n",
+                                "/tmp");
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(good->adaptive, 1);
 }
 
 }  // namespace
