@@ -7,6 +7,7 @@
 #include <set>
 
 #include "gtest/gtest.h"
+#include "store/fs/fault_injection_fs.h"
 #include "tests/store/store_test_util.h"
 
 namespace mlpo {
@@ -168,6 +169,52 @@ TEST(ReplicaTest, BadCopiesAreRefusedAndAFailedCopyLeavesTheTagAsItWas) {
   auto r = ObjectStore::Open(ro);
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE((*r)->CopyTagTo("t1", 0).ok());
+}
+
+// Issue 17: a failed --copy-to left a segment file behind for good. The
+// segments a failed copy grew stay, but their space is free at once and
+// the next versions are written into it: the path does not grow again.
+TEST(ReplicaTest, AFailedCopysSegmentSpaceIsReused) {
+  TempDir dir;
+  FaultInjectionFileSystem fsys;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  o.fs = &fsys;
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  Populate(s->get(), 100000);
+  auto segments = [&] {
+    int n = 0;
+    for (auto& e : std::filesystem::directory_iterator(
+             o.paths[1].path.root + "/t/rank-0"))
+      n += e.path().filename().string().rfind("seg-", 0) == 0;
+    return n;
+  };
+  const int before = segments();
+  const uint64_t used_before = (*s)->Stats().paths[1].usage.used;
+  fsys.FailWhile(FaultInjectionFileSystem::Op::kWrite, EIO,
+                 o.paths[1].path.root);
+  auto failed = (*s)->CopyTagTo("t1", 1);
+  ASSERT_FALSE(failed.ok());
+  fsys.ClearFaults();
+  const int grown = segments();
+  EXPECT_GT(grown, before) << "the copy did not need a new segment";
+  EXPECT_EQ((*s)->Stats().paths[1].usage.used, used_before);
+  ExpectNoLeak(s->get());
+  // A step of every object (half of it on path 1, as much as the failed
+  // copy wanted there): written into the freed space.
+  for (int i = 0; i < kObjects; ++i) {
+    auto l = (*s)->Checkout(Name(i)).get();
+    ASSERT_TRUE(l.ok());
+    FillFor(l->get(), 2);
+    ASSERT_TRUE((*s)->Commit(*l, 2).get().ok());
+  }
+  EXPECT_EQ(segments(), grown);
+  // And a copy that succeeds uses it too.
+  ASSERT_TRUE((*s)->Tag("t2").ok());
+  auto ok = (*s)->CopyTagTo("t2", 0);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(segments(), grown);
+  ExpectStoreVerifies(s->get());
 }
 
 // A node's NVMe (path 0, which also held the index) is lost after tag t1
