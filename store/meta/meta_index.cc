@@ -345,12 +345,14 @@ absl::Status MetaIndex::Apply(Batch* b, bool sync) {
         absl::StrCat(st.message(),
                      "; the index takes no more writes until the store is "
                      "reopened (what it held before this write is intact)"));
+    is_poisoned_.store(true, std::memory_order_release);
     return poison_;
   }
   return absl::OkStatus();
 }
 
 absl::Status MetaIndex::poisoned() const {
+  if (!is_poisoned_.load(std::memory_order_acquire)) return absl::OkStatus();
   MutexLock l(&seal_mu_);
   return poison_;
 }

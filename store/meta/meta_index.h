@@ -29,6 +29,7 @@
 #ifndef MLPO_STORE_META_META_INDEX_H_
 #define MLPO_STORE_META_META_INDEX_H_
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -146,6 +147,9 @@ class MetaIndex {
 
   mutable Mutex seal_mu_;
   absl::Status poison_ ABSL_GUARDED_BY(seal_mu_);
+  // Set once poison_ is: poisoned() checks it without waiting for seal_mu_,
+  // which a synced write holds for as long as its sync takes.
+  std::atomic<bool> is_poisoned_{false};
   std::string seal_uuid_ ABSL_GUARDED_BY(seal_mu_);
   int seal_fd_ ABSL_GUARDED_BY(seal_mu_) = -1;
   FileSystem* fs_ = nullptr;

@@ -17,19 +17,11 @@
 namespace mlpo {
 namespace {
 
-absl::Status CommitStep(ObjectStore* s, const std::string& obj,
-                        uint64_t step) {
-  auto l = s->Checkout(obj).get();
-  if (!l.ok()) return l.status();
-  FillFor(l->get(), step);
-  return s->Commit(*l, step).get();
-}
-
 // After the first failure, every write returns it -- commits, tags,
 // attributes -- with no abort, also once the fault is gone.
 void ExpectPoisoned(ObjectStore* s, absl::StatusCode code) {
   for (uint64_t step = 3; step < 6; ++step) {
-    absl::Status st = CommitStep(s, "a", step);
+    absl::Status st = CommitFilled(s, "a", step);
     EXPECT_EQ(st.code(), code) << st;
     EXPECT_NE(st.message().find("until the store is reopened"),
               std::string::npos)
@@ -56,7 +48,7 @@ void ExpectIntact(const StoreOptions& o) {
   EXPECT_TRUE(Matches(**v, 1));
   ExpectStoreVerifies(s->get());
   // And it takes writes again.
-  EXPECT_TRUE(CommitStep(s->get(), "a", 6).ok());
+  EXPECT_TRUE(CommitFilled(s->get(), "a", 6).ok());
 }
 
 TEST(IndexFailureTest, AnInjectedIndexFailurePoisonsTheIndexNotTheProcess) {
@@ -71,10 +63,10 @@ TEST(IndexFailureTest, AnInjectedIndexFailurePoisonsTheIndexNotTheProcess) {
       auto s = ObjectStore::Open(o);
       ASSERT_TRUE(s.ok()) << s.status();
       ASSERT_TRUE((*s)->Declare("a", TestLayout(20000)).ok());
-      ASSERT_TRUE(CommitStep(s->get(), "a", 1).ok());
+      ASSERT_TRUE(CommitFilled(s->get(), "a", 1).ok());
       ASSERT_TRUE((*s)->Tag("first").ok());
       fsys.FailWhile(op, ENOSPC, (*s)->options().meta_dir);
-      absl::Status st = CommitStep(s->get(), "a", 2);
+      absl::Status st = CommitFilled(s->get(), "a", 2);
       ASSERT_FALSE(st.ok());
       EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
       fsys.ClearFaults();
@@ -104,7 +96,7 @@ TEST(IndexFailureTest, AFullFileSystemUnderTheIndexPoisonsItCleanly) {
     auto s = ObjectStore::Open(o);
     ASSERT_TRUE(s.ok()) << s.status();
     ASSERT_TRUE((*s)->Declare("a", TestLayout(20000)).ok());
-    ASSERT_TRUE(CommitStep(s->get(), "a", 1).ok());
+    ASSERT_TRUE(CommitFilled(s->get(), "a", 1).ok());
     ASSERT_TRUE((*s)->Tag("first").ok());
     // Fill the file system but for a little.
     {

@@ -20,10 +20,7 @@ namespace {
 
 absl::Status CommitVersion(ObjectStore* s, const std::string& obj,
                            uint64_t v) {
-  auto lease = s->Checkout(obj).get();
-  if (!lease.ok()) return lease.status();
-  FillFor(lease->get(), v);
-  return s->Commit(*lease, v).get();
+  return CommitFilled(s, obj, v);
 }
 
 class RoundTripTest : public ::testing::TestWithParam<std::vector<double>> {};

@@ -44,6 +44,15 @@ inline void FillFor(CheckoutLease* l, uint64_t version) {
              std::hash<std::string>()(l->object()) * 31 + version);
 }
 
+// Checks `obj` out, fills it for `step` and commits it at `step`.
+inline absl::Status CommitFilled(ObjectStore* s, const std::string& obj,
+                                 uint64_t step) {
+  auto l = s->Checkout(obj).get();
+  if (!l.ok()) return l.status();
+  FillFor(l->get(), step);
+  return s->Commit(*l, step).get();
+}
+
 inline bool Matches(const CheckoutLease& l, uint64_t version) {
   std::string want(l.size(), '\0');
   FillRandom(want.data(), want.size(),
