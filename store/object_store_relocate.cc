@@ -5,7 +5,9 @@
 // records are rewritten here.
 #include <filesystem>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "store/object_store.h"
 #include "store/store_survey.h"
@@ -41,8 +43,9 @@ absl::StatusOr<RelocateReport> ObjectStore::Relocate(
     MLPO_ASSIGN_OR_RETURN(
         auto view, MetaIndex::Open(o.meta_dir, MetaIndex::Mode::kReadOnly, fsys));
     MLPO_ASSIGN_OR_RETURN(snap, view->Load());
-    MLPO_ASSIGN_OR_RETURN(uint64_t seal,
-                          ReadSeal(o.meta_dir, fsys, snap.store_uuid));
+    // Any store's seal: a relocation cut short may have sealed the new
+    // identity already.
+    MLPO_ASSIGN_OR_RETURN(uint64_t seal, ReadSeal(o.meta_dir, fsys, ""));
     if (seal > view->sequence())
       return absl::DataLossError(absl::StrCat(
           "relocate: the index at ", o.meta_dir,
@@ -52,8 +55,24 @@ absl::StatusOr<RelocateReport> ObjectStore::Relocate(
     return absl::FailedPreconditionError(absl::StrCat(
         "relocate: the store at ", o.meta_dir, " has ", snap.paths.size(),
         " paths; ", o.paths.size(), " were named"));
+  // The decision (copy or move, the new identity) is made once and kept in
+  // a marker until the relocation is complete, so a relocation killed
+  // half-way and run again finishes the same way.
+  const std::string marker = o.meta_dir + "/MLPO-RELOCATING";
+  // "<new uuid> <old uuid> copy|move"
+  std::string planned_uuid, planned_old;
+  if (auto text = fsys->ReadFile(marker, 4096); text.ok()) {
+    std::vector<std::string> f =
+        absl::StrSplit(absl::StripAsciiWhitespace(*text), ' ');
+    if (f.size() != 3 || f[0].empty() || (f[2] != "copy" && f[2] != "move"))
+      return absl::DataLossError(absl::StrCat(
+          "relocate: ", marker, " is damaged; delete it and run again"));
+    planned_uuid = f[0];
+    planned_old = f[1];
+    new_identity = f[2] == "copy";
+  }
   RelocateReport rep;
-  rep.old_uuid = snap.store_uuid;
+  rep.old_uuid = planned_uuid.empty() ? snap.store_uuid : planned_old;
   rep.old_meta_dir = snap.paths.empty() ? "" : o.meta_dir;
   const std::string ns = StoreNamespace(o);
   for (size_t i = 0; i < o.paths.size(); ++i) {
@@ -73,17 +92,19 @@ absl::StatusOr<RelocateReport> ObjectStore::Relocate(
       return Annotate(theirs.status(), absl::StrCat("relocate: ", dir));
     if (!snap.store_uuid.empty() && !theirs->store_uuid.empty() &&
         theirs->store_uuid != snap.store_uuid &&
-        theirs->store_uuid != o.store_uuid)
+        theirs->store_uuid != planned_uuid &&
+        theirs->store_uuid != planned_old)
       return absl::FailedPreconditionError(absl::StrCat(
           "relocate: ", dir, " belongs to store ", theirs->store_uuid,
           ", not to the store of the index at ", o.meta_dir, " (",
           snap.store_uuid, ")"));
-    if (new_identity && SameDirectory(root, rec.root))
+    if (new_identity && planned_uuid.empty() && SameDirectory(root, rec.root))
       return absl::FailedPreconditionError(absl::StrCat(
           "relocate: path ", i, " (", root, ") is where the store already "
           "lives; a new identity is for a copy at another place"));
   }
-  if (new_identity && SameDirectory(o.meta_dir, rep.old_meta_dir) &&
+  if (new_identity && planned_uuid.empty() &&
+      SameDirectory(o.meta_dir, rep.old_meta_dir) &&
       snap.paths.size() > 0 && SameDirectory(o.paths[0].path.root,
                                              snap.paths[0].root))
     return absl::FailedPreconditionError(
@@ -91,8 +112,16 @@ absl::StatusOr<RelocateReport> ObjectStore::Relocate(
 
   MLPO_ASSIGN_OR_RETURN(
       s->meta_, MetaIndex::Open(o.meta_dir, MetaIndex::Mode::kWrite, fsys));
-  rep.new_uuid = new_identity ? NewUuid() : snap.store_uuid;
+  rep.new_uuid = !planned_uuid.empty() ? planned_uuid
+                 : new_identity       ? NewUuid()
+                                      : snap.store_uuid;
   if (rep.new_uuid.empty()) rep.new_uuid = NewUuid();  // a store before uuids
+  if (planned_uuid.empty()) {
+    MLPO_RETURN_IF_ERROR(fsys->WriteFileAtomic(
+        marker, absl::StrCat(rep.new_uuid, " ", rep.old_uuid,
+                             new_identity ? " copy" : " move", "\n")));
+    MLPO_RETURN_IF_ERROR(fsys->SyncDir(o.meta_dir));
+  }
   MetaIndex::Batch b = s->meta_->NewBatch();
   for (size_t i = 0; i < o.paths.size(); ++i) {
     const auto& po = o.paths[i].path;
@@ -123,6 +152,8 @@ absl::StatusOr<RelocateReport> ObjectStore::Relocate(
   s->options_.meta_dir = Abs(o.meta_dir);
   MLPO_RETURN_IF_ERROR(s->WriteDescriptors(rep.new_uuid));
   rep.new_meta_dir = s->options_.meta_dir;
+  MLPO_RETURN_IF_ERROR(fsys->Unlink(marker));
+  MLPO_RETURN_IF_ERROR(fsys->SyncDir(o.meta_dir));
   s.reset();  // lets the lock go
 
   // Opens as any store now, and its index backups name the new place.

@@ -562,7 +562,7 @@ absl::Status FaultInjectionFileSystem::Fdatasync(int fd,
 }
 
 absl::Status FaultInjectionFileSystem::SyncDir(const std::string& dir) {
-  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kSyncDir), "fsync " + dir));
+  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kSyncDir, dir), "fsync " + dir));
   MLPO_RETURN_IF_ERROR(DefaultFileSystem()->SyncDir(dir));
   DirSynced(Normal(dir));
   return absl::OkStatus();
@@ -570,7 +570,7 @@ absl::Status FaultInjectionFileSystem::SyncDir(const std::string& dir) {
 
 absl::Status FaultInjectionFileSystem::Rename(const std::string& from,
                                               const std::string& to) {
-  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kRename), "rename " + from));
+  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kRename, from), "rename " + from));
   BeforeRename(Normal(to));
   MLPO_RETURN_IF_ERROR(DefaultFileSystem()->Rename(from, to));
   Renamed(Normal(from), Normal(to));
@@ -579,7 +579,7 @@ absl::Status FaultInjectionFileSystem::Rename(const std::string& from,
 
 absl::Status FaultInjectionFileSystem::WriteFileSynced(const std::string& path,
                                                        absl::string_view data) {
-  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kWriteFile), "write " + path));
+  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kWriteFile, path), "write " + path));
   std::error_code ec;
   bool existed = fs::exists(path, ec);
   MLPO_RETURN_IF_ERROR(DefaultFileSystem()->WriteFileSynced(path, data));

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "gtest/gtest.h"
+#include "store/fs/fault_injection_fs.h"
 #include "store/fs/file_util.h"
 #include "tests/store/store_test_util.h"
 
@@ -595,6 +596,62 @@ TEST(StoreIdentityTest, AnIndexOfAnotherStoreOverTheseDirectoriesIsRefused) {
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition)
       << s.status();
   ExpectIntact(a);
+}
+
+}  // namespace
+}  // namespace mlpo
+
+namespace mlpo {
+namespace {
+
+// Issue 17: a copy is refused until relocated; a relocation killed half-way
+// (here: a descriptor's write fails after the index was rewritten) and run
+// again finishes the same way (the copy gets one new identity), and the
+// original is never touched.
+TEST(StoreIdentityTest, ARelocationCutShortFinishesWhenRunAgain) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  MakeStore(o);
+  std::string uuid;
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok());
+    uuid = (*s)->store_uuid();
+  }
+  TempDir other;
+  std::string copy = other.path() + "/copy";
+  ASSERT_EQ(std::system(("cp -a " + dir.path() + " " + copy).c_str()), 0);
+  StoreOptions c = o;
+  c.paths[0].path.root = copy + "/p0";
+  c.paths[1].path.root = copy + "/p1";
+  c.meta_dir.clear();
+  auto refused = ObjectStore::Open(c);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("relocate"), std::string::npos);
+
+  FaultInjectionFileSystem fsys;
+  fsys.FailWhile(FaultInjectionFileSystem::Op::kRename, EIO,
+                 copy + "/p1/t/rank-0");
+  StoreOptions cf = c;
+  cf.fs = &fsys;
+  auto cut = ObjectStore::Relocate(cf, /*new_identity=*/true);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_FALSE(ObjectStore::Open(c).ok());  // neither here nor there yet
+  ExpectIntact(o);
+
+  // Run again (as a move, even: the first run's decision stands).
+  auto done = ObjectStore::Relocate(c, /*new_identity=*/false);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_NE(done->new_uuid, uuid);
+  auto s = ObjectStore::Open(c);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->store_uuid(), done->new_uuid);
+  s->reset();
+  ExpectIntact(c);
+  ExpectIntact(o);
+  auto orig = ObjectStore::Open(o);
+  ASSERT_TRUE(orig.ok()) << orig.status();
+  EXPECT_EQ((*orig)->store_uuid(), uuid);
 }
 
 }  // namespace
