@@ -286,16 +286,29 @@ absl::Status ObjectStore::OpenReadOnly() {
         return absl::NotFoundError(absl::StrCat(
             Where(), " was never initialised (its creation was cut short)"));
       meta_ = std::move(view);
-      return absl::OkStatus();
+      // The view is checked whole too (no two records' extents overlap,
+      // every extent in a segment): a view caught up while the writer
+      // flushed can hold a record the writer had already deleted.
+      return LoadState(snap);
     }();
     // Only what a writer's progress can make appear is looked at again.
     if (st.ok() || !(absl::IsDataLoss(st) || absl::IsNotFound(st) ||
                      absl::IsInternal(st) || absl::IsUnavailable(st) ||
-                     absl::IsAborted(st)))
+                     absl::IsAborted(st) || absl::IsInvalidArgument(st)))
       break;
+    // A fresh start for the next look.
+    paths_.clear();
+    meta_.reset();
+    hasher_.reset();
+    finalizer_.reset();
+    pool_.reset();
+    MutexLock l(&mu_);
+    objects_.clear();
+    versions_.clear();
+    tags_.clear();
+    attributes_.clear();
   }
-  MLPO_RETURN_IF_ERROR(st);
-  return LoadState(snap);
+  return st;
 }
 
 absl::Status ObjectStore::OpenImpl() {
