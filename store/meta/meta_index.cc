@@ -1,6 +1,7 @@
 #include "store/meta/meta_index.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -85,6 +86,28 @@ absl::StatusOr<uint64_t> ReadSeal(const std::string& dir, FileSystem* fs,
   return best;
 }
 
+namespace {
+
+// A reader killed before it closed leaves its secondary instance's
+// directory ("mlpo-reader-<pid>-XXXXXX"): removed by the next reader once
+// that pid is gone. Best effort.
+void RemoveDeadReaders(const std::string& base) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(base, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind("mlpo-reader-", 0) != 0) continue;
+    std::string rest = name.substr(12);
+    int pid = 0;
+    if (!absl::SimpleAtoi(rest.substr(0, rest.find('-')), &pid) || pid <= 0)
+      continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or unsure
+    std::error_code ignored;
+    std::filesystem::remove_all(e.path(), ignored);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
     const std::string& dir, Mode mode, FileSystem* fs) {
   if (fs == nullptr) fs = DefaultFileSystem();
@@ -113,8 +136,10 @@ absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
   rocksdb::Status s;
   if (mode == Mode::kSecondary) {
     const char* tmp = std::getenv("TMPDIR");
+    std::string base = tmp && *tmp ? tmp : "/tmp";
+    RemoveDeadReaders(base);
     std::string templ =
-        absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/mlpo-reader-XXXXXX");
+        absl::StrCat(base, "/mlpo-reader-", ::getpid(), "-XXXXXX");
     if (::mkdtemp(templ.data()) == nullptr)
       return ErrnoStatus(errno, absl::StrCat("create a reader's directory ",
                                              templ));

@@ -656,3 +656,44 @@ TEST(StoreIdentityTest, ARelocationCutShortFinishesWhenRunAgain) {
 
 }  // namespace
 }  // namespace mlpo
+
+namespace mlpo {
+namespace {
+
+// A read-only open beside a writer keeps a private directory for its
+// RocksDB secondary instance; one left by a reader that was killed is
+// removed by the next reader, one of a live process is not.
+TEST(StoreIdentityTest, ADeadReadersDirectoryIsRemovedByTheNextReader) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  MakeStore(o);
+  std::string tmp = dir.Sub("tmp");
+  pid_t child = ::fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  std::string dead = tmp + "/mlpo-reader-" + std::to_string(child) + "-abc";
+  std::string live = tmp + "/mlpo-reader-" + std::to_string(::getpid()) + "-x";
+  fs::create_directories(dead);
+  fs::create_directories(live);
+  const char* old = std::getenv("TMPDIR");
+  std::string saved = old ? old : "";
+  ::setenv("TMPDIR", tmp.c_str(), 1);
+  {
+    StoreOptions ro = o;
+    ro.read_only = true;
+    auto s = ObjectStore::Open(ro);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_FALSE(fs::exists(dead));
+    EXPECT_TRUE(fs::exists(live));
+  }
+  if (old) ::setenv("TMPDIR", saved.c_str(), 1); else ::unsetenv("TMPDIR");
+  // Its own directory is gone once it closed.
+  int left = 0;
+  for (auto& e : fs::directory_iterator(tmp))
+    left += e.path().filename().string() != fs::path(live).filename().string();
+  EXPECT_EQ(left, 0);
+}
+
+}  // namespace
+}  // namespace mlpo
