@@ -22,6 +22,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -494,6 +495,12 @@ class ObjectStore {
   // use it.
   void ReadRecord(const std::string& object, const VersionRecord& rec,
                   char* buf, std::function<void(std::vector<BadExtent>)> done);
+  // Reads every version in `keys` whole (pinned meanwhile; a replica
+  // stands in for a bad first copy): the bad extents of each version that
+  // failed. Restore and Salvage decide with it.
+  std::map<VKey, std::vector<BadExtent>> CheckVersions(
+      const std::set<VKey>& keys,
+      std::function<void(uint64_t, uint64_t)> progress = nullptr);
   // ReadRecord, waited for; failing extents are appended to `bad`.
   void ReadExtents(const std::string& object, const VersionRecord& rec,
                    char* buf, std::vector<BadExtent>* bad);

@@ -122,22 +122,14 @@ absl::Status ObjectStore::Restore(const std::string& name) {
   // replica standing in for a bad first copy) before any head moves. The
   // tag's versions cannot go meanwhile: the tag holds them, and only this
   // store (one writer) could drop it.
-  std::vector<std::pair<std::string, VersionRecord>> todo;
+  std::set<VKey> keys;
   {
     MutexLock l(&mu_);
-    for (auto& [obj, v] : tags_[name]) {
-      VersionState& vs = versions_[{obj, v}];
-      ++vs.pins;
-      todo.emplace_back(obj, vs.rec);
-    }
+    for (auto& [obj, v] : tags_[name]) keys.insert({obj, v});
   }
   std::vector<BadExtent> bad;
-  for (auto& [obj, rec] : todo) {
-    AlignedBuffer buf = pool_->Get(rec.blob_bytes);
-    ReadExtents(obj, rec, buf.data(), &bad);  // falls back to a replica
-    pool_->Put(std::move(buf));
-    Unpin({obj, rec.version});
-  }
+  for (auto& [k, found] : CheckVersions(keys))
+    bad.insert(bad.end(), found.begin(), found.end());
   if (!bad.empty()) {
     std::string first = std::string(BadExtentStatus(bad.front()).message());
     return absl::Status(

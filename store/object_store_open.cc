@@ -50,6 +50,14 @@ std::string Abs(const std::string& p) {
   return fs::absolute(p).lexically_normal().string();
 }
 
+// An index directory without its CURRENT file.
+absl::Status DamagedIndexError(const std::string& where, const Survey& sv) {
+  return absl::DataLossError(absl::StrCat(
+      where, " is damaged: its CURRENT file is missing, but it holds ",
+      absl::StrJoin(sv.index_files, ", "),
+      ". Nothing was changed; run `mlpo recover STORE`"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ObjectStore>> ObjectStore::Open(
@@ -257,10 +265,7 @@ absl::Status ObjectStore::OpenReadOnly() {
             " has no index in ", options_.meta_dir));
       }
       if (sv.index == IndexState::kDamaged)
-        return absl::DataLossError(absl::StrCat(
-            Where(), " is damaged: its CURRENT file is missing, but it holds ",
-            absl::StrJoin(sv.index_files, ", "),
-            ". Nothing was changed; run `mlpo recover STORE`"));
+        return DamagedIndexError(Where(), sv);
       MLPO_ASSIGN_OR_RETURN(uint64_t seal, ReadSeal(options_.meta_dir, fs(), ""));
       MLPO_ASSIGN_OR_RETURN(
           std::unique_ptr<MetaIndex> view,
@@ -269,26 +274,13 @@ absl::Status ObjectStore::OpenReadOnly() {
       bool empty = false;
       MLPO_RETURN_IF_ERROR(
           CheckIndex(snap, view->sequence(), sv, &empty, &seal));
-      // Every head and tag has its record (a view caught up between two of
-      // the writer's flushes can lack one: looked at again).
-      for (auto& [obj, v] : snap.heads)
-        if (!snap.versions.count({obj, v}))
-          return absl::DataLossError(absl::StrCat(
-              Where(), ": object ", obj, " version ", v,
-              " is referenced but has no record"));
-      for (auto& [tag, objs] : snap.tags)
-        for (auto& [obj, v] : objs)
-          if (!snap.versions.count({obj, v}))
-            return absl::DataLossError(absl::StrCat(
-                Where(), ": tag ", tag, " object ", obj, " version ", v,
-                " is referenced but has no record"));
       if (empty)
         return absl::NotFoundError(absl::StrCat(
             Where(), " was never initialised (its creation was cut short)"));
       meta_ = std::move(view);
-      // The view is checked whole too (no two records' extents overlap,
-      // every extent in a segment): a view caught up while the writer
-      // flushed can hold a record the writer had already deleted.
+      // The view is checked whole too (every head and tag has its record,
+      // no two records' extents overlap): a view caught up while the writer
+      // flushed can lack a record, or hold one the writer had deleted.
       return LoadState(snap);
     }();
     // Only what a writer's progress can make appear is looked at again.
@@ -345,10 +337,7 @@ absl::Status ObjectStore::OpenImpl() {
     }
   }
   if (sv.index == IndexState::kDamaged)
-    return absl::DataLossError(absl::StrCat(
-        Where(), " is damaged: its CURRENT file is missing, but it holds ",
-        absl::StrJoin(sv.index_files, ", "),
-        ". Nothing was changed; run `mlpo recover STORE`"));
+    return DamagedIndexError(Where(), sv);
 
   // Every check runs on a read-only view first: nothing changes unless all
   // pass.

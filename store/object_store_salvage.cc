@@ -22,30 +22,20 @@ absl::StatusOr<SalvageReport> ObjectStore::Salvage(
   SalvageReport rep;
 
   // Every version a head or a tag holds, read and checked once.
-  std::map<VKey, VersionRecord> todo;
+  std::set<VKey> keys;
   {
     MutexLock l(&s->mu_);
     for (auto& [obj, st] : s->objects_)
-      if (st.has_head) todo[{obj, st.head}] = s->versions_[{obj, st.head}].rec;
+      if (st.has_head) keys.insert({obj, st.head});
     for (auto& [t, objs] : s->tags_)
-      for (auto& [obj, v] : objs) todo[{obj, v}] = s->versions_[{obj, v}].rec;
-    for (auto& [k, rec] : todo) ++s->versions_[k].pins;
+      for (auto& [obj, v] : objs) keys.insert({obj, v});
   }
-  uint64_t total = 0, done = 0;
-  for (auto& [k, rec] : todo) total += rec.blob_bytes;
   std::set<VKey> bad;
-  for (auto& [k, rec] : todo) {
-    AlignedBuffer buf = s->pool_->Get(rec.blob_bytes);
-    std::vector<BadExtent> found;
-    s->ReadExtents(k.first, rec, buf.data(), &found);  // replica fallback
-    s->pool_->Put(std::move(buf));
-    s->Unpin(k);
-    if (!found.empty()) bad.insert(k);
+  for (auto& [k, found] : s->CheckVersions(keys, progress)) {
+    bad.insert(k);
     rep.bad.insert(rep.bad.end(), found.begin(), found.end());
-    ++rep.versions_checked;
-    done += rec.blob_bytes;
-    if (progress) progress(done, total);
   }
+  rep.versions_checked = keys.size();
 
   // Tags whole; heads one by one. Records stay (for gc): nothing that
   // still reads is touched.

@@ -1,15 +1,27 @@
 // Pieces the store subcommands share across files (store_cmds.cc,
-// tag_copy_cmd.cc).
+// tag_copy_cmd.cc, recover_cmd.cc).
 #ifndef MLPO_TOOLS_STORE_CMD_UTIL_H_
 #define MLPO_TOOLS_STORE_CMD_UTIL_H_
 
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "store/object_store.h"
 
 namespace mlpo {
+
+// STORE and --json, which every store subcommand takes.
+struct CommonArgs {
+  std::string store;
+  bool json = false;
+};
+CLI::App* AddStoreSub(CLI::App& app, const std::string& name,
+                      const std::string& help, CommonArgs* a);
+
+// `mlpo recover` (recover_cmd.cc), added by AddStoreCommands.
+void AddRecoverCommand(CLI::App& app);
 
 // "mlpo CMD: message" on stderr, then the command exits with `code`.
 [[noreturn]] void Fail(const std::string& cmd, const absl::Status& s,

@@ -22,27 +22,13 @@ void Fail(const std::string& cmd, const absl::Status& s, int code) {
   throw CLI::RuntimeError(code);
 }
 
-namespace {
-
-// A directory's identity (device, inode): two spellings of one path match.
-absl::StatusOr<std::pair<dev_t, ino_t>> StatPath(const std::string& p) {
-  struct stat st;
-  if (::stat(p.c_str(), &st) != 0)
-    return absl::NotFoundError(absl::StrCat(p, ": ", std::strerror(errno)));
-  return std::make_pair(st.st_dev, st.st_ino);
-}
-
-}  // namespace
-
 int PathArg(const std::vector<std::string>& roots, const std::string& arg,
             std::string* listing) {
   int index = -1;
-  auto target = StatPath(arg);
   for (size_t i = 0; i < roots.size(); ++i) {
     absl::StrAppend(listing, listing->empty() ? "" : ", ", i, " = ", roots[i]);
-    auto info = StatPath(roots[i]);
     if (arg == std::to_string(i) || arg == roots[i] ||
-        (target.ok() && info.ok() && *target == *info))
+        SameDirectory(arg, roots[i]))
       index = static_cast<int>(i);
   }
   return index;
