@@ -83,6 +83,18 @@ void AdamUpdateScalarFrom(const AdamSlice& s, const AdamStepConsts& c,
 void AdamUpdateAvx2(const AdamSlice& s, const AdamStepConsts& c);
 void AdamUpdateAvx512(const AdamSlice& s, const AdamStepConsts& c);
 
+// The model's values become the master where they differ from the master
+// cast to the model's dtype: the model's tensors are authoritative, so an
+// edit made outside the step (loading pretrained weights, clamping, a
+// re-initialisation) wins, while elements the model still holds as the
+// step left them keep the master's extra precision. For f32 the model's
+// values are the master. Compares bit patterns (-0, NaN as written).
+void AdoptModelValues(float* p, const void* model, DType model_dtype,
+                      size_t n);
+// p cast to `dtype` into `out` (the parameters of a step's skipped
+// elements, unchanged).
+void CastParams(const float* p, void* out, DType dtype, size_t n);
+
 // Sum of squares (in double) and count of non-finite values of a gradient
 // slice, for the global norm and the overflow check.
 struct GradStats {

@@ -163,6 +163,25 @@ absl::Status GradStage::CheckComplete() const {
   return absl::OkStatus();
 }
 
+uint64_t GradStage::StagedCount(int group, uint64_t offset,
+                                uint64_t count) const {
+  if (group < 0 || group >= static_cast<int>(by_group_.size())) return 0;
+  MutexLock l(&mu_);
+  uint64_t n = 0;
+  for (int si : by_group_[group]) {
+    const Subgroup& s = subgroups_[si];
+    uint64_t lo = std::max(offset, s.group_offset);
+    uint64_t hi = std::min(offset + count, s.group_offset + s.numel);
+    if (lo >= hi) continue;
+    for (auto& [a, b] : staged_[si]) {
+      uint64_t x = std::max(a + s.group_offset, lo);
+      uint64_t y = std::min(b + s.group_offset, hi);
+      if (x < y) n += y - x;
+    }
+  }
+  return n;
+}
+
 GradStats GradStage::Totals() const {
   MutexLock l(&mu_);
   return totals_;

@@ -45,6 +45,8 @@ class GradStage {
   // OK when every element of every subgroup was staged; otherwise
   // FailedPrecondition naming the first subgroup and range missing.
   absl::Status CheckComplete() const;
+  // How many of elements [offset, offset + count) of `group` were staged.
+  uint64_t StagedCount(int group, uint64_t offset, uint64_t count) const;
   GradStats Totals() const;  // over everything staged
   const void* Data(int subgroup) const { return bufs_[subgroup].data(); }
   void Reset();  // forget this step's gradients

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <algorithm>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -49,9 +51,25 @@ absl::Status Optimizer::Init() {
         "prefetch_depth and max_commits_in_flight must be in 1..64");
   std::vector<uint64_t> numel;
   for (auto& g : options_.groups) {
-    MLPO_RETURN_IF_ERROR(CheckHyper(static_cast<int>(numel.size()), g.hyper));
+    int gi = static_cast<int>(numel.size());
+    MLPO_RETURN_IF_ERROR(CheckHyper(gi, g.hyper));
     numel.push_back(g.numel);
+    uint64_t off = 0;
+    for (uint64_t n : g.params) {
+      if (n == 0)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter group ", gi, ": a parameter of 0 elements"));
+      params_.push_back({gi, off, n});
+      off += n;
+    }
+    if (g.params.empty() && g.numel > 0) params_.push_back({gi, 0, g.numel});
+    else if (off != g.numel)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter group ", gi, ": its parameters hold ", off,
+          " elements, the group ", g.numel));
   }
+  param_steps_.assign(params_.size(), 0);
+  param_memory_.assign(params_.size(), nullptr);
   MLPO_ASSIGN_OR_RETURN(subgroups_,
                         PartitionParams(numel, options_.subgroup_numel));
   for (const Subgroup& s : subgroups_) by_object_[s.object] = &s;
@@ -68,6 +86,13 @@ absl::Status Optimizer::Init() {
          reinterpret_cast<float*>(blob + l.Find("p")->offset), s.numel);
   };
   MLPO_ASSIGN_OR_RETURN(store_, ObjectStore::Open(so));
+  overrides_.resize(subgroups_.size());
+  if (!params_.empty()) {
+    MLPO_ASSIGN_OR_RETURN(
+        ObjectLayout sl,
+        ObjectLayout::Make({{"t", DType::kF32, 2 * params_.size()}}));
+    MLPO_RETURN_IF_ERROR(store_->Declare(kParamStepsObject, sl));
+  }
   for (const Subgroup& s : subgroups_) {
     MLPO_ASSIGN_OR_RETURN(ObjectLayout l,
                           ObjectLayout::Make({{"p", DType::kF32, s.numel},
@@ -80,9 +105,15 @@ absl::Status Optimizer::Init() {
       MLPO_RETURN_IF_ERROR(store_->Declare(UpdatePipeline::GradObject(s), gl));
     }
   }
-  if (!options_.restore_tag.empty())
+  if (!options_.restore_tag.empty()) {
     MLPO_RETURN_IF_ERROR(store_->Restore(options_.restore_tag));
-  MLPO_RETURN_IF_ERROR(LoadStep());
+    MLPO_RETURN_IF_ERROR(LoadStep());
+  } else if (options_.fresh) {
+    for (const ObjectInfo& i : store_->List())
+      if (i.has_head) reset_pending_ = true;
+  } else {
+    MLPO_RETURN_IF_ERROR(LoadStep());
+  }
   grads_ = std::make_unique<GradStage>(subgroups_, options_.grad_dtype);
   if (options_.param_sink == nullptr) {
     sink_ = std::make_unique<HostParamSink>(numel, options_.param_dtype);
@@ -109,12 +140,165 @@ absl::Status Optimizer::LoadStep() {
         "): a step was interrupted; restore a tag (OptimizerOptions."
         "restore_tag, or `mlpo restore STORE TAG`)"));
   step_ = versions.empty() ? 0 : *versions.begin();
+  param_steps_.assign(params_.size(), step_);
+  if (params_.empty()) return absl::OkStatus();
+  bool has = false;
+  uint64_t at = 0;
+  for (const ObjectInfo& i : store_->List())
+    if (i.name == kParamStepsObject && i.has_head) has = true, at = i.head_step;
+  if (!has) return absl::OkStatus();  // a store from before per-parameter steps
+  if (at != step_)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "store ", store_->options().meta_dir, ": the parameters' step counts "
+        "are of step ", at, ", the state of step ", step_,
+        ": a step was interrupted; restore a tag (OptimizerOptions."
+        "restore_tag, or `mlpo restore STORE TAG`)"));
+  MLPO_ASSIGN_OR_RETURN(Lease l, store_->Checkout(kParamStepsObject).get());
+  std::memcpy(param_steps_.data(), l->Section<float>("t"),
+              params_.size() * sizeof(uint64_t));
+  for (uint64_t t : param_steps_)
+    if (t > step_)
+      return absl::DataLossError(absl::StrCat(
+          "store ", store_->options().meta_dir, ": a parameter's step count ",
+          t, " is above the state's step ", step_));
   return absl::OkStatus();
+}
+
+absl::Status Optimizer::StartFresh() {
+  if (!reset_pending_) return absl::OkStatus();
+  MLPO_RETURN_IF_ERROR(store_->ResetHeads());
+  reset_pending_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status Optimizer::CommitParamSteps(uint64_t t,
+                                         const std::vector<uint64_t>& steps) {
+  if (params_.empty()) return absl::OkStatus();
+  MLPO_ASSIGN_OR_RETURN(Lease l, store_->Blank(kParamStepsObject));
+  std::memcpy(l->Section<float>("t"), steps.data(),
+              steps.size() * sizeof(uint64_t));
+  return store_->Commit(std::move(l), t).get();
+}
+
+absl::Status Optimizer::Tag(const std::string& name) {
+  MLPO_RETURN_IF_ERROR(StartFresh());
+  return store_->Tag(name);
+}
+
+absl::Status Optimizer::SetParamMemory(int param, void* memory) {
+  if (param < 0 || param >= static_cast<int>(params_.size()))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no parameter ", param, " (the optimizer has ", params_.size(), ")"));
+  param_memory_[param] = memory;
+  return absl::OkStatus();
+}
+
+absl::Status Optimizer::OverrideMasters(int group, uint64_t offset,
+                                        const void* data, DType dtype,
+                                        uint64_t count) {
+  if (group < 0 || group >= static_cast<int>(options_.groups.size()) ||
+      offset + count > options_.groups[group].numel || offset + count < offset)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "masters [", offset, ", +", count, ") are outside group ", group));
+  for (const Subgroup& s : subgroups_) {
+    if (s.group != group) continue;
+    uint64_t lo = std::max(offset, s.group_offset);
+    uint64_t hi = std::min(offset + count, s.group_offset + s.numel);
+    if (lo >= hi) continue;
+    std::vector<float> vals(hi - lo);
+    for (uint64_t i = lo; i < hi; ++i)
+      vals[i - lo] = LoadAsFloat(data, dtype, i - offset);
+    overrides_[s.index][lo - s.group_offset] = std::move(vals);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Optimizer::AdoptEdits(const std::vector<int>& params) {
+  if (step_ == 0) return absl::OkStatus();  // the first step takes them
+  for (int k : params)
+    if (k < 0 || k >= static_cast<int>(params_.size()))
+      return absl::InvalidArgumentError(absl::StrCat("no parameter ", k));
+  const size_t es = DTypeSize(options_.param_dtype);
+  for (const Subgroup& s : subgroups_) {
+    std::vector<int> touching;
+    for (int k : params) {
+      const Param& q = params_[k];
+      if (q.group == s.group && param_memory_[k] &&
+          q.offset < s.group_offset + s.numel &&
+          s.group_offset < q.offset + q.numel)
+        touching.push_back(k);
+    }
+    if (touching.empty() && overrides_[s.index].empty()) continue;
+    MLPO_ASSIGN_OR_RETURN(Lease l, store_->Checkout(s.object).get());
+    float* p = l->Section<float>("p");
+    std::vector<float> before(p, p + s.numel);
+    for (auto& [off, vals] : overrides_[s.index])
+      std::memcpy(p + off, vals.data(), vals.size() * sizeof(float));
+    for (int k : touching) {
+      const Param& q = params_[k];
+      uint64_t lo = std::max(q.offset, s.group_offset);
+      uint64_t hi = std::min(q.offset + q.numel, s.group_offset + s.numel);
+      AdoptModelValues(p + (lo - s.group_offset),
+                       static_cast<char*>(param_memory_[k]) + (lo - q.offset) * es,
+                       options_.param_dtype, hi - lo);
+    }
+    if (std::memcmp(before.data(), p, s.numel * sizeof(float)) != 0)
+      MLPO_RETURN_IF_ERROR(store_->Commit(std::move(l), step_).get());
+    overrides_[s.index].clear();
+  }
+  return absl::OkStatus();
+}
+
+StepPlan Optimizer::MakePlan(uint64_t t, double grad_scale,
+                             const std::vector<bool>& active) const {
+  StepPlan plan;
+  for (auto& g : options_.groups)
+    plan.consts.push_back(MakeStepConsts(g.hyper, t, grad_scale));
+  plan.runs.resize(subgroups_.size());
+  plan.memory_dtype = options_.param_dtype;
+  plan.overrides = &overrides_;
+  const size_t es = DTypeSize(options_.param_dtype);
+  std::map<std::pair<int, uint64_t>, int> consts_of;  // (group, step) -> index
+  // Subgroups and parameters are both in flat order: one pass over each.
+  size_t first = 0;
+  for (const Subgroup& s : subgroups_) {
+    while (first < params_.size() &&
+           (params_[first].group < s.group ||
+            (params_[first].group == s.group &&
+             params_[first].offset + params_[first].numel <= s.group_offset)))
+      ++first;
+    for (size_t j = first; j < params_.size(); ++j) {
+      const Param& q = params_[j];
+      if (q.group != s.group || q.offset >= s.group_offset + s.numel) break;
+      uint64_t lo = std::max(q.offset, s.group_offset);
+      uint64_t hi = std::min(q.offset + q.numel, s.group_offset + s.numel);
+      StepRun r;
+      r.offset = lo - s.group_offset;
+      r.n = hi - lo;
+      if (active[j]) {
+        auto key = std::make_pair(q.group, param_steps_[j] + 1);
+        auto it = consts_of.find(key);
+        if (it == consts_of.end()) {
+          int idx = static_cast<int>(plan.consts.size());
+          plan.consts.push_back(MakeStepConsts(options_.groups[q.group].hyper,
+                                               key.second, grad_scale));
+          it = consts_of.emplace(key, idx).first;
+        }
+        r.consts = it->second;
+      }
+      if (param_memory_[j])
+        r.memory = static_cast<char*>(param_memory_[j]) + (lo - q.offset) * es;
+      plan.runs[s.index].push_back(r);
+    }
+  }
+  return plan;
 }
 
 absl::Status Optimizer::Restore(const std::string& name) {
   MLPO_RETURN_IF_ERROR(store_->Restore(name));
+  reset_pending_ = false;
   grads_->Reset();
+  for (auto& o : overrides_) o.clear();
   return LoadStep();
 }
 
@@ -150,7 +334,18 @@ absl::Status Optimizer::OffloadGrads() {
 
 GradStats Optimizer::LocalGradStats() const { return grads_->Totals(); }
 
-absl::Status Optimizer::ImportState(uint64_t t, const StateFill& fill) {
+absl::Status Optimizer::ImportState(uint64_t t, const StateFill& fill,
+                                    std::vector<uint64_t> param_steps) {
+  MLPO_RETURN_IF_ERROR(StartFresh());
+  if (param_steps.empty()) param_steps.assign(params_.size(), t);
+  if (param_steps.size() != params_.size())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "import: ", param_steps.size(), " step counts for ", params_.size(),
+        " parameters"));
+  for (uint64_t x : param_steps)
+    if (x > t)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "import: a parameter's step count ", x, " is above the step ", t));
   if (t < 1 || t <= step_)
     return absl::FailedPreconditionError(absl::StrCat(
         "import at step ", t, ": the store ", store_->options().meta_dir,
@@ -162,8 +357,11 @@ absl::Status Optimizer::ImportState(uint64_t t, const StateFill& fill) {
                               l->Section<float>("v")));
     MLPO_RETURN_IF_ERROR(store_->Commit(l, t).get());
   }
+  MLPO_RETURN_IF_ERROR(CommitParamSteps(t, param_steps));
   grads_->Reset();
+  for (auto& o : overrides_) o.clear();
   step_ = t;
+  param_steps_ = std::move(param_steps);
   return absl::OkStatus();
 }
 
@@ -187,12 +385,37 @@ absl::StatusOr<StepReport> Optimizer::Step(double loss_scale,
   if (!(loss_scale > 0) || !std::isfinite(loss_scale))
     return absl::InvalidArgumentError(
         absl::StrCat("loss_scale ", loss_scale, " must be positive and finite"));
-  MLPO_RETURN_IF_ERROR(grads_->CheckComplete());
-  if (options_.pipeline.grad_offload && !grads_offloaded_)
-    MLPO_RETURN_IF_ERROR(OffloadGrads());
+  // Parameters with a gradient this step; none staged: skipped.
+  std::vector<bool> active(params_.size(), true);
+  size_t n_active = params_.size();
+  if (options_.pipeline.grad_offload) {
+    MLPO_RETURN_IF_ERROR(grads_->CheckComplete());
+    MLPO_RETURN_IF_ERROR(StartFresh());
+    if (!grads_offloaded_) MLPO_RETURN_IF_ERROR(OffloadGrads());
+  } else {
+    for (size_t k = 0; k < params_.size(); ++k) {
+      const Param& q = params_[k];
+      uint64_t c = grads_->StagedCount(q.group, q.offset, q.numel);
+      if (c == 0) {
+        active[k] = false;
+        --n_active;
+      } else if (c < q.numel) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "parameter ", k, " (group ", q.group, ", elements [", q.offset,
+            ", ", q.offset + q.numel, ")): the gradient was staged for ", c,
+            " of its ", q.numel, " elements"));
+      }
+    }
+  }
   GradStats tot = global ? *global : grads_->Totals();
   StepReport rep;
   rep.step = step_;
+  if (n_active == 0) {
+    rep.skipped = true;
+    rep.skip_reason = "no parameter has a gradient";
+    grads_->Reset();
+    return rep;
+  }
   if (tot.nonfinite > 0) {
     rep.skipped = true;
     rep.skip_reason = absl::StrCat(tot.nonfinite,
@@ -202,20 +425,25 @@ absl::StatusOr<StepReport> Optimizer::Step(double loss_scale,
     grads_offloaded_ = false;
     return rep;
   }
+  MLPO_RETURN_IF_ERROR(StartFresh());
   rep.grad_norm = std::sqrt(tot.sum_sq) / loss_scale;
   if (options_.max_grad_norm > 0 && rep.grad_norm > options_.max_grad_norm)
     rep.clip_coef = options_.max_grad_norm / (rep.grad_norm + 1e-6);
   double grad_scale = rep.clip_coef / loss_scale;
   uint64_t t = step_ + 1;
-  std::vector<AdamStepConsts> consts;
-  for (auto& g : options_.groups)
-    consts.push_back(MakeStepConsts(g.hyper, t, grad_scale));
-  auto r = pipeline_->Step(t, consts, *grads_,
+  StepPlan plan = MakePlan(t, grad_scale, active);
+  auto r = pipeline_->Step(t, plan, *grads_,
                            sink_ ? static_cast<ParamSink*>(sink_.get())
                                  : options_.param_sink);
   grads_->Reset();
   grads_offloaded_ = false;
+  for (auto& o : overrides_) o.clear();
   if (!r.ok()) return r.status();
+  std::vector<uint64_t> steps = param_steps_;
+  for (size_t k = 0; k < steps.size(); ++k) steps[k] += active[k] ? 1 : 0;
+  MLPO_RETURN_IF_ERROR(Annotate(CommitParamSteps(t, steps),
+                                absl::StrCat("step ", t)));
+  param_steps_ = std::move(steps);
   r->grad_norm = rep.grad_norm;
   r->clip_coef = rep.clip_coef;
   step_ = t;
@@ -225,17 +453,39 @@ absl::StatusOr<StepReport> Optimizer::Step(double loss_scale,
 absl::Status Optimizer::ReadState(int group, std::vector<float>* p,
                                   std::vector<float>* m,
                                   std::vector<float>* v) {
-  uint64_t n = options_.groups.at(group).numel;
+  if (group < 0 || group >= static_cast<int>(options_.groups.size()))
+    return absl::InvalidArgumentError(absl::StrCat("no parameter group ", group));
+  uint64_t n = options_.groups[group].numel;
   p->assign(n, 0);
   m->assign(n, 0);
   v->assign(n, 0);
+  return ReadRange(group, 0, n, p->data(), m->data(), v->data());
+}
+
+absl::Status Optimizer::ReadRange(int group, uint64_t offset, uint64_t count,
+                                  float* p, float* m, float* v) {
+  if (group < 0 || group >= static_cast<int>(options_.groups.size()) ||
+      offset + count > options_.groups[group].numel || offset + count < offset)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "state [", offset, ", +", count, ") is outside group ", group));
   for (const Subgroup& s : subgroups_) {
     if (s.group != group) continue;
+    uint64_t lo = std::max(offset, s.group_offset);
+    uint64_t hi = std::min(offset + count, s.group_offset + s.numel);
+    if (lo >= hi) continue;
+    uint64_t a = lo - s.group_offset, n = hi - lo, at = lo - offset;
+    if (reset_pending_) {  // a fresh start: the initial state
+      if (options_.init_params) options_.init_params(group, lo, p + at, n);
+      else std::fill(p + at, p + at + n, 0.f);
+      std::fill(m + at, m + at + n, 0.f);
+      std::fill(v + at, v + at + n, 0.f);
+      continue;
+    }
     auto l = store_->Checkout(s.object).get();
     if (!l.ok()) return l.status();
-    std::memcpy(p->data() + s.group_offset, (*l)->Section<float>("p"), s.numel * 4);
-    std::memcpy(m->data() + s.group_offset, (*l)->Section<float>("m"), s.numel * 4);
-    std::memcpy(v->data() + s.group_offset, (*l)->Section<float>("v"), s.numel * 4);
+    std::memcpy(p + at, (*l)->Section<float>("p") + a, n * 4);
+    std::memcpy(m + at, (*l)->Section<float>("m") + a, n * 4);
+    std::memcpy(v + at, (*l)->Section<float>("v") + a, n * 4);
   }
   return absl::OkStatus();
 }

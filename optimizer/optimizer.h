@@ -31,6 +31,12 @@ namespace mlpo {
 struct ParamGroup {
   uint64_t numel = 0;  // may be 0 (the group then has no state)
   AdamHyper hyper;
+  // Element counts of the group's parameters in order (summing to numel);
+  // empty: the group is one parameter. Each parameter has its own step
+  // count (its bias correction), and a parameter with no gradient staged
+  // for a step is skipped: its p, m, v and step count stay as they are, as
+  // torch.optim skips a parameter whose grad is None.
+  std::vector<uint64_t> params;
 };
 
 // Fills the initial fp32 master parameters [offset, offset+n) of a group.
@@ -50,6 +56,11 @@ struct OptimizerOptions {
   PipelineOptions pipeline;
   ParamInit init_params;             // default: zeros
   std::string restore_tag;           // restore this tag when opening
+  // Start afresh at step 0 from init_params whatever the store's heads hold
+  // (a new run in an existing store). The heads are dropped at the first
+  // Step, Tag or ImportState, not before: until then nothing changes, and
+  // Restore cancels it. Versions tags hold are never touched.
+  bool fresh = false;
   // Where new parameters go (not owned): e.g. a device sink, or a streaming
   // one that keeps nothing. nullptr: a host sink keeps every group's
   // parameters (Params(), CopyParams()), 2 bytes per parameter in bf16.
@@ -92,11 +103,33 @@ class Optimizer {
 
   // Writes a whole state as step `t` (> step(), >= 1): for every subgroup
   // `fill` writes its fp32 p, m and v. For moving state in from elsewhere
-  // (torch.optim state, another checkpoint). Not atomic across subgroups:
-  // import into a fresh store and Tag() after it.
+  // (torch.optim state, another checkpoint). `param_steps`: each
+  // parameter's step count (none above t); empty: t for all. Not atomic
+  // across subgroups: import into a fresh store and Tag() after it.
   using StateFill = std::function<absl::Status(const Subgroup& s, float* p,
                                                float* m, float* v)>;
-  absl::Status ImportState(uint64_t t, const StateFill& fill);
+  absl::Status ImportState(uint64_t t, const StateFill& fill,
+                           std::vector<uint64_t> param_steps = {});
+
+  // The model's own tensor of parameter `param` (index over every group's
+  // parameters, in order), in param_dtype, or nullptr. Each step adopts its
+  // values where they differ from the master (AdoptModelValues: the model's
+  // tensors are authoritative) and writes the new parameters there instead
+  // of to the sink. Must stay valid until changed.
+  absl::Status SetParamMemory(int param, void* memory);
+  // Master values [offset, offset + count) of `group` (from `data` in
+  // `dtype`) replacing the stored ones at the next step or AdoptEdits: for
+  // model memory the optimizer cannot read (a device's).
+  absl::Status OverrideMasters(int group, uint64_t offset, const void* data,
+                               DType dtype, uint64_t count);
+  // Writes, without a step, the edits of `params` (their memory's values
+  // where they differ) and every pending override into the store, as
+  // versions of the current step; subgroups with nothing changed are left
+  // alone. Before a Tag, so that a checkpoint holds what the model holds.
+  absl::Status AdoptEdits(const std::vector<int>& params);
+  // Step count of every parameter (see ParamGroup::params).
+  const std::vector<uint64_t>& param_steps() const { return param_steps_; }
+  size_t num_params() const { return params_.size(); }
   // Copies `count` new parameters of `group` from `offset` (param_dtype) to
   // `dst`.
   absl::Status CopyParams(int group, uint64_t offset, void* dst,
@@ -105,7 +138,7 @@ class Optimizer {
   uint64_t step() const { return step_; }
   uint64_t skipped_steps() const { return skipped_; }
 
-  absl::Status Tag(const std::string& name) { return store_->Tag(name); }
+  absl::Status Tag(const std::string& name);
   // Restores a tag; the step number becomes the tag's.
   absl::Status Restore(const std::string& name);
 
@@ -117,6 +150,13 @@ class Optimizer {
   // The fp32 state of a group read back from the store (tests, tools).
   absl::Status ReadState(int group, std::vector<float>* p, std::vector<float>* m,
                          std::vector<float>* v);
+  // Elements [offset, offset + count) of a group's state into p, m, v
+  // (count floats each).
+  absl::Status ReadRange(int group, uint64_t offset, uint64_t count, float* p,
+                         float* m, float* v);
+  // The object holding every parameter's step count (2 floats' bytes per
+  // parameter, a little-endian uint64).
+  static constexpr const char* kParamStepsObject = "param_steps";
   ObjectStore* store() { return store_.get(); }
   const std::vector<Subgroup>& subgroups() const { return subgroups_; }
   const OptimizerOptions& options() const { return options_; }
@@ -125,6 +165,17 @@ class Optimizer {
   explicit Optimizer(OptimizerOptions o) : options_(std::move(o)) {}
   absl::Status Init();
   absl::Status LoadStep();
+  // Drops the heads if a fresh start is pending.
+  absl::Status StartFresh();
+  absl::Status CommitParamSteps(uint64_t t, const std::vector<uint64_t>& s);
+  // The step's work per subgroup; false in `active` skips a parameter.
+  StepPlan MakePlan(uint64_t t, double grad_scale,
+                    const std::vector<bool>& active) const;
+
+  struct Param {
+    int group = 0;
+    uint64_t offset = 0, numel = 0;  // within the group
+  };
 
   OptimizerOptions options_;
   std::vector<Subgroup> subgroups_;
@@ -136,6 +187,12 @@ class Optimizer {
   std::unique_ptr<UpdatePipeline> pipeline_;
   uint64_t step_ = 0;
   uint64_t skipped_ = 0;
+  std::vector<Param> params_;
+  std::vector<uint64_t> param_steps_;
+  std::vector<void*> param_memory_;
+  // Per subgroup: pending master values by element offset.
+  std::vector<std::map<uint64_t, std::vector<float>>> overrides_;
+  bool reset_pending_ = false;
   bool grads_offloaded_ = false;
 };
 

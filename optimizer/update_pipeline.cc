@@ -1,6 +1,7 @@
 #include "optimizer/update_pipeline.h"
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <future>
 
@@ -71,9 +72,10 @@ absl::Status UpdatePipeline::OffloadGrads(uint64_t t, const GradStage& grads) {
   return commits.Drain();
 }
 
-absl::StatusOr<StepReport> UpdatePipeline::Step(
-    uint64_t t, const std::vector<AdamStepConsts>& consts,
-    const GradStage& grads, ParamSink* sink) {
+absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
+                                                const StepPlan& plan,
+                                                const GradStage& grads,
+                                                ParamSink* sink) {
   StepReport rep;
   rep.step = t;
   const int n = static_cast<int>(subgroups_->size());
@@ -143,22 +145,52 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(
     float* v = lease->Section<float>("v");
     void* out = sink ? sink->Buffer(s) : nullptr;
     DType odt = sink ? sink->dtype() : DType::kF32;
-    const AdamStepConsts& c = consts[s.group];
+    if (plan.overrides && !(*plan.overrides)[s.index].empty())
+      for (auto& [off, vals] : (*plan.overrides)[s.index])
+        std::memcpy(p + off, vals.data(), vals.size() * sizeof(float));
+    // Work items: (run, first element, count), runs cut into tiles.
+    std::vector<StepRun> whole;
+    const std::vector<StepRun>* runs = &plan.runs[s.index];
+    if (runs->empty()) {
+      whole.push_back({0, s.numel, s.group, nullptr});
+      runs = &whole;
+    }
     const size_t tile = options_.tile_elems;
-    size_t tiles = (s.numel + tile - 1) / tile;
+    struct Item {
+      const StepRun* run;
+      uint64_t at, n;
+    };
+    std::vector<Item> items;
+    for (const StepRun& r : *runs)
+      for (uint64_t at = 0; at < r.n; at += tile)
+        items.push_back({&r, at, std::min<uint64_t>(tile, r.n - at)});
+    const size_t mes = DTypeSize(plan.memory_dtype);
     absl::Time cs = absl::Now();
-    runner_.ParallelFor(tiles, [&](size_t ti) {
-      size_t off = ti * tile;
+    runner_.ParallelFor(items.size(), [&](size_t ii) {
+      const Item& it = items[ii];
+      const StepRun& r = *it.run;
+      size_t off = r.offset + it.at;
+      char* mem = r.memory ? static_cast<char*>(r.memory) + it.at * mes
+                           : nullptr;
+      if (mem) AdoptModelValues(p + off, mem, plan.memory_dtype, it.n);
+      void* o = mem ? static_cast<void*>(mem)
+                    : out ? static_cast<char*>(out) + off * DTypeSize(odt)
+                          : nullptr;
+      DType od = mem ? plan.memory_dtype : odt;
+      if (r.consts < 0) {  // no gradient: unchanged
+        if (o && !mem) CastParams(p + off, o, od, it.n);
+        return;
+      }
       AdamSlice sl;
       sl.p = p + off;
       sl.m = m + off;
       sl.v = v + off;
       sl.grad = static_cast<const char*>(g) + off * DTypeSize(gdt);
       sl.grad_dtype = gdt;
-      sl.out = out ? static_cast<char*>(out) + off * DTypeSize(odt) : nullptr;
-      sl.out_dtype = odt;
-      sl.n = std::min(tile, s.numel - off);
-      AdamUpdate(sl, c);
+      sl.out = o;
+      sl.out_dtype = od;
+      sl.n = it.n;
+      AdamUpdate(sl, plan.consts[r.consts]);
     });
     absl::Time ce = absl::Now();
     rep.compute_s += absl::ToDoubleSeconds(ce - cs);

@@ -17,6 +17,7 @@
 #ifndef MLPO_OPTIMIZER_UPDATE_PIPELINE_H_
 #define MLPO_OPTIMIZER_UPDATE_PIPELINE_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,14 +79,38 @@ struct StepReport {
   double bound_efficiency = 0;  // lower_bound_s / total_s (1 = at the bound)
 };
 
+// What one step does to each subgroup. A run is one parameter's part of a
+// subgroup: elements [offset, offset + n) of the subgroup.
+struct StepRun {
+  uint64_t offset = 0, n = 0;
+  // Index into StepPlan::consts (the parameter's own step count), or -1:
+  // no gradient this step, so p, m and v stay as they are.
+  int consts = -1;
+  // The model's tensor at the run's first element (StepPlan::memory_dtype),
+  // or nullptr. When set, its values are adopted as the master where they
+  // differ (AdoptModelValues) and the new parameters are written there
+  // instead of to the sink.
+  void* memory = nullptr;
+};
+struct StepPlan {
+  std::vector<AdamStepConsts> consts;
+  // Per subgroup index. An empty list: the whole subgroup is one run with
+  // consts[group] (every element has its gradient).
+  std::vector<std::vector<StepRun>> runs;
+  DType memory_dtype = DType::kF32;
+  // Per subgroup index (or empty): fp32 master values put in first, by
+  // element offset within the subgroup.
+  const std::vector<std::map<uint64_t, std::vector<float>>>* overrides =
+      nullptr;
+};
+
 class UpdatePipeline {
  public:
   UpdatePipeline(ObjectStore* store, const std::vector<Subgroup>* subgroups,
                  const PipelineOptions& options);
-  // Runs step t with per-group constants. On error some subgroups may hold
-  // step t and others t-1: restore a tag.
-  absl::StatusOr<StepReport> Step(uint64_t t,
-                                  const std::vector<AdamStepConsts>& consts,
+  // Runs step t as `plan` says. On error some subgroups may hold step t and
+  // others t-1: restore a tag.
+  absl::StatusOr<StepReport> Step(uint64_t t, const StepPlan& plan,
                                   const GradStage& grads, ParamSink* sink);
   // Baseline backward phase: writes the staged gradients as fp32 objects
   // "grad.<object>" at version t.

@@ -288,11 +288,11 @@ std::future<absl::Status> ObjectStore::CommitImpl(Lease lease, uint64_t number,
     else if (absl::Status p = meta_->poisoned(); !p.ok())
       bad = Annotate(p, absl::StrCat("commit of ", object));
     else if (!write_back &&
-             ((it->second.has_head && op->step <= it->second.head_step) ||
-              (it->second.dirty != 0 && op->step <= it->second.dirty_step)))
+             ((it->second.has_head && op->step < it->second.head_step) ||
+              (it->second.dirty != 0 && op->step < it->second.dirty_step)))
       bad = absl::FailedPreconditionError(absl::StrCat(
           "commit of ", object, " at step ", op->step,
-          ": steps must grow (the head is at step ",
+          ": steps never go back (the head is at step ",
           it->second.dirty != 0 ? it->second.dirty_step
                                 : it->second.head_step,
           ")"));

@@ -271,8 +271,8 @@ class ObjectStore {
   // A lease for writing a whole new version without reading the old one
   // (contents unspecified). NotFound for an undeclared object.
   absl::StatusOr<Lease> Blank(const std::string& object);
-  // Writes `lease`'s blob as a new version made at `step` (greater than the
-  // head's step) to new extents, then moves the head. The version gets the
+  // Writes `lease`'s blob as a new version made at `step` (not below the
+  // head's step; equal rewrites a step, e.g. edited masters) to new extents, then moves the head. The version gets the
   // store's next sequence number, never used before (not even by a version
   // a restore left behind), so a commit after a restore starts a new
   // lineage beside the old one and every tagged record stays as it was.
@@ -295,6 +295,10 @@ class ObjectStore {
   // Versions only the old heads referenced are freed; versions of other
   // tags stay. The next commit starts a new lineage.
   absl::Status Restore(const std::string& name);
+  // Drops every head (a new lineage from nothing: the next checkout of each
+  // object gets the initializer's blob). Versions tags hold stay; versions
+  // only the heads held are freed. For a fresh run in an existing store.
+  absl::Status ResetHeads();
   absl::Status DropTag(const std::string& name);
   std::map<std::string, std::map<std::string, uint64_t>> Tags() const;
   // Deletes version records no head or tag references and frees their
@@ -428,6 +432,9 @@ class ObjectStore {
   absl::Status OpenImpl();
   absl::Status LockStore();
   absl::Status TagImpl(const std::string& name);
+  // Moves every head to `want`'s version (no entry: no head), all at once.
+  absl::Status MoveHeads(const std::map<std::string, uint64_t>& want,
+                         const std::string& what);
   absl::Status DropTagImpl(const std::string& name);
   FileSystem* fs() const {
     return options_.fs ? options_.fs : DefaultFileSystem();

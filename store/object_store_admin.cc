@@ -140,40 +140,55 @@ absl::Status ObjectStore::Restore(const std::string& name) {
                      "); nothing was changed: the heads and every version "
                      "are as they were"));
   }
-  std::vector<ExtentRef> to_free;
+  std::map<std::string, uint64_t> want;
   {
     MutexLock l(&mu_);
     auto t = tags_.find(name);
     if (t == tags_.end())
       return absl::NotFoundError(absl::StrCat("no tag named ", name));
+    want = t->second;
+  }
+  return MoveHeads(want, absl::StrCat("restore ", name));
+}
+
+absl::Status ObjectStore::ResetHeads() {
+  MLPO_RETURN_IF_ERROR(CheckWritable("reset"));
+  return MoveHeads({}, "reset");
+}
+
+absl::Status ObjectStore::MoveHeads(const std::map<std::string, uint64_t>& want,
+                                    const std::string& what) {
+  std::vector<ExtentRef> to_free;
+  {
+    MutexLock l(&mu_);
     if (commits_in_flight_ > 0)
       return absl::FailedPreconditionError(absl::StrCat(
-          "restore ", name, ": ", commits_in_flight_,
+          what, ": ", commits_in_flight_,
           " commits in flight; wait for them first"));
     MetaIndex::Batch b = meta_->NewBatch();
     std::map<VKey, int> dec;
     for (auto& [obj, st] : objects_) {
-      auto want = t->second.find(obj);
-      bool tagged = want != t->second.end();
-      if (st.has_head && tagged && st.head == want->second) continue;
+      auto w = want.find(obj);
+      bool tagged = w != want.end();
+      if (st.has_head && tagged && st.head == w->second) continue;
       if (st.has_head) dec[{obj, st.head}] += 1;
       if (tagged)
-        b.PutHead(obj, want->second);
-      else
+        b.PutHead(obj, w->second);
+      else if (st.has_head)
         b.DeleteHead(obj);
     }
     MLPO_RETURN_IF_ERROR(ApplyRefChanges(&b, dec, true, true, &to_free));
     for (auto& [obj, st] : objects_) {
-      auto want = t->second.find(obj);
-      bool tagged = want != t->second.end();
-      if (st.has_head && tagged && st.head == want->second) continue;
+      auto w = want.find(obj);
+      bool tagged = w != want.end();
+      if (st.has_head && tagged && st.head == w->second) continue;
       st.has_head = tagged;
-      st.head = tagged ? want->second : 0;
-      st.head_step = tagged ? versions_[{obj, want->second}].rec.step : 0;
-      if (tagged) ++versions_[{obj, want->second}].refs;
+      st.head = tagged ? w->second : 0;
+      st.head_step = tagged ? versions_[{obj, w->second}].rec.step : 0;
+      if (tagged) ++versions_[{obj, w->second}].refs;
     }
   }
-  if (cache_) {  // heads went back: nothing cached is a head any more
+  if (cache_) {  // heads moved: nothing cached is a head any more
     std::vector<AlignedBuffer> released;
     {
       MutexLock l(&mu_);
