@@ -83,6 +83,28 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
             rec.step, " in ", rank.store->options().meta_dir, ")"));
       rank.versions[s.object] = it->second;
     }
+    try {
+      const auto& params = rank.manifest.at("params");
+      for (size_t i = 0; i < params.size(); ++i) {
+        const auto& gm = rank.manifest.at("groups").at(
+            params[i].at("group").get<size_t>());
+        uint64_t off = params[i].at("offset").get<uint64_t>();
+        uint64_t n = params[i].at("numel").get<uint64_t>();
+        uint64_t ss = gm.at("shard_start").get<uint64_t>();
+        uint64_t sn = gm.at("shard_numel").get<uint64_t>();
+        if (std::max(off, ss) < std::min(off + n, ss + sn))
+          rank.piece_param.push_back(i);
+      }
+    } catch (const std::exception& e) {
+      return absl::DataLossError(absl::StrCat(
+          "store ", rank.store->options().meta_dir, ": bad manifest: ",
+          e.what()));
+    }
+    std::string obj = absl::StrCat("param_steps.n", rank.piece_param.size());
+    if (auto it = heads.find(obj); it != heads.end()) {
+      rank.steps_object = obj;
+      rank.steps_version = it->second;
+    }
     r->ranks_.push_back(std::move(rank));
   }
   return r;
@@ -95,6 +117,21 @@ uint64_t CheckpointReader::group_numel(int g) const {
 std::vector<std::string> CheckpointReader::store_uuids() const {
   std::vector<std::string> out;
   for (auto& r : ranks_) out.push_back(r.store->store_uuid());
+  return out;
+}
+
+absl::StatusOr<std::vector<uint64_t>> CheckpointReader::ParamSteps() {
+  std::vector<uint64_t> out(manifest_["params"].size(), step_);
+  for (Rank& rank : ranks_) {
+    if (rank.steps_object.empty()) continue;
+    MLPO_ASSIGN_OR_RETURN(Lease l, rank.store->ReadVersion(
+                                       rank.steps_object, rank.steps_version));
+    std::vector<uint64_t> steps(rank.piece_param.size());
+    std::memcpy(steps.data(), l->Section<float>("t"),
+                steps.size() * sizeof(uint64_t));
+    for (size_t k = 0; k < steps.size(); ++k)
+      if (rank.piece_param[k] < out.size()) out[rank.piece_param[k]] = steps[k];
+  }
   return out;
 }
 

@@ -55,6 +55,10 @@ class CheckpointReader {
   // parameters, first and second moments into p, m, v (each may be null).
   absl::Status Read(int g, uint64_t start, uint64_t n, float* p, float* m,
                     float* v);
+  // Each manifest parameter's own step count (Optimizer::param_steps: a
+  // parameter skipped for want of a gradient counts fewer); step() for all
+  // in checkpoints written before step counts were kept.
+  absl::StatusOr<std::vector<uint64_t>> ParamSteps();
 
  private:
   struct Rank {
@@ -62,6 +66,11 @@ class CheckpointReader {
     nlohmann::json manifest;
     std::vector<Subgroup> subgroups;
     std::map<std::string, uint64_t> versions;  // object -> version to read
+    // Manifest parameter of each of the rank's optimizer parameters (the
+    // pieces of its shard), and the version of its step counts, if kept.
+    std::vector<size_t> piece_param;
+    std::string steps_object;
+    uint64_t steps_version = 0;
   };
   CheckpointReader() = default;
   nlohmann::json manifest_;  // rank 0's

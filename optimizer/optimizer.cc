@@ -69,7 +69,7 @@ absl::Status Optimizer::Init() {
           " elements, the group ", g.numel));
   }
   param_steps_.assign(params_.size(), 0);
-  param_memory_.assign(params_.size(), nullptr);
+  param_memory_.assign(params_.size(), Memory());
   MLPO_ASSIGN_OR_RETURN(subgroups_,
                         PartitionParams(numel, options_.subgroup_numel));
   for (const Subgroup& s : subgroups_) by_object_[s.object] = &s;
@@ -91,7 +91,7 @@ absl::Status Optimizer::Init() {
     MLPO_ASSIGN_OR_RETURN(
         ObjectLayout sl,
         ObjectLayout::Make({{"t", DType::kF32, 2 * params_.size()}}));
-    MLPO_RETURN_IF_ERROR(store_->Declare(kParamStepsObject, sl));
+    MLPO_RETURN_IF_ERROR(store_->Declare(ParamStepsObject(), sl));
   }
   for (const Subgroup& s : subgroups_) {
     MLPO_ASSIGN_OR_RETURN(ObjectLayout l,
@@ -145,7 +145,7 @@ absl::Status Optimizer::LoadStep() {
   bool has = false;
   uint64_t at = 0;
   for (const ObjectInfo& i : store_->List())
-    if (i.name == kParamStepsObject && i.has_head) has = true, at = i.head_step;
+    if (i.name == ParamStepsObject() && i.has_head) has = true, at = i.head_step;
   if (!has) return absl::OkStatus();  // a store from before per-parameter steps
   if (at != step_)
     return absl::FailedPreconditionError(absl::StrCat(
@@ -153,7 +153,7 @@ absl::Status Optimizer::LoadStep() {
         "are of step ", at, ", the state of step ", step_,
         ": a step was interrupted; restore a tag (OptimizerOptions."
         "restore_tag, or `mlpo restore STORE TAG`)"));
-  MLPO_ASSIGN_OR_RETURN(Lease l, store_->Checkout(kParamStepsObject).get());
+  MLPO_ASSIGN_OR_RETURN(Lease l, store_->Checkout(ParamStepsObject()).get());
   std::memcpy(param_steps_.data(), l->Section<float>("t"),
               params_.size() * sizeof(uint64_t));
   for (uint64_t t : param_steps_)
@@ -174,7 +174,7 @@ absl::Status Optimizer::StartFresh() {
 absl::Status Optimizer::CommitParamSteps(uint64_t t,
                                          const std::vector<uint64_t>& steps) {
   if (params_.empty()) return absl::OkStatus();
-  MLPO_ASSIGN_OR_RETURN(Lease l, store_->Blank(kParamStepsObject));
+  MLPO_ASSIGN_OR_RETURN(Lease l, store_->Blank(ParamStepsObject()));
   std::memcpy(l->Section<float>("t"), steps.data(),
               steps.size() * sizeof(uint64_t));
   return store_->Commit(std::move(l), t).get();
@@ -185,11 +185,37 @@ absl::Status Optimizer::Tag(const std::string& name) {
   return store_->Tag(name);
 }
 
-absl::Status Optimizer::SetParamMemory(int param, void* memory) {
+absl::Status Optimizer::SetParamMemory(int param, void* memory, DType dtype) {
   if (param < 0 || param >= static_cast<int>(params_.size()))
     return absl::InvalidArgumentError(absl::StrCat(
         "no parameter ", param, " (the optimizer has ", params_.size(), ")"));
-  param_memory_[param] = memory;
+  param_memory_[param] = {memory, dtype};
+  return absl::OkStatus();
+}
+
+absl::Status Optimizer::ContinueHeads() {
+  if (!reset_pending_) return absl::OkStatus();
+  absl::Status st = LoadStep();
+  if (!st.ok()) {  // still the fresh start it was
+    step_ = 0;
+    param_steps_.assign(params_.size(), 0);
+    return st;
+  }
+  reset_pending_ = false;
+  return absl::OkStatus();
+}
+
+std::string Optimizer::ParamStepsObject() const {
+  return absl::StrCat("param_steps.n", params_.size());
+}
+
+absl::Status Optimizer::Reset() {
+  MLPO_RETURN_IF_ERROR(store_->ResetHeads());
+  reset_pending_ = false;
+  grads_->Reset();
+  for (auto& o : overrides_) o.clear();
+  step_ = 0;
+  param_steps_.assign(params_.size(), 0);
   return absl::OkStatus();
 }
 
@@ -218,12 +244,11 @@ absl::Status Optimizer::AdoptEdits(const std::vector<int>& params) {
   for (int k : params)
     if (k < 0 || k >= static_cast<int>(params_.size()))
       return absl::InvalidArgumentError(absl::StrCat("no parameter ", k));
-  const size_t es = DTypeSize(options_.param_dtype);
   for (const Subgroup& s : subgroups_) {
     std::vector<int> touching;
     for (int k : params) {
       const Param& q = params_[k];
-      if (q.group == s.group && param_memory_[k] &&
+      if (q.group == s.group && param_memory_[k].ptr &&
           q.offset < s.group_offset + s.numel &&
           s.group_offset < q.offset + q.numel)
         touching.push_back(k);
@@ -238,9 +263,11 @@ absl::Status Optimizer::AdoptEdits(const std::vector<int>& params) {
       const Param& q = params_[k];
       uint64_t lo = std::max(q.offset, s.group_offset);
       uint64_t hi = std::min(q.offset + q.numel, s.group_offset + s.numel);
+      const Memory& mem = param_memory_[k];
       AdoptModelValues(p + (lo - s.group_offset),
-                       static_cast<char*>(param_memory_[k]) + (lo - q.offset) * es,
-                       options_.param_dtype, hi - lo);
+                       static_cast<char*>(mem.ptr) +
+                           (lo - q.offset) * DTypeSize(mem.dtype),
+                       mem.dtype, hi - lo);
     }
     if (std::memcmp(before.data(), p, s.numel * sizeof(float)) != 0)
       MLPO_RETURN_IF_ERROR(store_->Commit(std::move(l), step_).get());
@@ -255,9 +282,7 @@ StepPlan Optimizer::MakePlan(uint64_t t, double grad_scale,
   for (auto& g : options_.groups)
     plan.consts.push_back(MakeStepConsts(g.hyper, t, grad_scale));
   plan.runs.resize(subgroups_.size());
-  plan.memory_dtype = options_.param_dtype;
   plan.overrides = &overrides_;
-  const size_t es = DTypeSize(options_.param_dtype);
   std::map<std::pair<int, uint64_t>, int> consts_of;  // (group, step) -> index
   // Subgroups and parameters are both in flat order: one pass over each.
   size_t first = 0;
@@ -286,8 +311,11 @@ StepPlan Optimizer::MakePlan(uint64_t t, double grad_scale,
         }
         r.consts = it->second;
       }
-      if (param_memory_[j])
-        r.memory = static_cast<char*>(param_memory_[j]) + (lo - q.offset) * es;
+      if (const Memory& mem = param_memory_[j]; mem.ptr) {
+        r.memory = static_cast<char*>(mem.ptr) +
+                   (lo - q.offset) * DTypeSize(mem.dtype);
+        r.memory_dtype = mem.dtype;
+      }
       plan.runs[s.index].push_back(r);
     }
   }

@@ -112,11 +112,20 @@ class Optimizer {
                            std::vector<uint64_t> param_steps = {});
 
   // The model's own tensor of parameter `param` (index over every group's
-  // parameters, in order), in param_dtype, or nullptr. Each step adopts its
+  // parameters, in order), in `dtype`, or nullptr. Each step adopts its
   // values where they differ from the master (AdoptModelValues: the model's
   // tensors are authoritative) and writes the new parameters there instead
   // of to the sink. Must stay valid until changed.
-  absl::Status SetParamMemory(int param, void* memory);
+  absl::Status SetParamMemory(int param, void* memory, DType dtype);
+  // Starts a new lineage at step 0 now: every head is dropped (tags stay),
+  // step counts go to 0, and the next checkout of each object is its
+  // initial state. Before importing state from elsewhere.
+  absl::Status Reset();
+  // Opened `fresh` and nothing done yet: continue from the store's heads
+  // instead (a resume). FailedPrecondition when the heads are of different
+  // steps (an interrupted step: restore a tag).
+  absl::Status ContinueHeads();
+  bool fresh_pending() const { return reset_pending_; }
   // Master values [offset, offset + count) of `group` (from `data` in
   // `dtype`) replacing the stored ones at the next step or AdoptEdits: for
   // model memory the optimizer cannot read (a device's).
@@ -155,8 +164,9 @@ class Optimizer {
   absl::Status ReadRange(int group, uint64_t offset, uint64_t count, float* p,
                          float* m, float* v);
   // The object holding every parameter's step count (2 floats' bytes per
-  // parameter, a little-endian uint64).
-  static constexpr const char* kParamStepsObject = "param_steps";
+  // parameter, a little-endian uint64): "param_steps.n<parameters>", so a
+  // store whose groups grew (add_param_group) declares a new one.
+  std::string ParamStepsObject() const;
   ObjectStore* store() { return store_.get(); }
   const std::vector<Subgroup>& subgroups() const { return subgroups_; }
   const OptimizerOptions& options() const { return options_; }
@@ -189,7 +199,11 @@ class Optimizer {
   uint64_t skipped_ = 0;
   std::vector<Param> params_;
   std::vector<uint64_t> param_steps_;
-  std::vector<void*> param_memory_;
+  struct Memory {
+    void* ptr = nullptr;
+    DType dtype = DType::kF32;
+  };
+  std::vector<Memory> param_memory_;
   // Per subgroup: pending master values by element offset.
   std::vector<std::map<uint64_t, std::vector<float>>> overrides_;
   bool reset_pending_ = false;

@@ -152,7 +152,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
     std::vector<StepRun> whole;
     const std::vector<StepRun>* runs = &plan.runs[s.index];
     if (runs->empty()) {
-      whole.push_back({0, s.numel, s.group, nullptr});
+      whole.push_back({0, s.numel, s.group, nullptr, DType::kF32});
       runs = &whole;
     }
     const size_t tile = options_.tile_elems;
@@ -164,19 +164,19 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
     for (const StepRun& r : *runs)
       for (uint64_t at = 0; at < r.n; at += tile)
         items.push_back({&r, at, std::min<uint64_t>(tile, r.n - at)});
-    const size_t mes = DTypeSize(plan.memory_dtype);
     absl::Time cs = absl::Now();
     runner_.ParallelFor(items.size(), [&](size_t ii) {
       const Item& it = items[ii];
       const StepRun& r = *it.run;
       size_t off = r.offset + it.at;
-      char* mem = r.memory ? static_cast<char*>(r.memory) + it.at * mes
+      char* mem = r.memory ? static_cast<char*>(r.memory) +
+                                 it.at * DTypeSize(r.memory_dtype)
                            : nullptr;
-      if (mem) AdoptModelValues(p + off, mem, plan.memory_dtype, it.n);
+      if (mem) AdoptModelValues(p + off, mem, r.memory_dtype, it.n);
       void* o = mem ? static_cast<void*>(mem)
                     : out ? static_cast<char*>(out) + off * DTypeSize(odt)
                           : nullptr;
-      DType od = mem ? plan.memory_dtype : odt;
+      DType od = mem ? r.memory_dtype : odt;
       if (r.consts < 0) {  // no gradient: unchanged
         if (o && !mem) CastParams(p + off, o, od, it.n);
         return;

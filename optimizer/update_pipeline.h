@@ -86,18 +86,18 @@ struct StepRun {
   // Index into StepPlan::consts (the parameter's own step count), or -1:
   // no gradient this step, so p, m and v stay as they are.
   int consts = -1;
-  // The model's tensor at the run's first element (StepPlan::memory_dtype),
-  // or nullptr. When set, its values are adopted as the master where they
+  // The model's tensor at the run's first element (in memory_dtype), or
+  // nullptr. When set, its values are adopted as the master where they
   // differ (AdoptModelValues) and the new parameters are written there
   // instead of to the sink.
   void* memory = nullptr;
+  DType memory_dtype = DType::kF32;
 };
 struct StepPlan {
   std::vector<AdamStepConsts> consts;
   // Per subgroup index. An empty list: the whole subgroup is one run with
   // consts[group] (every element has its gradient).
   std::vector<std::vector<StepRun>> runs;
-  DType memory_dtype = DType::kF32;
   // Per subgroup index (or empty): fp32 master values put in first, by
   // element offset within the subgroup.
   const std::vector<std::map<uint64_t, std::vector<float>>>* overrides =

@@ -78,7 +78,8 @@ class Engine {
          const std::string& param_dtype, double max_grad_norm, int prefetch,
          int commits, int threads, const std::string& durability,
          const std::string& restore_tag, const std::string& device_backend,
-         int device_index, const std::vector<py::list>& device_pieces) {
+         int device_index, const std::vector<py::list>& device_pieces,
+         bool fresh) {
     OptimizerOptions o;
     o.store = StoreArg(toml, base_dir, name, rank);
     if (durability == "tag") o.store.durability = Durability::kTag;
@@ -90,6 +91,8 @@ class Engine {
       ParamGroup pg;
       pg.numel = g["numel"].cast<uint64_t>();
       pg.hyper = HyperArg(g);
+      if (g.contains("params"))
+        pg.params = g["params"].cast<std::vector<uint64_t>>();
       o.groups.push_back(pg);
     }
     o.subgroup_numel = subgroup_numel;
@@ -100,13 +103,19 @@ class Engine {
     o.pipeline.max_commits_in_flight = commits;
     o.pipeline.threads = threads;
     o.restore_tag = restore_tag;
+    o.fresh = fresh;
     if (!device_backend.empty()) OpenDevice(device_backend, device_index,
                                             device_pieces, &o);
     init_.resize(o.groups.size());
     for (size_t g = 0; g < o.groups.size(); ++g) init_[g].assign(o.groups[g].numel, 0.f);
     auto* init = &init_;
     o.init_params = [init](int g, uint64_t off, float* dst, uint64_t n) {
-      std::memcpy(dst, (*init)[g].data() + off, n * sizeof(float));
+      // Dropped after the first step: zeros (the model's memory, adopted
+      // by the step, then gives the masters).
+      if ((*init)[g].size() < off + n)
+        std::memset(dst, 0, n * sizeof(float));
+      else
+        std::memcpy(dst, (*init)[g].data() + off, n * sizeof(float));
     };
     absl::StatusOr<std::unique_ptr<Optimizer>> opened;
     {
@@ -179,6 +188,9 @@ class Engine {
   // tensor's memory in `dtype`.
   void SetInitial(int group, uint64_t offset, uintptr_t ptr,
                   const std::string& dtype, uint64_t count) {
+    if (group >= 0 && group < static_cast<int>(init_.size()) &&
+        init_[group].empty())
+      init_[group].assign(opt()->options().groups[group].numel, 0.f);
     if (group < 0 || group >= static_cast<int>(init_.size()) ||
         offset + count > init_[group].size())
       throw py::value_error("initial parameters outside their group");
@@ -189,6 +201,50 @@ class Engine {
   }
   void DropInitial() {
     for (auto& v : init_) std::vector<float>().swap(v);
+  }
+
+  void SetParamMemory(int param, uintptr_t ptr, const std::string& dtype) {
+    Check(opt()->SetParamMemory(param, reinterpret_cast<void*>(ptr),
+                                DTypeArg(dtype)));
+  }
+  void OverrideMasters(int group, uint64_t offset, uintptr_t ptr,
+                       const std::string& dtype, uint64_t count) {
+    Check(opt()->OverrideMasters(group, offset,
+                                 reinterpret_cast<const void*>(ptr),
+                                 DTypeArg(dtype), count));
+  }
+  void AdoptEdits(const std::vector<int>& params) {
+    Optimizer* o = opt();
+    absl::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = o->AdoptEdits(params);
+    }
+    Check(st);
+  }
+  void Reset() {
+    Optimizer* o = opt();
+    absl::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = o->Reset();
+    }
+    Check(st);
+  }
+  void ContinueHeads() { Check(opt()->ContinueHeads()); }
+  bool fresh_pending() const { return opt()->fresh_pending(); }
+  std::vector<uint64_t> ParamSteps() const { return opt()->param_steps(); }
+  py::tuple ReadRange(int group, uint64_t offset, uint64_t count) {
+    std::vector<float> p(count), m(count), v(count);
+    Optimizer* o = opt();
+    absl::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = o->ReadRange(group, offset, count, p.data(), m.data(), v.data());
+    }
+    Check(st);
+    return py::make_tuple(FloatArray(std::move(p)), FloatArray(std::move(m)),
+                          FloatArray(std::move(v)));
   }
 
   void StageGrad(int group, uint64_t offset, uintptr_t ptr,
@@ -274,7 +330,8 @@ class Engine {
   }
 
   // `fill(group, group_offset, numel)` returns (p, m, v) float32 arrays.
-  void ImportState(uint64_t t, py::function fill) {
+  void ImportState(uint64_t t, py::function fill,
+                   std::vector<uint64_t> param_steps) {
     Check(opt()->ImportState(
         t, [&](const Subgroup& s, float* p, float* m, float* v) -> absl::Status {
           py::tuple r = fill(s.group, s.group_offset, s.numel);
@@ -288,7 +345,8 @@ class Engine {
             std::memcpy(dst[i], a.data(), s.numel * sizeof(float));
           }
           return absl::OkStatus();
-        }));
+        },
+        std::move(param_steps)));
     DropInitial();
   }
 
@@ -329,6 +387,20 @@ class Engine {
     for (const ObjectInfo& i : st->List())
       if (i.has_head) heads[i.name] = i.head;
     return heads == t->second;
+  }
+  // Tag names, oldest first (by the newest version each holds; an empty
+  // tag counts as oldest).
+  std::vector<std::string> TagOrder() {
+    std::vector<std::pair<uint64_t, std::string>> order;
+    for (auto& [t, objs] : opt()->store()->Tags()) {
+      uint64_t newest = 0;
+      for (auto& [o, v] : objs) newest = std::max(newest, v);
+      order.push_back({newest, t});
+    }
+    std::sort(order.begin(), order.end());
+    std::vector<std::string> out;
+    for (auto& [v, t] : order) out.push_back(t);
+    return out;
   }
   void SetAttribute(const std::string& k, const std::string& v) {
     Check(opt()->store()->SetAttribute(k, v));
@@ -383,6 +455,7 @@ class Reader {
   int world() const { return r_->world(); }
   uint64_t step() const { return r_->step(); }
   std::vector<std::string> store_uuids() const { return r_->store_uuids(); }
+  std::vector<uint64_t> ParamSteps() { return Value(r_->ParamSteps()); }
   py::tuple Read(int g, uint64_t start, uint64_t n) {
     std::vector<float> p(n), m(n), v(n);
     absl::Status st;
@@ -411,7 +484,8 @@ PYBIND11_MODULE(_mlpo, m) {
                     int, const std::vector<py::dict>&, uint64_t,
                     const std::string&, const std::string&, double, int, int,
                     int, const std::string&, const std::string&,
-                    const std::string&, int, const std::vector<py::list>&>())
+                    const std::string&, int, const std::vector<py::list>&,
+                    bool>())
       .def("set_initial", &Engine::SetInitial)
       .def("stage_grad", &Engine::StageGrad)
       .def("stage_grad_device", &Engine::StageGradDevice)
@@ -422,13 +496,23 @@ PYBIND11_MODULE(_mlpo, m) {
       .def("set_hyper", &Engine::SetHyper)
       .def("copy_params", &Engine::CopyParams)
       .def("read_group", &Engine::ReadGroup)
-      .def("import_state", &Engine::ImportState)
+      .def("import_state", &Engine::ImportState, py::arg("t"), py::arg("fill"),
+           py::arg("param_steps") = std::vector<uint64_t>())
+      .def("set_param_memory", &Engine::SetParamMemory)
+      .def("override_masters", &Engine::OverrideMasters)
+      .def("adopt_edits", &Engine::AdoptEdits)
+      .def("reset", &Engine::Reset)
+      .def("continue_heads", &Engine::ContinueHeads)
+      .def_property_readonly("fresh_pending", &Engine::fresh_pending)
+      .def_property_readonly("param_steps", &Engine::ParamSteps)
+      .def("read_range", &Engine::ReadRange)
       .def("tag", &Engine::Tag)
       .def("restore", &Engine::Restore)
       .def("drop_tag", &Engine::DropTag)
       .def("gc", &Engine::Gc)
       .def("tags", &Engine::Tags)
       .def("tag_is_current", &Engine::TagIsCurrent)
+      .def("tag_order", &Engine::TagOrder)
       .def("set_attribute", &Engine::SetAttribute)
       .def("get_attribute", &Engine::GetAttribute)
       .def_property_readonly("step_count", &Engine::step)
@@ -444,5 +528,6 @@ PYBIND11_MODULE(_mlpo, m) {
       .def_property_readonly("world", &Reader::world)
       .def_property_readonly("step", &Reader::step)
       .def_property_readonly("store_uuids", &Reader::store_uuids)
+      .def("param_steps", &Reader::ParamSteps)
       .def("read", &Reader::Read);
 }

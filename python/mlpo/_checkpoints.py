@@ -4,6 +4,7 @@ torch.optim state dict, and export_state_dict(). A mixin of the optimizer
 class in torch.py, which owns the layout, the engine and the step."""
 import json
 import math
+from collections.abc import Mapping
 
 import torch
 import torch.distributed as dist
@@ -12,6 +13,25 @@ from . import _mlpo
 from . import store_config
 
 _MANIFEST_FORMAT = 1
+
+
+def _flat(t):
+    """A 1-d view of a dense tensor's elements in memory order."""
+    if t.is_contiguous():
+        return t.view(-1)
+    return t.as_strided((t.numel(),), (1,), t.storage_offset())
+
+
+def _shaped(flat, pm):
+    """A manifest parameter's tensor (its shape and strides) from its flat
+    elements in memory order."""
+    shape = tuple(pm["shape"])
+    stride = tuple(pm.get("stride") or ())
+    if not stride or len(stride) != len(shape):
+        return flat.clone().view(shape)
+    t = torch.empty_strided(shape, stride, dtype=flat.dtype)
+    _flat(t).copy_(flat)
+    return t
 
 
 def _store_name(name, world):
@@ -33,6 +53,64 @@ def _model_difference(a, b):
     return next((x, y) for x, y in zip(ka, kb) if x != y)
 
 
+class StateView(Mapping):
+    """opt.state: {param: {"step", "exp_avg", "exp_avg_sq"}} as torch.optim
+    has it, for the parameters that have taken a step. Each access reads the
+    store and returns a copy: writing into it changes nothing."""
+
+    def __init__(self, opt):
+        self._opt = opt
+
+    def _entries(self):
+        opt = self._opt
+        if opt._layout is None or opt._engine is None:
+            return {}
+        steps = opt._engine.param_steps
+        out = {}
+        for k, (g, e, at, n, off) in enumerate(opt._pieces):
+            if steps[k] > 0:
+                out[id(e["param"])] = (e, k)
+        return out
+
+    def __getitem__(self, param):
+        opt = self._opt
+        found = self._entries().get(id(param))
+        if found is None:
+            raise KeyError(param)
+        if opt._world > 1:
+            raise NotImplementedError(
+                "mlpo.torch: opt.state[p] with data parallel (each rank "
+                "holds a shard); read mlpo.torch.export_state_dict("
+                "opt.state_dict()) instead")
+        e, k = found
+        eng = opt._engine
+        _, m, v = eng.read_range(e["group"], e["offset"], e["numel"])
+
+        def like(x):
+            t = torch.empty_strided(e["shape"], e["stride"],
+                                    dtype=torch.float32)
+            t.as_strided((t.numel(),), (1,)).copy_(torch.from_numpy(x))
+            return t.to(e["param"].device)
+        return {"step": torch.tensor(float(eng.param_steps[k])),
+                "exp_avg": like(m), "exp_avg_sq": like(v)}
+
+    def __iter__(self):
+        by_id = self._entries()
+        for l in self._opt._layout or []:
+            for e in l["entries"]:
+                if id(e["param"]) in by_id:
+                    yield e["param"]
+
+    def __len__(self):
+        return len(self._entries())
+
+    def __contains__(self, param):
+        return id(param) in self._entries()
+
+    def __repr__(self):
+        return f"<mlpo state of {len(self)} parameters (read on access)>"
+
+
 class CheckpointMixin:
     @property
     def step_count(self):
@@ -50,7 +128,9 @@ class CheckpointMixin:
     def restore(self, tag):
         """Moves the state back to `tag` and the model's parameters with it."""
         self._require_engine().restore(tag)
-        self._params_from_store()
+        if self._engine.step_count > 0:
+            self._params_from_store()
+        self._note_versions()
 
     def tags(self):
         return self._require_engine().tags()
@@ -60,7 +140,12 @@ class CheckpointMixin:
         if self._engine is not None:
             self._engine.close()
             self._engine = None
-            self._open_error = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the store's own close runs
+            pass
 
     def _prune_checkpoints(self):
         """Keeps the newest keep_checkpoints "step-<t>" tags (0 keeps all)
@@ -71,10 +156,16 @@ class CheckpointMixin:
         auto = sorted((k, t) for t in eng.tags()
                       if (k := _step_tag_key(t)) is not None)
         old = auto[:-self.keep_checkpoints]
+        if not old:
+            return
+        dropped = json.loads(eng.get_attribute("dropped_tags") or "{}")
         for _, t in old:
             eng.drop_tag(t)
-        if old:
-            eng.gc()
+            dropped[t] = self.keep_checkpoints
+        # The newest 1000 names, for load_state_dict's message.
+        dropped = dict(list(dropped.items())[-1000:])
+        eng.set_attribute("dropped_tags", json.dumps(dropped))
+        eng.gc()
 
     def _uuids(self):
         mine = self._require_engine().store_uuid
@@ -88,6 +179,7 @@ class CheckpointMixin:
         """A small dict naming the store, a tag taken now ("step-<t>") and
         the hyperparameters; no tensors. torch.save it with the model."""
         eng = self._require_engine()
+        self._adopt_edits()  # the checkpoint holds what the model holds
         # "step-<t>", or "step-<t>.<k>" when a tag of that step already
         # holds another lineage's state (training on after a rollback): a
         # dict never names a tag of another lineage, and no tag is replaced.
@@ -98,21 +190,25 @@ class CheckpointMixin:
         if tag not in tags:
             eng.tag(tag)
             self._prune_checkpoints()
+        # "params" lists are empty so that torch.optim's load_state_dict
+        # refuses this dict (its groups do not match) instead of loading an
+        # optimizer with no moments; the counts are in "mlpo".
         groups = []
-        index = 0
         for g in self.param_groups:
             d = {k: v for k, v in g.items() if k != "params"}
-            d["params"] = list(range(index, index + len(g["params"])))
-            index += len(g["params"])
+            d["params"] = []
             groups.append(d)
         return {
             "state": {},
             "param_groups": groups,
             "mlpo": {"format": _MANIFEST_FORMAT,
-                     "store": {"toml": self._toml, "base_dir": self._base_dir},
-                     "name": self._name, "world_size": self._world,
-                     "store_name": _store_name(self._name, self._world),
+                     "store": {"toml": self._toml_text,
+                               "base_dir": self._base_dir},
+                     "name": self._ns, "world_size": self._world,
+                     "store_name": self.store_name,
                      "tag": tag, "step": eng.step_count,
+                     "param_counts": [len(g["params"])
+                                      for g in self.param_groups],
                      "store_uuids": self._uuids()},
         }
 
@@ -124,14 +220,24 @@ class CheckpointMixin:
                 state_dict:
             raise ValueError("mlpo.torch: not an optimizer state dict")
         groups = state_dict["param_groups"]
+        info = state_dict.get("mlpo")
+        counts = info.get("param_counts") if isinstance(info, dict) else None
         if not isinstance(groups, (list, tuple)) or len(groups) != len(
                 self.param_groups) or any(
                 not isinstance(a, dict) or
-                not isinstance(a.get("params"), (list, tuple)) or
-                len(a["params"]) != len(b["params"])
-                for a, b in zip(groups, self.param_groups)):
+                not isinstance(a.get("params"), (list, tuple))
+                for a in groups):
             raise ValueError("mlpo.torch: the state dict has other parameter "
                              "groups than this optimizer")
+        if counts is None:
+            counts = [len(a["params"]) for a in groups]
+        if not isinstance(counts, (list, tuple)) or len(counts) != len(
+                groups) or any(c != len(b["params"]) for c, b in
+                               zip(counts, self.param_groups)):
+            raise ValueError("mlpo.torch: the state dict has other parameter "
+                             "groups than this optimizer (parameters per "
+                             f"group {counts!r}, this optimizer "
+                             f"{[len(b['params']) for b in self.param_groups]})")
         # Everything is checked before anything changes: a bad dict raises
         # and leaves the optimizer and its store as they were.
         for g, group in enumerate(groups):
@@ -172,23 +278,76 @@ class CheckpointMixin:
                              "the store's config (toml, base_dir)")
         tag = info["tag"]
         if info["world_size"] == self._world:
-            if self._engine is None:
-                self._open(restore_tag=tag)  # an interrupted step: the tag
-            eng = self._engine
+            self._require_engine()
             theirs = info["store_uuids"][self._rank]
+            ns = info["name"]
+            if theirs != self._engine.store_uuid and ns != self._ns:
+                # Another namespace of the store (another optimizer's, or a
+                # run before this one): move there, or copy the tag in when
+                # a live optimizer holds it.
+                if self._switch_namespace(ns, theirs, tag):
+                    return
+                self._reshard(info)
+                return
+            eng = self._engine
             if theirs != eng.store_uuid:
                 raise ValueError(
                     f"mlpo.torch: the state dict is from another store "
                     f"(identity {theirs}); this optimizer's store "
                     f"{eng.meta_dir} is {eng.store_uuid}. Point store= and "
                     "name= at the store that wrote it")
-            if tag not in eng.tags():
-                raise ValueError(f"mlpo.torch: store {eng.meta_dir} has no "
-                                 f"tag {tag!r} (dropped?)")
+            self._check_tag(eng, tag)
             eng.restore(tag)
-            self._params_from_store()
+            if eng.step_count > 0:
+                self._params_from_store()
+            self._note_versions()
             return
         self._reshard(info)
+
+    def _check_tag(self, eng, tag):
+        if tag in eng.tags():
+            return
+        dropped = json.loads(eng.get_attribute("dropped_tags") or "{}")
+        if tag in dropped:
+            raise ValueError(
+                f"mlpo.torch: store {eng.meta_dir} no longer has tag {tag!r}: "
+                f"it was dropped by the retention setting keep_checkpoints="
+                f"{dropped[tag]} (the optimizer keeps that many of its newest "
+                "checkpoints; keep_checkpoints=0, the default, keeps all)")
+        raise ValueError(f"mlpo.torch: store {eng.meta_dir} has no tag "
+                         f"{tag!r} (dropped with `mlpo drop-tag`?)")
+
+    def _switch_namespace(self, ns, uuid, tag):
+        """Reopens this optimizer in namespace `ns` at `tag`; False (and
+        nothing changed) when that namespace is held or is another store."""
+        old_ns = self._ns
+        self._engine.close()
+        self._engine = None
+        try:
+            eng = self._try_open(ns)
+        except Exception:
+            eng = None
+        if eng is not None and eng.store_uuid != uuid:
+            eng.close()
+            eng = None
+        if eng is None:
+            self._open(ns=old_ns, resume=False)
+            self._engine.continue_heads()
+            return False
+        self._ns = ns
+        self._engine = eng
+        eng.set_attribute("manifest", json.dumps(self._manifest))
+        try:
+            self._check_tag(eng, tag)
+            eng.restore(tag)
+        except Exception:
+            self._set_initial()
+            raise
+        if eng.step_count > 0:
+            self._params_from_store()
+        self._set_initial()
+        self._note_versions()
+        return True
 
     def _reshard(self, info):
         """Reads the shards a checkpoint of another world size holds for this
@@ -204,12 +363,19 @@ class CheckpointMixin:
                              "replaced since the state dict was written")
         self._check_manifest_of(json.loads(reader.manifest()))
         eng = self._require_engine()
+        steps = reader.param_steps()
+        mine = [steps[e["index"]] for (g, e, at, n, off) in self._pieces]
 
         def fill(g, off, n):
             return reader.read(g, self._layout[g]["start"] + off, n)
 
-        eng.import_state(reader.step, fill)
-        eng.tag(f"step-{reader.step}")
+        eng.reset()  # a new lineage holding the checkpoint's state
+        eng.import_state(reader.step, fill, mine)
+        tag = f"step-{reader.step}"
+        k = 1
+        while tag in eng.tags():
+            tag, k = f"step-{reader.step}.{k}", k + 1
+        eng.tag(tag)
         self._params_from_store()
 
     def _check_manifest_of(self, other):
@@ -228,12 +394,12 @@ class CheckpointMixin:
         entries = [e for l in self._layout for e in l["entries"]]
         if not state:
             return  # never stepped: nothing but hyperparameters
-        steps = set()
+        steps = {}
         for e in entries:
             s = state.get(e["index"])
-            if s is None:
-                raise ValueError(f"mlpo.torch: the state dict has no state "
-                                 f"for parameter {e['index']} ({e['name']})")
+            if s is None:  # never stepped in torch (no gradient yet)
+                steps[e["index"]] = 0
+                continue
             if not isinstance(s, dict):
                 raise ValueError(f"mlpo.torch: state of {e['name']} is "
                                  f"{type(s).__name__}, not a dict")
@@ -257,11 +423,8 @@ class CheckpointMixin:
             if bool((s["exp_avg_sq"] < 0).any()):
                 raise ValueError(f"mlpo.torch: exp_avg_sq of {e['name']} has "
                                  "negative values")
-            steps.add(_step_number(s["step"], e["name"]))
-        if len(steps) != 1:
-            raise ValueError(f"mlpo.torch: parameters are at different steps "
-                             f"{sorted(steps)}")
-        t = steps.pop()
+            steps[e["index"]] = _step_number(s["step"], e["name"])
+        t = max(steps.values())
         eng = self._require_engine()
 
         def fill(g, off, n):
@@ -272,15 +435,29 @@ class CheckpointMixin:
                 b = min(lo + n, e["offset"] + e["numel"])
                 if a >= b:
                     continue
-                s = state[e["index"]]
-                src = (e["param"].detach(), s["exp_avg"], s["exp_avg_sq"])
+                s = state.get(e["index"])
+                p = e["param"].detach()
+                if s is None:
+                    src = (p, torch.zeros_like(p), torch.zeros_like(p))
+                else:
+                    src = (p, s["exp_avg"].to(p.device),
+                           s["exp_avg_sq"].to(p.device))
                 for dst, x in zip(out, src):
-                    dst[a - lo:b - lo] = x.reshape(-1)[
-                        a - e["offset"]:b - e["offset"]].float()
+                    # In the parameter's memory order (its strides).
+                    x = torch.empty_like(p, dtype=x.dtype).copy_(x) \
+                        if x.stride() != p.stride() else x
+                    dst[a - lo:b - lo] = _flat(x)[
+                        a - e["offset"]:b - e["offset"]].float().cpu()
             return tuple(x.numpy() for x in out)
 
-        eng.import_state(t, fill)
-        eng.tag(f"step-{t}")
+        eng.reset()
+        eng.import_state(t, fill, [steps[e["index"]]
+                                   for (g, e, at, n, off) in self._pieces])
+        tag, k = f"step-{t}", 1
+        while tag in eng.tags():
+            tag, k = f"step-{t}.{k}", k + 1
+        eng.tag(tag)
+        self._note_versions()
 
 
 
@@ -348,6 +525,7 @@ def export_state_dict(store, tag=None, name="mlpo"):
         store_name = name
     reader = _mlpo.CheckpointReader(toml, base, store_name, tag or "")
     manifest = json.loads(reader.manifest())
+    steps = reader.param_steps()
     state, masters = {}, {}
     groups = []
     for g, gm in enumerate(manifest["groups"]):
@@ -358,11 +536,11 @@ def export_state_dict(store, tag=None, name="mlpo"):
             if pm["group"] != g:
                 continue
             sl = slice(pm["offset"], pm["offset"] + pm["numel"])
-            shape = tuple(pm["shape"])
-            state[i] = {"step": torch.tensor(float(reader.step)),
-                        "exp_avg": m[sl].clone().view(shape),
-                        "exp_avg_sq": v[sl].clone().view(shape)}
-            masters[pm["name"]] = p[sl].clone().view(shape)
+            if steps[i] > 0:  # torch.optim has no state before a step
+                state[i] = {"step": torch.tensor(float(steps[i])),
+                            "exp_avg": _shaped(m[sl], pm),
+                            "exp_avg_sq": _shaped(v[sl], pm)}
+            masters[pm["name"]] = _shaped(p[sl], pm)
             indices.append(i)
         groups.append({"lr": gm["lr"], "betas": tuple(gm["betas"]),
                        "eps": gm["eps"], "weight_decay": gm["weight_decay"],

@@ -1,8 +1,10 @@
 """Turns the `store=` argument of the adapter into the TOML text the C++
 engine parses (store/store_options.h), so there is one parser and one set of
-error messages for every way a store is named."""
+error messages for every way a store is named. A config is a dict of the
+TOML's top-level keys plus "path": a list of per-path dicts."""
 import json
 import os
+import tomllib
 
 DEFAULT_DIR = "mlpo-store"
 
@@ -17,7 +19,7 @@ def _toml_value(key, v):
     raise ValueError(f"mlpo store option {key!r}: unsupported value {v!r}")
 
 
-def _paths_toml(paths):
+def _normalise_paths(paths):
     out = []
     for i, p in enumerate(paths):
         if isinstance(p, (str, os.PathLike)):
@@ -25,21 +27,33 @@ def _paths_toml(paths):
         if not isinstance(p, dict) or "root" not in p:
             raise ValueError(f"mlpo store path {i}: expected a directory or a "
                              f"dict with 'root', got {p!r}")
+        out.append(dict(p))
+    return out
+
+
+def to_toml(config):
+    """The TOML text of a config dict."""
+    top = [f"{k} = {_toml_value(k, v)}" for k, v in config.items()
+           if k != "path"]
+    out = []
+    for p in config["path"]:
         out.append("[[path]]")
         out.extend(f"{k} = {_toml_value(k, v)}" for k, v in p.items())
-    return "\n".join(out) + "\n"
+    return "\n".join(top) + "\n" + "\n".join(out) + "\n"
 
 
-def resolve(store, create=True):
-    """Returns (toml_text, base_dir) for `store`:
+def load(store, create=True):
+    """Returns (config dict, base_dir) for `store`:
 
     None             -> ./mlpo-store (created), one nvme path
-    "x.toml"         -> that config file (must exist)
+    "x.toml"         -> that config file (must exist; relative roots are
+                        relative to it)
     "dir"            -> one path at dir (created)
     ["d1", "d2"]     -> one path each: the first nvme, the others pfs
     {"path": [...], "durability": "tag", ...}  -> TOML keys as a dict
     """
     cwd = os.getcwd()
+    base = cwd
     if store is None:
         store = os.path.join(cwd, DEFAULT_DIR)
     if isinstance(store, (str, os.PathLike)):
@@ -47,9 +61,16 @@ def resolve(store, create=True):
         if s.endswith(".toml"):
             if not os.path.isfile(s):
                 raise FileNotFoundError(f"mlpo store config {s} does not exist")
-            with open(s, encoding="utf-8") as f:
-                return f.read(), os.path.dirname(s)
-        store = [s]
+            with open(s, "rb") as f:
+                try:
+                    store = tomllib.load(f)
+                except tomllib.TOMLDecodeError as e:
+                    raise ValueError(f"mlpo store config {s}: {e}") from None
+            base = os.path.dirname(s)
+            if not isinstance(store.get("path"), list):
+                raise ValueError(f"mlpo store config {s}: no [[path]] tables")
+        else:
+            store = [s]
     if isinstance(store, (list, tuple)):
         store = {"path": list(store)}
     if not isinstance(store, dict):
@@ -58,13 +79,72 @@ def resolve(store, create=True):
     paths = store.get("path")
     if not paths:
         raise ValueError("mlpo store: no paths (give 'path': [dir, ...])")
+    config = {k: v for k, v in store.items() if k != "path"}
+    config["path"] = _normalise_paths(paths)
     if create:
-        for p in paths:
-            root = os.path.join(cwd, os.fspath(p["root"] if isinstance(p, dict)
-                                              else p))
+        for p in config["path"]:
+            root = os.path.join(base, os.fspath(p["root"]))
             if os.path.exists(root) and not os.path.isdir(root):
                 raise NotADirectoryError(
                     f"mlpo store path {root} exists and is not a directory")
             os.makedirs(root, exist_ok=True)
-    top = [f"{k} = {_toml_value(k, v)}" for k, v in store.items() if k != "path"]
-    return "\n".join(top) + "\n" + _paths_toml(paths), cwd
+    return config, base
+
+
+def resolve(store, create=True):
+    """(toml_text, base_dir) for `store` (see load())."""
+    config, base = load(store, create)
+    return to_toml(config), base
+
+
+def available_memory():
+    """MemAvailable of /proc/meminfo in bytes (0 when unknown)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+MIB = 1 << 20
+DEFAULT_SEGMENT = 256 * MIB
+# Share of available memory the DRAM tier may take by default.
+CACHE_SHARE = 0.5
+
+
+def apply_defaults(config, state_bytes, local_ranks=1):
+    """Defaults that fit the state (the keys the config leaves out):
+
+    cache          the whole state when it fits in CACHE_SHARE of available
+                   memory (shared by the ranks of this node), else that
+                   budget: the rest spills to the paths
+    segment_bytes  a quarter of the state, 1 MiB to 256 MiB, so that a
+                   small model's store is small
+    """
+    out = dict(config)
+    out["path"] = [dict(p) for p in config["path"]]
+    if "cache" not in out:
+        budget = int(available_memory() * CACHE_SHARE / max(1, local_ranks))
+        want = state_bytes + MIB
+        out["cache"] = max(0, min(want, budget))
+    extent = _size(out.get("extent_bytes", MIB))
+    seg = -(-max(state_bytes // 4, 1) // MIB) * MIB
+    seg = max(extent, min(DEFAULT_SEGMENT, seg))
+    for p in out["path"]:
+        p.setdefault("segment_bytes", seg)
+    return out
+
+
+def _size(v):
+    if isinstance(v, int):
+        return v
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40,
+             "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+    s = str(v).strip().upper().replace("IB", "")
+    for u in sorted(units, key=len, reverse=True):
+        if s.endswith(u) and s[:-len(u)].strip().isdigit():
+            return int(s[:-len(u)]) * units[u]
+    return int(s) if s.isdigit() else MIB

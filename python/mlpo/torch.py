@@ -10,13 +10,20 @@ store instead of host memory.
         sched.step()                        # torch.optim.lr_scheduler works
     torch.save({"opt": opt.state_dict()}, "ckpt.pt")   # a tag, not tensors
 
+It behaves as torch.optim does: a new optimizer starts at step 0 from the
+model's current parameters (resume=True or load_state_dict() continue a
+run); the model's tensors are authoritative (a parameter changed between
+steps becomes the new master); a parameter whose grad is None is skipped
+with its own step count; several optimizers share one store, each in its
+own namespace; opt.state[p] reads step, exp_avg and exp_avg_sq back.
+
 How it maps onto the engine: each parameter group's parameters, in order,
 form one flat vector; its fp32 state is cut into subgroups (store objects of
 p, m, v) that the C++ pipeline streams through the fused kernel. Gradients
-are handed over in the model's dtype (no fp32 copy), and the new parameters
-are written back into the model's tensors in place after every step. The
-arithmetic follows torch.optim.AdamW / Adam operation by operation, so fp32
-results match bit for bit.
+are handed over in the model's dtype (no fp32 copy), and on the CPU the
+kernel reads and writes the model's tensors in place. The arithmetic follows
+torch.optim.AdamW / Adam operation by operation, so fp32 results match bit
+for bit.
 
 Data parallel (torch.distributed initialised, e.g. gloo on CPU): ZeRO-style,
 each rank owns an equal shard of every group's flat vector and keeps it in
@@ -25,21 +32,29 @@ averaged across ranks, each rank updates its shard, and the new parameters
 are all-gathered. A checkpoint written by W ranks loads into W' ranks
 (load_state_dict reads the old shards by the manifest's offsets).
 """
+import gc
 import json
 import math
+import os
+import sys
+import warnings
 
 import torch
 import torch.distributed as dist
 
 from . import _mlpo
 from . import store_config
-from ._checkpoints import (CheckpointMixin, _MANIFEST_FORMAT, _model_difference,
-                           _store_name, export_state_dict)
+from ._checkpoints import (CheckpointMixin, StateView, _MANIFEST_FORMAT,
+                           _flat, _model_difference, _store_name,
+                           export_state_dict)
 
 __all__ = ["AdamW", "Adam", "export_state_dict"]
 
 _DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 _TORCH_DTYPES = {v: k for k, v in _DTYPES.items()}
+# Namespaces tried in one store before giving up (each a live optimizer or
+# another model's state).
+_MAX_NAMESPACES = 64
 
 
 def _world(process_group):
@@ -49,6 +64,27 @@ def _world(process_group):
     return 1, 0
 
 
+def _local_ranks(world):
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    except ValueError:
+        return world
+
+
+def _is_dense(p):
+    """Non-overlapping and dense: its elements fill numel() consecutive
+    slots of its storage in some order (contiguous, channels_last, ...)."""
+    if p.is_contiguous():
+        return True
+    dims = sorted((s, n) for s, n in zip(p.stride(), p.shape) if n != 1)
+    expect = 1
+    for s, n in dims:
+        if s != expect:
+            return False
+        expect *= n
+    return True
+
+
 class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
     _mode = "adamw"
     _default_weight_decay = 1e-2
@@ -56,10 +92,10 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
                  weight_decay=None, amsgrad=False, *, maximize=False,
                  foreach=None, capturable=False, differentiable=False,
-                 fused=None, store=None, name="mlpo", durability="step",
-                 subgroup_numel=1 << 22, max_grad_norm=0.0, loss_scale=1.0,
-                 prefetch=2, commits=2, threads=0, restore_tag=None,
-                 keep_checkpoints=3, process_group=None,
+                 fused=None, store=None, name=None, durability=None,
+                 resume=False, subgroup_numel=1 << 22, max_grad_norm=0.0,
+                 loss_scale=1.0, prefetch=2, commits=2, threads=0,
+                 restore_tag=None, keep_checkpoints=0, process_group=None,
                  device_backend=None):
         cls = type(self).__name__
         if weight_decay is None:
@@ -78,15 +114,27 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
                 raise ValueError(f"mlpo.torch.{cls}: invalid {key} {v!r}")
         if not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"mlpo.torch.{cls}: invalid betas {betas!r}")
+        if durability not in (None, "step", "tag"):
+            raise ValueError(f"mlpo.torch.{cls}: durability must be 'step' "
+                             f"or 'tag', not {durability!r}")
+        if isinstance(keep_checkpoints, bool) or not isinstance(
+                keep_checkpoints, int) or keep_checkpoints < 0:
+            raise ValueError(f"mlpo.torch.{cls}: keep_checkpoints must be a "
+                             f"whole number >= 0 (0 keeps every checkpoint), "
+                             f"not {keep_checkpoints!r}")
         params, self._names = self._split_names(params)
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps,
                         weight_decay=weight_decay, amsgrad=False,
                         maximize=False, foreach=foreach, capturable=False,
                         differentiable=False, fused=None)
+        self._layout = None
+        self._engine = None
         super().__init__(params, defaults)
+        self.state = StateView(self)
         self.loss_scale = float(loss_scale)
-        self.keep_checkpoints = int(keep_checkpoints)
+        self.keep_checkpoints = keep_checkpoints
         self.last_report = None
+        self._warned_skips = 0
         self._pg = process_group
         self._world, self._rank = _world(process_group)
         if device_backend not in (None, "auto", "cuda", "host"):
@@ -94,19 +142,41 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
                              "None, 'auto', 'cuda' or 'host', not "
                              f"{device_backend!r}")
         self._device_backend_arg = device_backend
-        self._name = name
-        self._store_arg = store
-        self._toml, self._base_dir = store_config.resolve(store)
+        self._config, self._base_dir = store_config.load(store)
+        self._name = self._resolve_name(name)
+        self._durability = self._resolve_durability(durability)
+        self._config.pop("name", None)
+        self._config["durability"] = self._durability
         self._opts = dict(subgroup_numel=int(subgroup_numel),
                           max_grad_norm=float(max_grad_norm),
                           prefetch=int(prefetch), commits=int(commits),
-                          threads=int(threads), durability=durability)
+                          threads=int(threads))
         self._layout = self._make_layout()
-        self._engine = None
-        self._open_error = None
-        self._open(restore_tag)
+        self._open(restore_tag=restore_tag, resume=resume)
 
     # -- construction ----------------------------------------------------
+
+    def _resolve_name(self, name):
+        theirs = self._config.get("name")
+        if theirs is not None and not isinstance(theirs, str):
+            raise ValueError(f"mlpo store config: 'name' must be a string, "
+                             f"not {theirs!r}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"mlpo.torch: name must be a string, not {name!r}")
+        if name is not None and theirs is not None and name != theirs:
+            raise ValueError(
+                f"mlpo.torch: name={name!r} contradicts the store config's "
+                f"name {theirs!r}; drop one of them")
+        return name or theirs or "mlpo"
+
+    def _resolve_durability(self, durability):
+        theirs = self._config.get("durability")
+        if durability is not None and theirs is not None and \
+                durability != theirs:
+            raise ValueError(
+                f"mlpo.torch: durability={durability!r} contradicts the "
+                f"store config's durability {theirs!r}; drop one of them")
+        return durability or theirs or "tag"
 
     @staticmethod
     def _split_names(params):
@@ -120,7 +190,7 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
 
         def strip(seq):
             out = []
-            for i, x in enumerate(seq):
+            for x in seq:
                 if (isinstance(x, tuple) and len(x) == 2
                         and isinstance(x[0], str)):
                     names[id(x[1])] = x[0]
@@ -142,29 +212,26 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
 
     def _make_layout(self):
         """Flat offsets of every parameter within its group, this rank's
-        shard of each group, and the manifest that records both."""
-        dtype = None
+        shard of each group, the engine's parameters (the pieces of the
+        shard, one per model parameter it overlaps) and the manifest."""
         layout = []
         index = 0
         manifest_params = []
+        dtypes = set()
         for g, group in enumerate(self.param_groups):
             entries, off = [], 0
             for p in group["params"]:
                 name = self._names.get(id(p), f"param.{index}")
                 self._check_param(p, name)
-                if dtype is None:
-                    dtype = p.dtype
-                elif p.dtype != dtype:
-                    raise ValueError(
-                        f"mlpo.torch: parameter {name} is {p.dtype} but "
-                        f"others are {dtype}; all parameters must share one "
-                        "dtype (float32, bfloat16 or float16)")
-                entries.append(dict(param=p, name=name, offset=off,
+                dtypes.add(p.dtype)
+                entries.append(dict(param=p, name=name, offset=off, group=g,
                                     numel=p.numel(), shape=tuple(p.shape),
+                                    stride=tuple(p.stride()),
                                     dtype=p.dtype, index=index))
                 manifest_params.append(dict(
                     name=name, shape=list(p.shape), dtype=_DTYPES[p.dtype],
-                    group=g, offset=off, numel=p.numel()))
+                    group=g, offset=off, numel=p.numel(),
+                    stride=list(p.stride())))
                 off += p.numel()
                 index += 1
             chunk = -(-off // self._world) if off else 0
@@ -172,10 +239,11 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
             end = min(off, start + chunk)
             layout.append(dict(entries=entries, flat=off, chunk=chunk,
                                start=start, numel=end - start))
-        if dtype is None:
+        if not dtypes:
             raise ValueError("mlpo.torch: optimizer got an empty parameter "
                              "list")
-        self._dtype = dtype
+        self._mixed = len(dtypes) > 1
+        self._dtype = dtypes.pop() if not self._mixed else torch.float32
         devices = {e["param"].device for l in layout for e in l["entries"]}
         if len(devices) > 1:
             raise ValueError(
@@ -183,7 +251,24 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
                 f"({', '.join(sorted(str(d) for d in devices))}); put the "
                 "model on one device")
         self._device = devices.pop()
+        if self._mixed and (self._world > 1 or self._device.type != "cpu"):
+            raise ValueError(
+                "mlpo.torch: parameters of several dtypes are supported on "
+                "the CPU in one process; with data parallel or CUDA give "
+                "every parameter one dtype")
         self._device_path = self._pick_device_path()
+        # The engine's parameters: (group, entry, start in param, count,
+        # offset in the shard), in flat order.
+        self._pieces = []
+        for g, l in enumerate(layout):
+            lo, hi = l["start"], l["start"] + l["numel"]
+            l["pieces"] = []
+            for e in l["entries"]:
+                a, b = max(lo, e["offset"]), min(hi, e["offset"] + e["numel"])
+                if a < b:
+                    piece = (g, e, a - e["offset"], b - a, a - lo)
+                    l["pieces"].append(len(self._pieces))
+                    self._pieces.append(piece)
         self._manifest = dict(
             format=_MANIFEST_FORMAT, world=self._world, rank=self._rank,
             subgroup_numel=self._opts["subgroup_numel"],
@@ -206,9 +291,11 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
         if p.dtype not in _DTYPES:
             raise ValueError(f"mlpo.torch: parameter {name} has dtype "
                              f"{p.dtype}; use float32, bfloat16 or float16")
-        if not p.is_contiguous():
-            raise ValueError(f"mlpo.torch: parameter {name} is not "
-                             "contiguous")
+        if not _is_dense(p):
+            raise ValueError(
+                f"mlpo.torch: parameter {name} (shape {list(p.shape)}, "
+                f"strides {list(p.stride())}) has gaps or overlaps in memory; "
+                "contiguous, channels_last and other dense layouts work")
 
     def _pick_device_path(self):
         """(backend name, device index) for the device path, or None."""
@@ -243,44 +330,134 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
                     weight_decay=float(group["weight_decay"]),
                     mode=self._mode)
 
-    def _open(self, restore_tag=None):
+    @property
+    def _grad_dt(self):
+        return "f32" if self._mixed else _DTYPES[self._dtype]
+
+    @property
+    def store_name(self):
+        """The namespace this optimizer's state lives in ("<name>",
+        "<name>.2", ...; data parallel: "<name>-w<W>")."""
+        return _store_name(self._ns, self._world)
+
+    def _toml(self):
+        state = 12 * sum(l["numel"] for l in self._layout)
+        return store_config.to_toml(store_config.apply_defaults(
+            self._config, state, _local_ranks(self._world)))
+
+    def _make_engine(self, ns, restore_tag=None):
+        groups = []
+        for g, l in zip(self.param_groups, self._layout):
+            groups.append(dict(numel=l["numel"],
+                               params=[self._pieces[k][3]
+                                       for k in l["pieces"]],
+                               **self._hyper(g)))
         dt = _DTYPES[self._dtype]
-        groups = [dict(numel=l["numel"], **self._hyper(g))
-                  for g, l in zip(self.param_groups, self._layout)]
-        try:
-            eng = _mlpo.Engine(
-                self._toml, self._base_dir,
-                _store_name(self._name, self._world), self._rank, groups,
-                self._opts["subgroup_numel"], dt, dt,
-                self._opts["max_grad_norm"], self._opts["prefetch"],
-                self._opts["commits"], self._opts["threads"],
-                self._opts["durability"], restore_tag or "",
-                *self._device_args())
-        except RuntimeError as e:
-            if "is declared as" in str(e):
-                raise ValueError(
-                    f"mlpo.torch: the store {self._toml.strip()!r} (name "
-                    f"{_store_name(self._name, self._world)!r}) holds state "
-                    "of another model, other parameter groups or another "
-                    f"subgroup_numel: {e}. Use another store or name=") \
-                    from None
-            if "different steps" in str(e) and restore_tag is None:
-                # An interrupted step: load_state_dict (which restores a
-                # tag) can still open it; step() before that raises this.
-                self._open_error = e
-                return
-            raise
+        return _mlpo.Engine(
+            self._toml_text, self._base_dir, _store_name(ns, self._world),
+            self._rank, groups, self._opts["subgroup_numel"], self._grad_dt,
+            dt, self._opts["max_grad_norm"], self._opts["prefetch"],
+            self._opts["commits"], self._opts["threads"], self._durability,
+            restore_tag or "", *self._device_args(), True)
+
+    def _namespaces(self):
+        yield self._name
+        for k in range(2, _MAX_NAMESPACES + 1):
+            yield f"{self._name}.{k}"
+
+    def _try_open(self, ns, restore_tag=None):
+        """The engine of namespace `ns`, or None when it is held by another
+        live optimizer or holds another model's state."""
+        collected = False
+        while True:
+            try:
+                eng = self._make_engine(ns, restore_tag)
+            except RuntimeError as e:
+                msg = str(e)
+                if "already open by" in msg:
+                    if f"pid {os.getpid()}" in msg and not collected:
+                        # An optimizer of this process nobody can reach any
+                        # more (a notebook cell run again) still holds it.
+                        gc.collect()
+                        collected = True
+                        continue
+                    return None
+                if "is declared as" in msg:
+                    return None
+                raise
+            old = eng.get_attribute("manifest")
+            if old is not None:
+                if _model_difference(json.loads(old),
+                                     self._manifest) is not None:
+                    eng.close()
+                    return None
+            return eng
+
+    def _open(self, restore_tag=None, resume=False, ns=None):
+        """Opens this optimizer's namespace: `ns`, or the first of
+        "<name>", "<name>.2", ... that no live optimizer holds and that holds
+        no other model's state. Fresh unless `resume` or `restore_tag`."""
+        self._toml_text = self._toml()
+        eng = None
+        tried = [ns] if ns is not None else list(self._namespaces())
+        for i, cand in enumerate(tried):
+            eng = self._try_open(cand, restore_tag)
+            if eng is not None:
+                break
+        if eng is None:
+            raise RuntimeError(
+                f"mlpo.torch: no free namespace in the store (tried "
+                f"{tried[0]!r} to {tried[-1]!r}: each is held by a live "
+                "optimizer or holds another model's state); pass name= or "
+                "another store=")
+        if self._world > 1 and ns is None:
+            # Every rank in the same namespace: the highest any rank needs.
+            k = torch.tensor([i], dtype=torch.int64)
+            dist.all_reduce(k, op=dist.ReduceOp.MAX, group=self._pg)
+            if int(k) != i:
+                eng.close()
+                eng = self._try_open(tried[int(k)], restore_tag)
+                if eng is None:
+                    raise RuntimeError(
+                        f"mlpo.torch: rank {self._rank} cannot open namespace "
+                        f"{tried[int(k)]!r} that another rank chose")
+            cand = tried[int(k)]
+        self._ns = cand
         self._engine = eng
-        self._open_error = None
-        manifest = eng.get_attribute("manifest")
-        if manifest is not None:
-            self._check_manifest(json.loads(manifest))
         eng.set_attribute("manifest", json.dumps(self._manifest))
-        if eng.step_count > 0:
-            # The store is the source of truth: the model continues from it.
+        if restore_tag:
             self._params_from_store()
-        else:
-            self._initial_params()
+        elif resume:
+            self._resume()
+        self._set_initial()
+        self._note_versions()
+
+    def _resume(self):
+        """Continues from the heads, or from the newest tag when the last
+        step was cut short; says which, once."""
+        eng = self._engine
+        try:
+            eng.continue_heads()
+            what = f"step {eng.step_count} (the last step written)"
+        except RuntimeError as e:
+            if "interrupted" not in str(e):
+                raise
+            tags = eng.tag_order()
+            if not tags:
+                raise RuntimeError(
+                    f"mlpo.torch: resume: {e}; and the store has no tag to "
+                    "go back to") from None
+            eng.restore(tags[-1])
+            what = f"tag {tags[-1]!r} at step {eng.step_count} (the last " \
+                   "step was cut short)"
+        if eng.step_count == 0:
+            what = "nothing to resume: starting at step 0"
+        elif self._rank == 0:
+            what = "resuming from " + what
+        if self._rank == 0:
+            print(f"mlpo.torch: {self.store_name}: {what}", file=sys.stderr)
+        if eng.step_count > 0:
+            self._params_from_store()
 
     def _device_args(self):
         """Engine arguments of the device path: backend, index, and each
@@ -311,17 +488,15 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
     def _shard_pieces(self, g):
         """(entry, start within param, count, offset within shard) for every
         piece of this rank's shard of group g."""
-        l = self._layout[g]
-        lo, hi = l["start"], l["start"] + l["numel"]
-        for e in l["entries"]:
-            a, b = max(lo, e["offset"]), min(hi, e["offset"] + e["numel"])
-            if a < b:
-                yield e, a - e["offset"], b - a, a - lo
+        for k in self._layout[g]["pieces"]:
+            _, e, at, n, off = self._pieces[k]
+            yield e, at, n, off
 
-    def _initial_params(self):
+    def _set_initial(self):
+        """The model's parameters as the initial masters (a fresh start)."""
         for g in range(len(self._layout)):
             for e, at, n, off in self._shard_pieces(g):
-                t = e["param"].detach().reshape(-1)[at:at + n]
+                t = _flat(e["param"].detach())[at:at + n]
                 if t.device.type != "cpu":
                     t = t.cpu()
                 self._engine.set_initial(g, off, t.data_ptr(),
@@ -337,8 +512,26 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
             if self._world > 1:
                 flat = self._gather(flat, l)
             for e in l["entries"]:
-                e["param"].copy_(flat[e["offset"]:e["offset"] + e["numel"]]
-                                 .view(e["shape"]))
+                _flat(e["param"]).copy_(
+                    flat[e["offset"]:e["offset"] + e["numel"]])
+        self._note_versions()
+
+    def _note_versions(self):
+        """What each parameter is now: its version counter and memory, to
+        see edits made outside step()."""
+        self._seen = {id(e["param"]): (e["param"]._version,
+                                       e["param"].data_ptr())
+                      for l in self._layout for e in l["entries"]}
+
+    def _edited(self):
+        """Engine parameter indices whose tensor changed since step() or a
+        load (in place, or new memory)."""
+        out = []
+        for k, (g, e, at, n, off) in enumerate(self._pieces):
+            p = e["param"]
+            if self._seen.get(id(p)) != (p._version, p.data_ptr()):
+                out.append(k)
+        return out
 
     def _gather(self, shard, l):
         padded = torch.zeros(l["chunk"], dtype=shard.dtype)
@@ -348,38 +541,78 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
         return torch.cat(out)[:l["flat"]]
 
     def _require_engine(self):
-        if self._engine is None and self._open_error is None:
-            raise RuntimeError("mlpo.torch: the optimizer is closed")
         if self._engine is None:
-            raise RuntimeError(
-                f"mlpo.torch: the store could not be opened: {self._open_error}"
-                "\nLoad a checkpoint with load_state_dict(), pass "
-                "restore_tag=, or run `mlpo restore STORE TAG`")
+            raise RuntimeError("mlpo.torch: the optimizer is closed")
         return self._engine
 
     def add_param_group(self, param_group):
-        if getattr(self, "_layout", None) is not None:
+        """Adds a group, as torch.optim does: its parameters start at step 0;
+        every other parameter keeps its state and step count."""
+        if self._layout is None:  # torch.optim.Optimizer.__init__
+            return super().add_param_group(param_group)
+        if self._world > 1:
             raise NotImplementedError(
-                "mlpo.torch: add_param_group after construction is not "
-                "supported (the store's layout is fixed); pass every group "
-                "to the constructor")
-        super().add_param_group(param_group)
+                "mlpo.torch: add_param_group with data parallel is not "
+                "supported; pass every group to the constructor")
+        groups, names = self._split_names([param_group])
+        eng = self._require_engine()
+        saved = None
+        if eng.step_count > 0 or not eng.fresh_pending:
+            self._adopt_edits()
+            saved = ([eng.read_group(g) for g in range(len(self._layout))],
+                     list(eng.param_steps), eng.step_count)
+        old_layout, old_names = self._layout, dict(self._names)
+        self._names.update(names)
+        super().add_param_group(groups[0])
+        try:
+            self._layout = self._make_layout()
+        except Exception:
+            self.param_groups.pop()
+            self._names = old_names
+            raise
+        eng.close()
+        self._engine = None
+        self._open(ns=self._ns)
+        if saved is None or saved[2] == 0:
+            return
+        states, steps, t = saved
+        new_g = len(self._layout) - 1
+        steps += [0] * len(self._layout[new_g]["pieces"])
+
+        def fill(g, off, n):
+            if g < new_g:
+                return tuple(x[off:off + n] for x in states[g])
+            p = torch.empty(n, dtype=torch.float32)
+            for e, at, cnt, o in self._shard_pieces(g):
+                a, b = max(off, o), min(off + n, o + cnt)
+                if a < b:
+                    p[a - off:b - off] = _flat(e["param"].detach())[
+                        at + a - o:at + b - o].float()
+            z = torch.zeros(n, dtype=torch.float32)
+            return p.numpy(), z.numpy(), z.clone().numpy()
+
+        self._engine.import_state(t, fill, steps)
+        del old_layout
 
     # -- the step ---------------------------------------------------------
 
     def _grad_of(self, e):
+        """The gradient of entry `e` in the parameter's memory order, or
+        None (no gradient: the parameter is skipped)."""
         p = e["param"]
         if p.dtype != e["dtype"] or tuple(p.shape) != e["shape"]:
             raise ValueError(
                 f"mlpo.torch: parameter {e['name']} changed from "
                 f"{e['dtype']} {list(e['shape'])} to {p.dtype} "
                 f"{list(p.shape)} since the optimizer was made")
-        if not p.is_contiguous():
-            raise ValueError(f"mlpo.torch: parameter {e['name']} is no "
-                             "longer contiguous")
+        if tuple(p.stride()) != e["stride"]:
+            raise ValueError(
+                f"mlpo.torch: parameter {e['name']} changed its memory "
+                f"layout (strides {list(e['stride'])} -> "
+                f"{list(p.stride())}) since the optimizer was made")
         grad = p.grad
         if grad is None:
-            return torch.zeros_like(p)
+            return None
         if grad.is_sparse:
             raise RuntimeError(
                 f"mlpo.torch: parameter {e['name']} has a sparse gradient; "
@@ -391,13 +624,18 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
         if grad.device != p.device:
             raise ValueError(f"mlpo.torch: gradient of {e['name']} is on "
                              f"{grad.device}")
-        return grad.contiguous()
+        if grad.stride() != p.stride():
+            grad = torch.empty_like(p).copy_(grad)
+        if self._mixed and grad.dtype != torch.float32:
+            grad = torch.empty_like(p, dtype=torch.float32).copy_(grad)
+        return grad
 
     @torch.no_grad()
     def step(self, closure=None, *, loss_scale=None):
         """One optimizer step. Gradients are divided by loss_scale (default
-        self.loss_scale); with an inf/nan gradient the step is skipped
-        (last_report['skipped']) and nothing changes."""
+        self.loss_scale); parameters whose grad is None are skipped; with an
+        inf/nan gradient the step is skipped (with a warning; see
+        last_report['skipped']) and nothing changes."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -405,84 +643,152 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
         eng = self._require_engine()
         for g, group in enumerate(self.param_groups):
             eng.set_hyper(g, self._hyper(group))
-        dt = _DTYPES[self._dtype]
+        scale = loss_scale or self.loss_scale
         keep = []  # gradients stay alive while staged
         if self._device_path is not None:
-            if self._device.type == "cuda":
-                # backward ran on PyTorch's stream; ours copy the gradients
-                torch.cuda.synchronize(self._device)
-            for g, l in enumerate(self._layout):
-                for e in l["entries"]:
-                    if not e["numel"]:
-                        continue
-                    if e["param"].data_ptr() != \
-                            self._device_ptrs[id(e["param"])]:
-                        raise ValueError(
-                            f"mlpo.torch: parameter {e['name']} was moved "
-                            "to new memory since the optimizer was made "
-                            "(new parameters are copied to where it was); "
-                            "make the optimizer after moving the model")
-                    grad = self._grad_of(e)
-                    keep.append(grad)
-                    eng.stage_grad_device(g, e["offset"], grad.data_ptr(),
-                                          dt, e["numel"])
-            rep = eng.step(loss_scale or self.loss_scale)
+            rep = self._step_device(eng, keep, scale)
         elif self._world == 1:
-            for g, l in enumerate(self._layout):
-                for e in l["entries"]:
-                    grad = self._grad_of(e)
-                    keep.append(grad)
-                    eng.stage_grad(g, e["offset"], grad.data_ptr(), dt,
-                                   e["numel"])
-            rep = eng.step(loss_scale or self.loss_scale)
+            rep = self._step_host(eng, keep, scale)
         else:
-            for g, l in enumerate(self._layout):
-                flat = torch.zeros(l["chunk"] * self._world,
-                                   dtype=torch.float32)
-                for e in l["entries"]:
-                    flat[e["offset"]:e["offset"] + e["numel"]] = \
-                        self._grad_of(e).reshape(-1).float()
-                dist.all_reduce(flat, group=self._pg)
-                shard = (flat[l["start"]:l["start"] + l["numel"]]
-                         / self._world).to(self._dtype).contiguous()
-                keep.append(shard)
-                if l["numel"]:
-                    eng.stage_grad(g, 0, shard.data_ptr(), dt, l["numel"])
-            sum_sq, nonfinite = eng.local_grad_stats()
-            stats = torch.tensor([sum_sq, float(nonfinite)],
-                                 dtype=torch.float64)
-            dist.all_reduce(stats, group=self._pg)
-            rep = eng.step(loss_scale or self.loss_scale, float(stats[0]),
-                           int(stats[1]))
+            rep = self._step_sharded(eng, keep, scale)
         self.last_report = rep
-        if not rep["skipped"] and self._device_path is None:
-            self._publish()  # the device path's step copied them already
+        if rep["skipped"] and "overflow" in rep["skip_reason"]:
+            n = eng.skipped_steps
+            if n >= self._warned_skips * 10 or self._warned_skips == 0:
+                warnings.warn(
+                    f"mlpo.torch: step {eng.step_count + 1} skipped: "
+                    f"{rep['skip_reason']}; {n} step(s) skipped so far "
+                    "(optimizer.skipped_steps)", RuntimeWarning,
+                    stacklevel=3)
+                self._warned_skips = max(1, n)
+        elif not rep["skipped"] and self._world > 1:
+            self._publish_sharded()
+        self._note_versions()
         return loss
 
-    def _publish(self):
-        """New parameters (model dtype) into the model's tensors."""
-        eng = self._engine
-        if self._world == 1:
-            for g, l in enumerate(self._layout):
-                for e in l["entries"]:
-                    eng.copy_params(g, e["offset"], e["param"].data_ptr(),
-                                    e["numel"])
-            return
+    def _step_host(self, eng, keep, scale):
+        # The kernel reads and writes the model's tensors themselves.
+        for k, (g, e, at, n, off) in enumerate(self._pieces):
+            p = e["param"]
+            grad = self._grad_of(e)
+            eng.set_param_memory(k, p.data_ptr() + at * p.element_size(),
+                                 _DTYPES[p.dtype])
+            if grad is None:
+                continue
+            keep.append(grad)
+            eng.stage_grad(g, off, grad.data_ptr(), self._grad_dt, n)
+        return eng.step(scale)
+
+    def _step_device(self, eng, keep, scale):
+        dt = _DTYPES[self._dtype]
+        if self._device.type == "cuda":
+            # backward ran on PyTorch's stream; ours copy the gradients
+            torch.cuda.synchronize(self._device)
+        self._override_edited(eng)
+        for g, l in enumerate(self._layout):
+            for e in l["entries"]:
+                if not e["numel"]:
+                    continue
+                if e["param"].data_ptr() != self._device_ptrs[id(e["param"])]:
+                    raise ValueError(
+                        f"mlpo.torch: parameter {e['name']} was moved to new "
+                        "memory since the optimizer was made (new parameters "
+                        "are copied to where it was); make the optimizer "
+                        "after moving the model")
+                grad = self._grad_of(e)
+                if grad is None:
+                    continue
+                keep.append(grad)
+                eng.stage_grad_device(g, e["offset"], grad.data_ptr(), dt,
+                                      e["numel"])
+        return eng.step(scale)
+
+    def _override_edited(self, eng):
+        """Device memory the engine cannot read: parameters edited since the
+        last step go in as masters."""
+        for k in self._edited():
+            g, e, at, n, off = self._pieces[k]
+            t = _flat(e["param"].detach())[at:at + n].cpu()
+            if eng.step_count == 0:
+                eng.set_initial(g, off, t.data_ptr(), _DTYPES[t.dtype], n)
+            else:
+                eng.override_masters(g, off, t.data_ptr(), _DTYPES[t.dtype], n)
+
+    def _step_sharded(self, eng, keep, scale):
+        dt = _DTYPES[self._dtype]
+        # A parameter with a gradient on any rank has one on every rank.
+        has = torch.tensor([p.grad is not None for l in self._layout
+                            for p in (e["param"] for e in l["entries"])],
+                           dtype=torch.int32)
+        dist.all_reduce(has, op=dist.ReduceOp.MAX, group=self._pg)
+        active = {}
+        i = 0
+        for l in self._layout:
+            for e in l["entries"]:
+                active[id(e["param"])] = bool(has[i])
+                i += 1
+        for k, (g, e, at, n, off) in enumerate(self._pieces):
+            p = e["param"]
+            eng.set_param_memory(k, p.data_ptr() + at * p.element_size(), dt)
+        for g, l in enumerate(self._layout):
+            flat = torch.zeros(l["chunk"] * self._world, dtype=torch.float32)
+            for e in l["entries"]:
+                grad = self._grad_of(e)
+                if grad is not None:
+                    flat[e["offset"]:e["offset"] + e["numel"]] = \
+                        _flat(grad).float()
+            dist.all_reduce(flat, group=self._pg)
+            shard = (flat[l["start"]:l["start"] + l["numel"]]
+                     / self._world).to(self._dtype).contiguous()
+            keep.append(shard)
+            for e, at, n, off in self._shard_pieces(g):
+                if active[id(e["param"])]:
+                    eng.stage_grad(g, off, shard.data_ptr() +
+                                   off * shard.element_size(), dt, n)
+        sum_sq, nonfinite = eng.local_grad_stats()
+        stats = torch.tensor([sum_sq, float(nonfinite)], dtype=torch.float64)
+        dist.all_reduce(stats, group=self._pg)
+        return eng.step(scale, float(stats[0]), int(stats[1]))
+
+    @torch.no_grad()
+    def _publish_sharded(self):
+        """Each rank's step wrote its shard into its own tensors: gather the
+        shards so that every rank has every new parameter."""
         for g, l in enumerate(self._layout):
             shard = torch.empty(l["numel"], dtype=self._dtype)
-            if l["numel"]:
-                eng.copy_params(g, 0, shard.data_ptr(), l["numel"])
+            for e, at, n, off in self._shard_pieces(g):
+                shard[off:off + n] = _flat(e["param"])[at:at + n]
             flat = self._gather(shard, l)
             for e in l["entries"]:
-                e["param"].copy_(flat[e["offset"]:e["offset"] + e["numel"]]
-                                 .view(e["shape"]))
+                _flat(e["param"]).copy_(
+                    flat[e["offset"]:e["offset"] + e["numel"]])
+
+    def _adopt_edits(self):
+        """Edits made since the last step, into the store before a tag."""
+        eng = self._require_engine()
+        edited = self._edited()
+        if not edited:
+            return
+        if self._device_path is not None:
+            self._override_edited(eng)
+            eng.adopt_edits([])
+        else:
+            for k in edited:
+                g, e, at, n, off = self._pieces[k]
+                p = e["param"]
+                eng.set_param_memory(k, p.data_ptr() + at * p.element_size(),
+                                     _DTYPES[p.dtype])
+            eng.adopt_edits(edited)
+            if eng.step_count == 0:
+                self._set_initial()
+        self._note_versions()
 
 
 class AdamW(_MlpoOptimizer):
     """torch.optim.AdamW (decoupled weight decay, default 0.01) over an mlpo
-    store. Extra keywords: store, name, durability ("step" | "tag"),
+    store. Extra keywords: store, name, durability ("tag" | "step"), resume,
     subgroup_numel, max_grad_norm, loss_scale, prefetch, commits, threads,
-    restore_tag, keep_checkpoints, process_group."""
+    restore_tag, keep_checkpoints, process_group, device_backend."""
     _mode = "adamw"
     _default_weight_decay = 1e-2
 

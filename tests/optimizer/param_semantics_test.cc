@@ -222,7 +222,7 @@ TEST(ParamSemanticsTest, TheModelsMemoryIsTheMaster) {
       model.emplace_back(kSizes[k] * es);
       for (uint64_t i = 0; i < kSizes[k]; ++i)
         StoreFromFloat(model[k].data(), dt, i, InitValue(0, ref.bounds[k] + i));
-      ASSERT_TRUE((*opt)->SetParamMemory(k, model[k].data()).ok());
+      ASSERT_TRUE((*opt)->SetParamMemory(k, model[k].data(), dt).ok());
     }
     std::vector<bool> all = {1, 1, 1};
     auto step = [&](uint64_t t) {
@@ -255,7 +255,7 @@ TEST(ParamSemanticsTest, TheModelsMemoryIsTheMaster) {
     EXPECT_EQ((*opt)->step(), 2u);
     ExpectNear(opt->get(), ref, "edits adopted without a step");
     // Overrides (memory the optimizer cannot read, e.g. a device's).
-    ASSERT_TRUE((*opt)->SetParamMemory(0, nullptr).ok());
+    ASSERT_TRUE((*opt)->SetParamMemory(0, nullptr, dt).ok());
     float two = 2.0f;
     ASSERT_TRUE((*opt)->OverrideMasters(0, 10, &two, DType::kF32, 1).ok());
     ref.p[10] = 2.0;
@@ -281,7 +281,7 @@ TEST(ParamSemanticsTest, BadParameterListsAreRefused) {
   auto opt = Optimizer::Open(o);
   ASSERT_TRUE(opt.ok());
   int x = 0;
-  EXPECT_EQ((*opt)->SetParamMemory(3, &x).code(),
+  EXPECT_EQ((*opt)->SetParamMemory(3, &x, DType::kF32).code(),
             absl::StatusCode::kInvalidArgument);
   float f = 1;
   EXPECT_EQ((*opt)->OverrideMasters(0, 4500, &f, DType::kF32, 1).code(),
