@@ -271,6 +271,8 @@ absl::Status Optimizer::AdoptEdits(const std::vector<int>& params) {
     }
     if (std::memcmp(before.data(), p, s.numel * sizeof(float)) != 0)
       MLPO_RETURN_IF_ERROR(store_->Commit(std::move(l), step_).get());
+    else
+      store_->Return(std::move(l));
     overrides_[s.index].clear();
   }
   return absl::OkStatus();

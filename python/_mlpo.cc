@@ -380,6 +380,16 @@ class Engine {
   // belong to another lineage.
   bool TagIsCurrent(const std::string& name) {
     ObjectStore* st = opt()->store();
+    // Versions only the DRAM tier holds (durability "tag") become heads
+    // first: a tag is taken of them, and they are what is current.
+    {
+      absl::Status wb;
+      {
+        py::gil_scoped_release nogil;
+        wb = st->WriteBack();
+      }
+      Check(wb);
+    }
     auto tags = st->Tags();
     auto t = tags.find(name);
     if (t == tags.end()) return false;

@@ -40,6 +40,12 @@ else
 fi
 labels=(-LE slow)
 [ $slow -eq 1 ] && labels=()
+if [ $slow -eq 1 ]; then
+  # The adapter's long property runs (python/tests/test_workflow_model.py,
+  # test_kill_resume.py, test_fuzz_state_dict.py).
+  export MLPO_WORKFLOW_EXAMPLES=${MLPO_WORKFLOW_EXAMPLES:-1500}
+  export MLPO_KILL_ROUNDS=${MLPO_KILL_ROUNDS:-12}
+fi
 status=0
 echo "== tests (Release)"
 (cd build && ctest -j "$(nproc)" --output-on-failure --timeout 600 "${labels[@]}") || status=1

@@ -194,6 +194,21 @@ std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
   return fut;
 }
 
+void ObjectStore::Return(Lease lease) {
+  if (!cache_ || !lease || lease.use_count() != 1 || lease->is_new_) return;
+  {
+    MutexLock l(&mu_);
+    auto it = objects_.find(lease->object_);
+    if (it == objects_.end() || !it->second.has_head ||
+        it->second.head != lease->version_ || it->second.dirty != 0)
+      return;
+  }
+  std::vector<AlignedBuffer> released;
+  cache_->Offer(lease->object_, lease->version_, &lease->buf_,
+                /*dirty=*/false, &released);
+  Recycle(&released);
+}
+
 absl::StatusOr<Lease> ObjectStore::Blank(const std::string& object) {
   auto lease = std::make_shared<CheckoutLease>();
   lease->object_ = object;

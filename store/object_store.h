@@ -268,6 +268,10 @@ class ObjectStore {
   // verified), or the initializer's blob for a new object. With the DRAM
   // tier on, a version kept since its commit is handed over with no I/O.
   std::future<absl::StatusOr<Lease>> Checkout(const std::string& object);
+  // A checkout given back unchanged (nothing to commit): when it still is
+  // the object's clean head, its buffer goes back to the DRAM tier (no
+  // copy), as a commit's would, so that looking does not cost a re-read.
+  void Return(Lease lease);
   // A lease for writing a whole new version without reading the old one
   // (contents unspecified). NotFound for an undeclared object.
   absl::StatusOr<Lease> Blank(const std::string& object);

@@ -365,7 +365,7 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
         for k in range(2, _MAX_NAMESPACES + 1):
             yield f"{self._name}.{k}"
 
-    def _try_open(self, ns, restore_tag=None):
+    def _try_open(self, ns, restore_tag=None, check_model=True):
         """The engine of namespace `ns`, or None when it is held by another
         live optimizer or holds another model's state."""
         collected = False
@@ -386,14 +386,15 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
                     return None
                 raise
             old = eng.get_attribute("manifest")
-            if old is not None:
+            if old is not None and check_model:
                 if _model_difference(json.loads(old),
                                      self._manifest) is not None:
                     eng.close()
                     return None
             return eng
 
-    def _open(self, restore_tag=None, resume=False, ns=None):
+    def _open(self, restore_tag=None, resume=False, ns=None,
+              check_model=True):
         """Opens this optimizer's namespace: `ns`, or the first of
         "<name>", "<name>.2", ... that no live optimizer holds and that holds
         no other model's state. Fresh unless `resume` or `restore_tag`."""
@@ -401,7 +402,7 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
         eng = None
         tried = [ns] if ns is not None else list(self._namespaces())
         for i, cand in enumerate(tried):
-            eng = self._try_open(cand, restore_tag)
+            eng = self._try_open(cand, restore_tag, check_model)
             if eng is not None:
                 break
         if eng is None:
@@ -572,7 +573,7 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
             raise
         eng.close()
         self._engine = None
-        self._open(ns=self._ns)
+        self._open(ns=self._ns, check_model=False)  # the model grew
         if saved is None or saved[2] == 0:
             return
         states, steps, t = saved
@@ -764,15 +765,17 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
                     flat[e["offset"]:e["offset"] + e["numel"]])
 
     def _adopt_edits(self):
-        """Edits made since the last step, into the store before a tag."""
+        """Edits made since the last step, into the store before a tag. On
+        the CPU every parameter is compared with its master (an edit through
+        .data bumps no version counter); device memory is compared by
+        version counter."""
         eng = self._require_engine()
-        edited = self._edited()
-        if not edited:
-            return
         if self._device_path is not None:
-            self._override_edited(eng)
-            eng.adopt_edits([])
+            if self._edited():
+                self._override_edited(eng)
+                eng.adopt_edits([])
         else:
+            edited = list(range(len(self._pieces)))
             for k in edited:
                 g, e, at, n, off = self._pieces[k]
                 p = e["param"]
