@@ -1,23 +1,34 @@
 #!/usr/bin/python3
-"""The PyTorch adapter's cost, measured in one run:
+"""The PyTorch adapter's cost, measured in one run. Two comparisons:
 
-  adapter   mlpo.torch.AdamW.step() on a bf16 model of P parameters
-            (gradients already in .grad), state in an mlpo store
-  engine    `mlpo-bench step --modes mlpo` at the same P, paths, subgroup
-            size and durability: the C++ facade alone, gradient staging
-            (its "backward" phase) plus the update, the same work the
-            adapter's step does
+--vs-torch (the state fits in RAM): mlpo.torch.AdamW with its defaults
+against torch.optim.AdamW(foreach=True), both on an fp32 model of P
+parameters (default 33.6M) with the same threads (default 2), each in its
+own process (rounds alternate) so that each one's peak RSS is its own;
+prints mlpo/torch (goal <= 0.5) and both peak RSS.
+
+default (the state spills): the adapter on a bf16 model against the C++
+engine at the same size, paths, subgroup size, durability and DRAM tier
+(--cache, e.g. 25% = a state 4x the tier):
+
+  adapter   mlpo.torch.AdamW.step() (gradients already in .grad)
+  engine    `mlpo-bench step --modes mlpo` (mlpo+cache with --cache): the
+            C++ facade alone, gradient staging plus the update, the same
+            work the adapter's step does
   torch     torch.optim.AdamW.step() on fp32 parameters in memory
 
 and prints adapter/engine (the adapter's overhead; goal < 1.10) and
 adapter/torch. Rounds alternate adapter and engine so that the disk's
 minute-to-minute swings hit both; each figure is the median step.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/adapter_bench.py --quick
+    PYTHONPATH=build/python /usr/bin/python3 bench/adapter_bench.py --vs-torch
+    PYTHONPATH=build/python /usr/bin/python3 bench/adapter_bench.py --quick \
+        --cache 25%
 """
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -46,7 +57,8 @@ def time_adapter(a, paths, steps):
     for root in paths:
         shutil.rmtree(os.path.join(root, "adapter-bench"), ignore_errors=True)
     ps = make_params(a.params, a.tensors, torch.bfloat16)
-    opt = mlpo.torch.AdamW(ps, lr=1e-4, store=paths, name="adapter-bench",
+    store = {"path": paths, "cache": a.cache or 0}
+    opt = mlpo.torch.AdamW(ps, lr=1e-4, store=store, name="adapter-bench",
                            subgroup_numel=a.subgroup, durability=a.durability,
                            prefetch=a.prefetch)
     opt.step()  # creates the state (not timed, as in mlpo-bench step)
@@ -63,14 +75,15 @@ def time_adapter(a, paths, steps):
 def time_engine(a, paths, steps):
     bench = os.path.join(a.build, "bench", "mlpo-bench")
     cmd = [bench, "step", "--params", str(a.params), "--subgroup",
-           str(a.subgroup), "--steps", str(steps), "--modes", "mlpo",
+           str(a.subgroup), "--steps", str(steps), "--modes",
+           "mlpo+cache" if a.cache else "mlpo", "--cache", a.cache or "0",
            "--paths", ",".join(paths), "--durability", a.durability,
            "--prefetch", str(a.prefetch), "--probe-seconds", "0.5",
            "--dir", a.dir, "--json"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"adapter_bench: {' '.join(cmd)} failed:\n{r.stderr}")
-    j = json.loads(r.stdout)["modes"]["mlpo"]
+    j = json.loads(r.stdout)["modes"]["mlpo+cache" if a.cache else "mlpo"]
     return j["step_s"] + j["backward_s"], j["step_s"]
 
 
@@ -84,6 +97,67 @@ def time_torch(a, steps):
         opt.step()
         out.append(time.perf_counter() - t)
     return out
+
+
+def child(a):
+    """One side of --vs-torch, in its own process: prints the median step
+    and the peak RSS as JSON."""
+    torch.set_num_threads(a.threads)
+    ps = make_params(a.params, a.tensors, torch.float32)
+    if a.child == "mlpo":
+        shutil.rmtree(os.path.join(a.dir, "vs-torch"), ignore_errors=True)
+        opt = mlpo.torch.AdamW(ps, lr=1e-4, threads=a.threads,
+                               store=os.path.join(a.dir, "vs-torch"))
+    else:
+        opt = torch.optim.AdamW(ps, lr=1e-4, foreach=True)
+    opt.step()  # creates the state (not timed)
+    out = []
+    for _ in range(a.steps):
+        t = time.perf_counter()
+        opt.step()
+        out.append(time.perf_counter() - t)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if a.child == "mlpo":
+        opt.close()
+    print(json.dumps({"step_s": statistics.median(out), "steps": out,
+                      "peak_rss": rss}))
+
+
+def vs_torch(a):
+    sides = {"mlpo": [], "torch": []}
+    rss = {"mlpo": 0, "torch": 0}
+    for r in range(a.rounds):
+        # Alternate which goes first: the first of a pair has the cooler
+        # machine.
+        order = ["mlpo", "torch"] if r % 2 == 0 else ["torch", "mlpo"]
+        for side in order:
+            print(f"round {r + 1}/{a.rounds}: {side}", file=sys.stderr,
+                  flush=True)
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", side,
+                   "--params", str(a.params), "--tensors", str(a.tensors),
+                   "--steps", str(a.steps), "--threads", str(a.threads),
+                   "--dir", a.dir]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode != 0:
+                sys.exit(f"adapter_bench: {side} failed:\n{res.stderr}")
+            j = json.loads(res.stdout)
+            sides[side] += j["steps"]
+            rss[side] = max(rss[side], j["peak_rss"])
+    t_m, t_t = (statistics.median(sides[k]) for k in ("mlpo", "torch"))
+    res = {"params": a.params, "threads": a.threads, "mlpo_step_s": t_m,
+           "torch_step_s": t_t, "mlpo_vs_torch": t_m / t_t,
+           "mlpo_peak_rss": rss["mlpo"], "torch_peak_rss": rss["torch"],
+           "mlpo_steps": sides["mlpo"], "torch_steps": sides["torch"]}
+    if a.json:
+        print(json.dumps(res, indent=2))
+        return
+    print(f"{a.params / 1e6:.1f}M fp32 parameters, {a.threads} threads, "
+          f"defaults (mlpo: store {a.dir}/vs-torch)")
+    print(f"  mlpo.torch.AdamW.step           {t_m * 1e3:8.1f} ms  "
+          f"peak RSS {rss['mlpo'] / 2**20:7.0f} MiB")
+    print(f"  torch.optim.AdamW(foreach=True) {t_t * 1e3:8.1f} ms  "
+          f"peak RSS {rss['torch'] / 2**20:7.0f} MiB")
+    print(f"mlpo_vs_torch {t_m / t_t:.3f}  (goal <= 0.5)")
 
 
 def main():
@@ -103,8 +177,27 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--quick", action="store_true",
                     help="32M parameters, one round")
+    ap.add_argument("--cache", default="",
+                    help="DRAM tier of the adapter and the engine: a size or "
+                         "a percentage of the state ('25%%' = a state 4x "
+                         "the tier); default none")
+    ap.add_argument("--vs-torch", action="store_true",
+                    help="defaults against torch.optim.AdamW(foreach=True) "
+                         "on an fp32 model (default 33.6M parameters)")
+    ap.add_argument("--threads", type=int, default=2,
+                    help="--vs-torch: threads of both")
+    ap.add_argument("--child", choices=["mlpo", "torch"],
+                    help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if a.child:
+        return child(a)
+    if a.vs_torch:
+        if a.params == 128_000_000:
+            a.params = 33_600_000
+        a.rounds = max(a.rounds, 4) if a.rounds == 2 else a.rounds
+        a.steps = max(a.steps, 5) if a.steps == 3 else a.steps
+        return vs_torch(a)
     if a.quick:
         a.params, a.rounds, a.subgroup = 32_000_000, 1, 4_000_000
     paths = a.paths.split(",")

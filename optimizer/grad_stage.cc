@@ -8,9 +8,12 @@
 namespace mlpo {
 
 GradStage::GradStage(const std::vector<Subgroup>& subgroups, DType dtype)
-    : subgroups_(subgroups), dtype_(dtype), staged_(subgroups.size()) {
+    : subgroups_(subgroups),
+      dtype_(dtype),
+      bufs_(subgroups.size()),
+      borrowed_(subgroups.size()),
+      staged_(subgroups.size()) {
   for (const Subgroup& s : subgroups) {
-    bufs_.emplace_back(s.numel * DTypeSize(dtype));
     if (static_cast<size_t>(s.group) >= by_group_.size())
       by_group_.resize(s.group + 1);
     by_group_[s.group].push_back(s.index);
@@ -45,9 +48,16 @@ absl::Status GradStage::StageFromDevice(DeviceBackend* backend, int group,
                    backend);
 }
 
+void GradStage::AllocateBuffers() {
+  for (const Subgroup& s : subgroups_)
+    if (bufs_[s.index].size() == 0 && s.numel > 0)
+      bufs_[s.index] = AlignedBuffer(s.numel * DTypeSize(dtype_));
+}
+
 absl::Status GradStage::RegisterWith(DeviceBackend* backend) {
   if (registered_with_ == backend) return absl::OkStatus();
   Unregister();
+  AllocateBuffers();
   for (size_t i = 0; i < bufs_.size(); ++i) {
     if (bufs_[i].size() == 0) continue;
     absl::Status st = backend->RegisterHost(bufs_[i].data(), bufs_[i].size());
@@ -68,9 +78,8 @@ void GradStage::Unregister() {
   registered_with_ = nullptr;
 }
 
-absl::Status GradStage::StageImpl(int group, uint64_t offset, const void* data,
-                                  DType dtype, uint64_t count, CopyFn copy,
-                                  void* ctx) {
+absl::Status GradStage::Claim(int group, uint64_t offset, DType dtype,
+                              uint64_t count) {
   if (dtype != dtype_)
     return absl::InvalidArgumentError(absl::StrCat(
         "gradient for group ", group, " has dtype ", DTypeName(dtype),
@@ -87,9 +96,6 @@ absl::Status GradStage::StageImpl(int group, uint64_t offset, const void* data,
     return absl::InvalidArgumentError(absl::StrCat(
         "gradient slice [", offset, ", ", offset + count, ") of group ", group,
         " exceeds its ", group_numel, " elements"));
-  const char* src = static_cast<const char*>(data);
-  size_t es = DTypeSize(dtype);
-  GradStats local;
   // Validate the whole slice before copying anything.
   {
     MutexLock l(&mu_);
@@ -116,12 +122,28 @@ absl::Status GradStage::StageImpl(int group, uint64_t offset, const void* data,
       staged_[si][lo - s.group_offset] = hi - s.group_offset;
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status GradStage::StageImpl(int group, uint64_t offset, const void* data,
+                                  DType dtype, uint64_t count, CopyFn copy,
+                                  void* ctx) {
+  MLPO_RETURN_IF_ERROR(Claim(group, offset, dtype, count));
+  if (count == 0) return absl::OkStatus();
+  const char* src = static_cast<const char*>(data);
+  size_t es = DTypeSize(dtype);
+  GradStats local;
   for (int si : by_group_[group]) {
     const Subgroup& s = subgroups_[si];
     uint64_t lo = std::max(offset, s.group_offset);
     uint64_t hi = std::min(offset + count, s.group_offset + s.numel);
     if (lo >= hi) continue;
     const char* from = src + (lo - offset) * es;
+    if (bufs_[si].size() == 0) {
+      MutexLock l(&mu_);  // concurrent stagers of one subgroup
+      if (bufs_[si].size() == 0)
+        bufs_[si] = AlignedBuffer(s.numel * DTypeSize(dtype_));
+    }
     char* to = bufs_[si].data() + (lo - s.group_offset) * es;
     absl::Status copied = copy(ctx, to, from, (hi - lo) * es);
     if (!copied.ok()) {
@@ -163,6 +185,71 @@ absl::Status GradStage::CheckComplete() const {
   return absl::OkStatus();
 }
 
+absl::Status GradStage::Borrow(int group, uint64_t offset, const void* data,
+                               DType dtype, uint64_t count) {
+  MLPO_RETURN_IF_ERROR(Claim(group, offset, dtype, count));
+  if (count == 0) return absl::OkStatus();
+  const char* src = static_cast<const char*>(data);
+  size_t es = DTypeSize(dtype);
+  MutexLock l(&mu_);
+  for (int si : by_group_[group]) {
+    const Subgroup& s = subgroups_[si];
+    uint64_t lo = std::max(offset, s.group_offset);
+    uint64_t hi = std::min(offset + count, s.group_offset + s.numel);
+    if (lo >= hi) continue;
+    borrowed_[si][lo - s.group_offset] = {hi - s.group_offset,
+                                          src + (lo - offset) * es};
+  }
+  pending_stats_.push_back({src, count});
+  return absl::OkStatus();
+}
+
+void GradStage::FinishStats(ParallelRunner* runner) {
+  std::vector<std::pair<const char*, uint64_t>> pending;
+  {
+    MutexLock l(&mu_);
+    pending.swap(pending_stats_);
+  }
+  if (pending.empty()) return;
+  // Chunks of 1 Mi elements over the pool; summed in a fixed order.
+  constexpr uint64_t kChunk = uint64_t{1} << 20;
+  struct Piece {
+    const char* p;
+    uint64_t n;
+  };
+  std::vector<Piece> pieces;
+  size_t es = DTypeSize(dtype_);
+  for (auto& [p, n] : pending)
+    for (uint64_t at = 0; at < n; at += kChunk)
+      pieces.push_back({p + at * es, std::min(kChunk, n - at)});
+  std::vector<GradStats> out(pieces.size());
+  runner->ParallelFor(pieces.size(), [&](size_t i) {
+    out[i] = ComputeGradStats(pieces[i].p, dtype_, pieces[i].n);
+  });
+  MutexLock l(&mu_);
+  for (const GradStats& g : out) {
+    totals_.sum_sq += g.sum_sq;
+    totals_.nonfinite += g.nonfinite;
+  }
+}
+
+const void* GradStage::Span(int subgroup, uint64_t offset,
+                            uint64_t* avail) const {
+  const Subgroup& s = subgroups_[subgroup];
+  const auto& b = borrowed_[subgroup];
+  auto it = b.upper_bound(offset);
+  if (it != b.begin()) {
+    auto prev = std::prev(it);
+    if (offset < prev->second.end) {
+      *avail = prev->second.end - offset;
+      return prev->second.data + (offset - prev->first) * DTypeSize(dtype_);
+    }
+  }
+  *avail = (it == b.end() ? s.numel : it->first) - offset;
+  if (bufs_[subgroup].size() == 0) return nullptr;  // nothing staged there
+  return bufs_[subgroup].data() + offset * DTypeSize(dtype_);
+}
+
 uint64_t GradStage::StagedCount(int group, uint64_t offset,
                                 uint64_t count) const {
   if (group < 0 || group >= static_cast<int>(by_group_.size())) return 0;
@@ -190,6 +277,8 @@ GradStats GradStage::Totals() const {
 void GradStage::Reset() {
   MutexLock l(&mu_);
   for (auto& m : staged_) m.clear();
+  for (auto& m : borrowed_) m.clear();
+  pending_stats_.clear();
   totals_ = GradStats();
 }
 

@@ -16,6 +16,7 @@
 #include "base/mutex.h"
 #include "gpu/device_backend.h"
 #include "optimizer/adam_kernel.h"
+#include "optimizer/parallel.h"
 #include "optimizer/partition.h"
 #include "base/aligned_buffer.h"
 
@@ -32,6 +33,13 @@ class GradStage {
   // a range outside the group, or elements already staged this step.
   absl::Status Stage(int group, uint64_t offset, const void* data, DType dtype,
                      uint64_t count);
+  // The same without a copy: the step reads the caller's memory, which
+  // must stay valid and unchanged until Step returns (or Reset). The
+  // statistics are taken by FinishStats.
+  absl::Status Borrow(int group, uint64_t offset, const void* data,
+                      DType dtype, uint64_t count);
+  // Takes the statistics of borrowed slices not yet counted, in parallel.
+  void FinishStats(ParallelRunner* runner);
   // The same from device memory: each subgroup's part is copied by the
   // backend straight into the stage (registered with it: no bounce buffer)
   // on the gradient stream, and its statistics are taken as it lands.
@@ -48,7 +56,9 @@ class GradStage {
   // How many of elements [offset, offset + count) of `group` were staged.
   uint64_t StagedCount(int group, uint64_t offset, uint64_t count) const;
   GradStats Totals() const;  // over everything staged
-  const void* Data(int subgroup) const { return bufs_[subgroup].data(); }
+  // The gradient of element `offset` of `subgroup` and how many elements
+  // from it are contiguous there (a borrowed slice or the stage's copy).
+  const void* Span(int subgroup, uint64_t offset, uint64_t* avail) const;
   void Reset();  // forget this step's gradients
 
  private:
@@ -58,8 +68,21 @@ class GradStage {
                                   size_t bytes);
   absl::Status StageImpl(int group, uint64_t offset, const void* data,
                          DType dtype, uint64_t count, CopyFn copy, void* ctx);
+  // Validates a slice (dtype, range, not staged yet) and marks it staged.
+  absl::Status Claim(int group, uint64_t offset, DType dtype, uint64_t count);
+  void AllocateBuffers();  // every subgroup's copy buffer
   DType dtype_;
+  // Allocated when first copied into (borrowed gradients need none).
   std::vector<AlignedBuffer> bufs_;
+  struct Borrowed {
+    uint64_t end;  // subgroup element after the slice
+    const char* data;
+  };
+  // subgroup -> borrowed slices by first element. Written under mu_ by
+  // Borrow; read by the step after staging ends.
+  std::vector<std::map<uint64_t, Borrowed>> borrowed_;
+  std::vector<std::pair<const char*, uint64_t>> pending_stats_
+      ABSL_GUARDED_BY(mu_);
   DeviceBackend* registered_with_ = nullptr;
   std::vector<std::vector<int>> by_group_;  // group -> subgroup indices
   mutable Mutex mu_;

@@ -362,7 +362,16 @@ absl::Status Optimizer::OffloadGrads() {
   return absl::OkStatus();
 }
 
-GradStats Optimizer::LocalGradStats() const { return grads_->Totals(); }
+absl::Status Optimizer::BorrowGrad(int group, uint64_t offset,
+                                   const void* data, DType dtype,
+                                   uint64_t count) {
+  return grads_->Borrow(group, offset, data, dtype, count);
+}
+
+GradStats Optimizer::LocalGradStats() {
+  grads_->FinishStats(pipeline_->runner());
+  return grads_->Totals();
+}
 
 absl::Status Optimizer::ImportState(uint64_t t, const StateFill& fill,
                                     std::vector<uint64_t> param_steps) {
@@ -437,7 +446,7 @@ absl::StatusOr<StepReport> Optimizer::Step(double loss_scale,
       }
     }
   }
-  GradStats tot = global ? *global : grads_->Totals();
+  GradStats tot = global ? *global : LocalGradStats();
   StepReport rep;
   rep.step = step_;
   if (n_active == 0) {

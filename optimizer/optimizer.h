@@ -93,8 +93,12 @@ class Optimizer {
   // the global norm); default: this rank's own, LocalGradStats().
   absl::StatusOr<StepReport> Step(double loss_scale = 1.0,
                                   const GradStats* global = nullptr);
+  // The same without a copy: the step reads `data` itself, which must stay
+  // valid and unchanged until Step returns.
+  absl::Status BorrowGrad(int group, uint64_t offset, const void* data,
+                          DType dtype, uint64_t count);
   // Sum of squares and non-finite count of what is staged for this step.
-  GradStats LocalGradStats() const;
+  GradStats LocalGradStats();
 
   void SetLr(int group, double lr) { options_.groups.at(group).hyper.lr = lr; }
   // All hyperparameters of a group, read every step (InvalidArgument for a

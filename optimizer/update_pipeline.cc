@@ -64,9 +64,13 @@ absl::Status UpdatePipeline::OffloadGrads(uint64_t t, const GradStage& grads) {
       return lease.status();
     }
     float* g = (*lease)->Section<float>("g");
-    const void* src = grads.Data(s.index);
-    for (uint64_t i = 0; i < s.numel; ++i)
-      g[i] = LoadAsFloat(src, grads.dtype(), i);
+    for (uint64_t at = 0; at < s.numel;) {
+      uint64_t n = 0;
+      const void* src = grads.Span(s.index, at, &n);
+      for (uint64_t i = 0; i < n; ++i)
+        g[at + i] = LoadAsFloat(src, grads.dtype(), i);
+      at += n;
+    }
     commits.Push(store_->Commit(*lease, t));
   }
   return commits.Drain();
@@ -137,8 +141,8 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
       break;
     }
     Lease lease = std::move(*state);
-    const void* g = options_.grad_offload ? (*glease)->Section<float>("g")
-                                          : grads.Data(s.index);
+    const float* goff =
+        options_.grad_offload ? (*glease)->Section<float>("g") : nullptr;
     DType gdt = options_.grad_offload ? DType::kF32 : grads.dtype();
     float* p = lease->Section<float>("p");
     float* m = lease->Section<float>("m");
@@ -181,16 +185,28 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
         if (o && !mem) CastParams(p + off, o, od, it.n);
         return;
       }
-      AdamSlice sl;
-      sl.p = p + off;
-      sl.m = m + off;
-      sl.v = v + off;
-      sl.grad = static_cast<const char*>(g) + off * DTypeSize(gdt);
-      sl.grad_dtype = gdt;
-      sl.out = o;
-      sl.out_dtype = od;
-      sl.n = it.n;
-      AdamUpdate(sl, plan.consts[r.consts]);
+      // One kernel call per contiguous stretch of gradient (a borrowed
+      // slice or the stage's copy).
+      for (uint64_t done = 0; done < it.n;) {
+        uint64_t n = it.n - done;
+        const void* gp = goff + off + done;
+        if (!goff) {
+          uint64_t avail = 0;
+          gp = grads.Span(s.index, off + done, &avail);
+          n = std::min(n, avail);
+        }
+        AdamSlice sl;
+        sl.p = p + off + done;
+        sl.m = m + off + done;
+        sl.v = v + off + done;
+        sl.grad = gp;
+        sl.grad_dtype = gdt;
+        sl.out = o ? static_cast<char*>(o) + done * DTypeSize(od) : nullptr;
+        sl.out_dtype = od;
+        sl.n = n;
+        AdamUpdate(sl, plan.consts[r.consts]);
+        done += n;
+      }
     });
     absl::Time ce = absl::Now();
     rep.compute_s += absl::ToDoubleSeconds(ce - cs);

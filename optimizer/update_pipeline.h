@@ -117,6 +117,7 @@ class UpdatePipeline {
   absl::Status OffloadGrads(uint64_t t, const GradStage& grads);
   static std::string GradObject(const Subgroup& s) { return "grad." + s.object; }
   const PipelineOptions& options() const { return options_; }
+  ParallelRunner* runner() { return &runner_; }
 
  private:
   ObjectStore* store_;

@@ -260,6 +260,12 @@ class Engine {
     Check(st);
   }
 
+  void BorrowGrad(int group, uint64_t offset, uintptr_t ptr,
+                  const std::string& dtype, uint64_t count) {
+    Check(opt()->BorrowGrad(group, offset, reinterpret_cast<const void*>(ptr),
+                            DTypeArg(dtype), count));
+  }
+
   py::tuple LocalGradStats() {
     GradStats s = opt()->LocalGradStats();
     return py::make_tuple(s.sum_sq, s.nonfinite);
@@ -499,6 +505,7 @@ PYBIND11_MODULE(_mlpo, m) {
       .def("set_initial", &Engine::SetInitial)
       .def("stage_grad", &Engine::StageGrad)
       .def("stage_grad_device", &Engine::StageGradDevice)
+      .def("borrow_grad", &Engine::BorrowGrad)
       .def_property_readonly("device_backend", &Engine::device_backend)
       .def("local_grad_stats", &Engine::LocalGradStats)
       .def("step", &Engine::Step, py::arg("loss_scale") = 1.0,

@@ -676,8 +676,9 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
                                  _DTYPES[p.dtype])
             if grad is None:
                 continue
-            keep.append(grad)
-            eng.stage_grad(g, off, grad.data_ptr(), self._grad_dt, n)
+            keep.append(grad)  # read in place by the step: no copy
+            eng.borrow_grad(g, off, grad.data_ptr() + at * grad.element_size(),
+                            self._grad_dt, n)
         return eng.step(scale)
 
     def _step_device(self, eng, keep, scale):
