@@ -19,7 +19,6 @@ import glob
 import itertools
 import math
 import os
-import shutil
 import sys
 import time
 
@@ -134,22 +133,24 @@ def main():
     model = GPT(len(chars), a.ctx, a.d_model, a.layers, a.heads)
     nparams = sum(p.numel() for p in model.parameters())
     tiers = a.tiers.split(",")
-    if not a.resume:
-        # A fresh run: this example's own store namespace starts empty.
-        for t in tiers:
-            shutil.rmtree(os.path.join(t, a.name), ignore_errors=True)
     decay = [(n, p) for n, p in model.named_parameters() if p.dim() >= 2]
     other = [(n, p) for n, p in model.named_parameters() if p.dim() < 2]
     opt = mlpo.torch.AdamW(
         [{"params": decay, "weight_decay": 0.1},
          {"params": other, "weight_decay": 0.0}],
         lr=a.lr, betas=(0.9, 0.95), store=tiers, name=a.name,
-        subgroup_numel=1 << 19, max_grad_norm=1.0)
+        subgroup_numel=1 << 19, max_grad_norm=1.0,
+        # A new run starts fresh in the same store (as torch.optim does);
+        # the store keeps the newest 3 checkpoints of its runs.
+        keep_checkpoints=3)
     warmup = 20
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warmup))
     start = 0
     if a.resume:
+        if not os.path.exists(a.ckpt):
+            sys.exit(f"train_gpt: --resume: no checkpoint {a.ckpt} (one is "
+                     "written every 25 steps; run without --resume first)")
         ckpt = torch.load(a.ckpt)
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["opt"])
