@@ -78,6 +78,19 @@ void GradStage::Unregister() {
   registered_with_ = nullptr;
 }
 
+std::vector<GradStage::Overlap> GradStage::Overlaps(int group,
+                                                    uint64_t offset,
+                                                    uint64_t count) const {
+  std::vector<Overlap> out;
+  for (int si : by_group_[group]) {
+    const Subgroup& s = subgroups_[si];
+    uint64_t lo = std::max(offset, s.group_offset);
+    uint64_t hi = std::min(offset + count, s.group_offset + s.numel);
+    if (lo < hi) out.push_back({si, lo - s.group_offset, hi - s.group_offset});
+  }
+  return out;
+}
+
 absl::Status GradStage::Claim(int group, uint64_t offset, DType dtype,
                               uint64_t count) {
   if (dtype != dtype_)
@@ -99,28 +112,19 @@ absl::Status GradStage::Claim(int group, uint64_t offset, DType dtype,
   // Validate the whole slice before copying anything.
   {
     MutexLock l(&mu_);
-    for (int si : by_group_[group]) {
-      const Subgroup& s = subgroups_[si];
-      uint64_t lo = std::max(offset, s.group_offset);
-      uint64_t hi = std::min(offset + count, s.group_offset + s.numel);
-      if (lo >= hi) continue;
-      uint64_t a = lo - s.group_offset, b = hi - s.group_offset;
-      auto& m = staged_[si];
-      auto it = m.upper_bound(a);
-      bool overlap = (it != m.end() && it->first < b) ||
-                     (it != m.begin() && std::prev(it)->second > a);
+    std::vector<Overlap> parts = Overlaps(group, offset, count);
+    for (const Overlap& o : parts) {
+      auto& m = staged_[o.si];
+      auto it = m.upper_bound(o.a);
+      bool overlap = (it != m.end() && it->first < o.b) ||
+                     (it != m.begin() && std::prev(it)->second > o.a);
+      uint64_t base = subgroups_[o.si].group_offset;
       if (overlap)
         return absl::InvalidArgumentError(absl::StrCat(
-            "gradient elements [", lo, ", ", hi, ") of group ", group,
-            " were already staged this step"));
+            "gradient elements [", base + o.a, ", ", base + o.b,
+            ") of group ", group, " were already staged this step"));
     }
-    for (int si : by_group_[group]) {
-      const Subgroup& s = subgroups_[si];
-      uint64_t lo = std::max(offset, s.group_offset);
-      uint64_t hi = std::min(offset + count, s.group_offset + s.numel);
-      if (lo >= hi) continue;
-      staged_[si][lo - s.group_offset] = hi - s.group_offset;
-    }
+    for (const Overlap& o : parts) staged_[o.si][o.a] = o.b;
   }
   return absl::OkStatus();
 }
@@ -133,28 +137,24 @@ absl::Status GradStage::StageImpl(int group, uint64_t offset, const void* data,
   const char* src = static_cast<const char*>(data);
   size_t es = DTypeSize(dtype);
   GradStats local;
-  for (int si : by_group_[group]) {
+  for (const Overlap& o : Overlaps(group, offset, count)) {
+    int si = o.si;
     const Subgroup& s = subgroups_[si];
-    uint64_t lo = std::max(offset, s.group_offset);
-    uint64_t hi = std::min(offset + count, s.group_offset + s.numel);
-    if (lo >= hi) continue;
+    uint64_t lo = s.group_offset + o.a, hi = s.group_offset + o.b;
     const char* from = src + (lo - offset) * es;
-    if (bufs_[si].size() == 0) {
+    char* to;
+    {
       MutexLock l(&mu_);  // concurrent stagers of one subgroup
       if (bufs_[si].size() == 0)
         bufs_[si] = AlignedBuffer(s.numel * DTypeSize(dtype_));
+      to = bufs_[si].data() + (lo - s.group_offset) * es;
     }
-    char* to = bufs_[si].data() + (lo - s.group_offset) * es;
     absl::Status copied = copy(ctx, to, from, (hi - lo) * es);
     if (!copied.ok()) {
       // Nothing of this slice counts as staged: it may be sent again.
       MutexLock l(&mu_);
-      for (int sj : by_group_[group]) {
-        const Subgroup& t = subgroups_[sj];
-        uint64_t a = std::max(offset, t.group_offset);
-        uint64_t b = std::min(offset + count, t.group_offset + t.numel);
-        if (a < b) staged_[sj].erase(a - t.group_offset);
-      }
+      for (const Overlap& o : Overlaps(group, offset, count))
+        staged_[o.si].erase(o.a);
       return Annotate(copied, absl::StrCat("gradients of group ", group));
     }
     // Statistics of what landed in the stage (the host's own copy).
@@ -192,13 +192,9 @@ absl::Status GradStage::Borrow(int group, uint64_t offset, const void* data,
   const char* src = static_cast<const char*>(data);
   size_t es = DTypeSize(dtype);
   MutexLock l(&mu_);
-  for (int si : by_group_[group]) {
-    const Subgroup& s = subgroups_[si];
-    uint64_t lo = std::max(offset, s.group_offset);
-    uint64_t hi = std::min(offset + count, s.group_offset + s.numel);
-    if (lo >= hi) continue;
-    borrowed_[si][lo - s.group_offset] = {hi - s.group_offset,
-                                          src + (lo - offset) * es};
+  for (const Overlap& o : Overlaps(group, offset, count)) {
+    uint64_t base = subgroups_[o.si].group_offset;
+    borrowed_[o.si][o.a] = {o.b, src + (base + o.a - offset) * es};
   }
   pending_stats_.push_back({src, count});
   return absl::OkStatus();
@@ -255,17 +251,11 @@ uint64_t GradStage::StagedCount(int group, uint64_t offset,
   if (group < 0 || group >= static_cast<int>(by_group_.size())) return 0;
   MutexLock l(&mu_);
   uint64_t n = 0;
-  for (int si : by_group_[group]) {
-    const Subgroup& s = subgroups_[si];
-    uint64_t lo = std::max(offset, s.group_offset);
-    uint64_t hi = std::min(offset + count, s.group_offset + s.numel);
-    if (lo >= hi) continue;
-    for (auto& [a, b] : staged_[si]) {
-      uint64_t x = std::max(a + s.group_offset, lo);
-      uint64_t y = std::min(b + s.group_offset, hi);
+  for (const Overlap& o : Overlaps(group, offset, count))
+    for (auto& [a, b] : staged_[o.si]) {
+      uint64_t x = std::max(a, o.a), y = std::min(b, o.b);
       if (x < y) n += y - x;
     }
-  }
   return n;
 }
 

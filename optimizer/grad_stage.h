@@ -8,6 +8,7 @@
 #ifndef MLPO_OPTIMIZER_GRAD_STAGE_H_
 #define MLPO_OPTIMIZER_GRAD_STAGE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <vector>
@@ -68,6 +69,14 @@ class GradStage {
                                   size_t bytes);
   absl::Status StageImpl(int group, uint64_t offset, const void* data,
                          DType dtype, uint64_t count, CopyFn copy, void* ctx);
+  // The subgroups of `group` that elements [offset, offset + count)
+  // overlap: index, and the overlap [a, b) in the subgroup's elements.
+  struct Overlap {
+    int si;
+    uint64_t a, b;
+  };
+  std::vector<Overlap> Overlaps(int group, uint64_t offset,
+                                uint64_t count) const;
   // Validates a slice (dtype, range, not staged yet) and marks it staged.
   absl::Status Claim(int group, uint64_t offset, DType dtype, uint64_t count);
   void AllocateBuffers();  // every subgroup's copy buffer

@@ -189,8 +189,10 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
       // slice or the stage's copy).
       for (uint64_t done = 0; done < it.n;) {
         uint64_t n = it.n - done;
-        const void* gp = goff + off + done;
-        if (!goff) {
+        const void* gp = nullptr;
+        if (goff) {
+          gp = goff + off + done;
+        } else {
           uint64_t avail = 0;
           gp = grads.Span(s.index, off + done, &avail);
           n = std::min(n, avail);

@@ -321,6 +321,7 @@ class CheckpointMixin:
         """Reopens this optimizer in namespace `ns` at `tag`; False (and
         nothing changed) when that namespace is held or is another store."""
         old_ns = self._ns
+        was_fresh = self._engine.fresh_pending
         self._engine.close()
         self._engine = None
         try:
@@ -332,7 +333,8 @@ class CheckpointMixin:
             eng = None
         if eng is None:
             self._open(ns=old_ns, resume=False)
-            self._engine.continue_heads()
+            if not was_fresh:
+                self._engine.continue_heads()
             return False
         self._ns = ns
         self._engine = eng

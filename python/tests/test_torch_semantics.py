@@ -296,3 +296,28 @@ def test_a_script_run_twice_starts_twice(tmp_path, build_python_path):
                            capture_output=True, text=True, check=True).stdout
             for seed in (0, 1)]
     assert outs == ["3 mlpo\n", "3 mlpo\n"]
+
+
+def test_edits_reach_the_device_path(store_dir):
+    """The device path (here its host backend, the same code as CUDA's) sees
+    edits by the tensors' version counters: before the first step and
+    between steps."""
+    model = make_model()
+    opt = mt.AdamW(model.parameters(), lr=1e-2, store=store_dir,
+                   device_backend="host")
+    model.load_state_dict(make_model(seed=5).state_dict())
+    ref = copy.deepcopy(model)
+    ropt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    step_both([(model, opt), (ref, ropt)], 0)
+    assert max_diff(model, ref) <= 1e-6
+    with torch.no_grad():
+        for m in (model, ref):
+            m[0].weight.clamp_(-0.05, 0.05)
+            torch.nn.init.ones_(m[2].bias)
+    sd = opt.state_dict()  # the edits are in the checkpoint
+    for s in range(1, 3):
+        step_both([(model, opt), (ref, ropt)], s)
+        assert max_diff(model, ref) <= 1e-6, s
+    opt.load_state_dict(sd)
+    assert torch.equal(model[2].bias, torch.ones(8))
+    assert model[0].weight.abs().max() <= 0.05

@@ -305,3 +305,37 @@ TEST(ParamSemanticsTest, BadParameterListsAreRefused) {
 
 }  // namespace
 }  // namespace mlpo
+
+namespace mlpo {
+namespace {
+
+TEST(ParamSemanticsTest, LookingForEditsKeepsTheDramTierWarm) {
+  TempDir dir;
+  OptimizerOptions o = Options(dir, kSizes, DType::kF32);
+  o.store.cache_percent = 100;  // durability "step": clean cached heads
+  auto opt = Optimizer::Open(o);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  DoubleRef ref(kSizes);
+  std::vector<std::vector<float>> model;
+  for (size_t k = 0; k < kSizes.size(); ++k) {
+    model.emplace_back(ref.p.begin() + ref.bounds[k],
+                       ref.p.begin() + ref.bounds[k + 1]);
+    ASSERT_TRUE((*opt)->SetParamMemory(k, model[k].data(), DType::kF32).ok());
+  }
+  std::vector<bool> all = {1, 1, 1};
+  for (uint64_t t = 1; t <= 2; ++t) {
+    ASSERT_TRUE(StageSome(opt->get(), Grads(t, 4500), ref.bounds, all).ok());
+    ASSERT_TRUE((*opt)->Step().ok());
+  }
+  // Nothing was edited: every checkout goes back to the tier, and the next
+  // step is served from DRAM entirely.
+  ASSERT_TRUE((*opt)->AdoptEdits({0, 1, 2}).ok());
+  ASSERT_TRUE(StageSome(opt->get(), Grads(3, 4500), ref.bounds, all).ok());
+  auto r = (*opt)->Step();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->cache_hits, (*opt)->subgroups().size());
+  EXPECT_EQ(r->bytes_read, 0u);
+}
+
+}  // namespace
+}  // namespace mlpo
