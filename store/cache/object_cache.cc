@@ -4,6 +4,8 @@
 #include <cstring>
 #include <utility>
 
+#include "base/parallel_copy.h"
+
 namespace mlpo {
 
 uint64_t ObjectCache::budget() const {
@@ -86,7 +88,7 @@ bool ObjectCache::CopyDirty(const std::string& object, uint64_t version,
     return false;
   auto q = next_.find(object);
   if (q != next_.end() && !q->second.empty()) q->second.pop_front();
-  std::memcpy(dst, it->second.buf.data(), n);
+  ParallelCopy(dst, it->second.buf.data(), n);
   it->second.last_use = ++tick_;
   ++stats_.hits;
   stats_.hit_bytes += n;
@@ -182,7 +184,7 @@ bool ObjectCache::CopyForWriteBack(const std::string& object,
   if (it == entries_.end() || !it->second.dirty ||
       it->second.version != version || it->second.buf.size() < n)
     return false;
-  std::memcpy(dst, it->second.buf.data(), n);
+  ParallelCopy(dst, it->second.buf.data(), n);
   return true;
 }
 
