@@ -1,6 +1,8 @@
 """One training run for the distributed tests, under torchrun (gloo, CPU) or
 alone. Each rank trains on its part of every batch; rank 0 writes the
-full-batch losses and the final parameters to --out (JSON)."""
+full-batch losses and the final parameters to --out (JSON). Every third
+step 0.bias has no gradient (skipped with its own step count, resharded
+with it)."""
 import argparse
 import json
 import os
@@ -40,6 +42,8 @@ for step in range(a.start, a.stop):
     opt.zero_grad()
     loss = loss_of(model, step, part=rank, parts=world)
     loss.backward()
+    if step % 3 == 1:  # a frozen parameter now and then: skipped everywhere
+        model[0].bias.grad = None
     opt.step()
     full = loss.detach().clone()
     if world > 1:

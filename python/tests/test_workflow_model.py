@@ -3,7 +3,8 @@ sequences of what a user does (steps with random frozen parameters, lr
 changes, model edits, state_dict, loading any saved dict, rebuilding the
 optimizer, resuming) applied to both, checked after every operation:
 parameters within 1e-6 of the reference, opt.state equal to torch's, and
-every saved dict loads to exactly the state it was saved at.
+every saved dict loads to exactly the state it was saved at. A second
+optimizer steps on the same store now and then (its own namespace).
 
 MLPO_WORKFLOW_EXAMPLES sets the number of examples (default 12; the slow
 run, scripts/test.sh --slow, uses 1500)."""
@@ -46,7 +47,31 @@ class Workflow(RuleBasedStateMachine):
     def teardown(self):
         if hasattr(self, "opt"):
             self.opt.close()
+            if getattr(self, "other", None):
+                self.other[1].close()
             shutil.rmtree(self.dir, ignore_errors=True)
+
+    @rule()
+    def other_optimizer_steps(self):
+        """A second optimizer on the same store (a GAN's other network):
+        its own namespace, its own state, never the first one's."""
+        if getattr(self, "other", None) is None:
+            m = make_model(seed=9)
+            r = copy.deepcopy(m)
+            o = mt.AdamW(m.parameters(), **HYPER, store=self.store)
+            assert o.store_name != self.opt.store_name
+            self.other = (m, o, r, torch.optim.AdamW(r.parameters(), **HYPER))
+        m, o, r, ro = self.other
+        self.batch += 1
+        for mm, oo in ((m, o), (r, ro)):
+            oo.zero_grad(set_to_none=True)
+            loss_of(mm, self.batch).backward()
+            oo.step()
+        for p, q in zip(m.parameters(), r.parameters()):
+            assert (p - q).abs().max() <= 1e-6
+        with torch.no_grad():
+            for p, q in zip(m.parameters(), r.parameters()):
+                q.copy_(p)
 
     def snapshot(self):
         return (params_of(self.ref), copy.deepcopy(self.ropt.state_dict()))
