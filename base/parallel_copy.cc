@@ -8,6 +8,7 @@
 namespace mlpo {
 
 void ParallelCopy(void* dst, const void* src, size_t n) {
+  if (n == 0) return;  // (memcpy of 0 bytes from a null pointer is UB)
   constexpr size_t kMinPiece = size_t{4} << 20;
   size_t cores = std::max(1u, std::thread::hardware_concurrency());
   size_t pieces = std::min(cores, std::max<size_t>(1, n / kMinPiece));

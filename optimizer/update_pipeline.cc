@@ -114,7 +114,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
     const Subgroup& s = (*subgroups_)[rep.order[k]];
     Fetch f;
     if (options_.grad_offload) f.grad = store_->Checkout(GradObject(s));
-    f.state = store_->Checkout(s.object);
+    f.state = store_->Checkout(s.object, /*for_update=*/true);
     fetches.push_back(std::move(f));
   };
   for (int k = 0; k < std::min(depth, n); ++k) issue(k);

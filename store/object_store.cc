@@ -46,6 +46,7 @@ ObjectStore::~ObjectStore() {
       std::fprintf(stderr, "mlpo: %s: closing: %s (the last tag is intact)\n",
                    Where().c_str(), std::string(st.message()).c_str());
   }
+  if (dirty_home_) dirty_home_->Detach();  // leases outliving the store
   {
     MutexLock l(&mu_);
     mu_.Await(Condition(
@@ -113,7 +114,7 @@ void ObjectStore::DeclareAccessOrder(const std::vector<std::string>& objects) {
 }
 
 std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
-    const std::string& object) {
+    const std::string& object, bool for_update) {
   auto promise = std::make_shared<std::promise<absl::StatusOr<Lease>>>();
   auto fut = promise->get_future();
   auto lease = std::make_shared<CheckoutLease>();
@@ -153,13 +154,25 @@ std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
     }
   }
   Recycle(&released);
-  if (dirty) {
+  if (dirty && for_update) {
+    // The update will commit a newer version: lend the only copy (no
+    // copy); it comes back if the lease is dropped uncommitted.
+    cached = cache_->LendDirty(object, lease->version_);
+    if (cached) lease->home_ = dirty_home_;
+  }
+  if (dirty && !cached) {
+    if (cache_->IsOut(object, lease->version_)) {
+      promise->set_value(absl::FailedPreconditionError(absl::StrCat(
+          "object ", object, " is checked out for an update (its newest "
+          "version is in that checkout until it is committed or dropped)")));
+      return fut;
+    }
     AlignedBuffer b = pool_->Get(lease->layout_.total_bytes());
     if (!cache_->CopyDirty(object, lease->version_, b.data(),
                            lease->layout_.total_bytes())) {
       // Written back or replaced since the lock was let go: look again.
       pool_->Put(std::move(b));
-      return Checkout(object);
+      return Checkout(object, for_update);
     }
     cached = std::move(b);
   }
@@ -244,12 +257,16 @@ struct ObjectStore::CommitOp {
 };
 
 std::future<absl::Status> ObjectStore::Commit(Lease lease, uint64_t step) {
+  // A lent dirty version is the commit's now, whatever becomes of it: its
+  // buffer may hold the newer version already, so it never goes back.
+  if (lease) lease->home_.reset();
   return CommitImpl(std::move(lease), step, /*write_back=*/false);
 }
 
 absl::Status ObjectStore::WriteBack() {
   if (cache_ == nullptr) return absl::OkStatus();
   std::vector<std::future<absl::Status>> writes;
+  absl::Status out_error;
   for (auto& [object, version] : cache_->DirtyEntries()) {
     auto lease = std::make_shared<CheckoutLease>();
     lease->object_ = object;
@@ -265,8 +282,14 @@ absl::Status ObjectStore::WriteBack() {
     lease->buf_ = pool_->Get(lease->layout_.total_bytes());
     lease->pool_ = pool_;
     if (!cache_->CopyForWriteBack(object, version, lease->buf_.data(),
-                                  lease->layout_.total_bytes()))
+                                  lease->layout_.total_bytes())) {
+      if (cache_->IsOut(object, version) && out_error.ok())
+        out_error = absl::FailedPreconditionError(absl::StrCat(
+            "object ", object, " version ", version, " is checked out for "
+            "an update and cannot be written back until it is committed or "
+            "dropped"));
       continue;  // replaced meanwhile by a newer dirty version
+    }
     writes.push_back(CommitImpl(std::move(lease), version, true));
   }
   absl::Status first;
@@ -274,6 +297,7 @@ absl::Status ObjectStore::WriteBack() {
     absl::Status st = w.get();
     if (first.ok() && !st.ok()) first = st;
   }
+  if (first.ok()) first = out_error;
   return Annotate(first, "write-back of the DRAM tier's dirty versions");
 }
 

@@ -51,12 +51,35 @@ inline constexpr char kBandwidthAttribute[] = "bandwidth";
 // The index copy in each store directory, refreshed after every tag.
 inline constexpr char kIndexBackupDir[] = "meta-backup";
 
+// Where a checkout lent a dirty version's only copy returns it when the
+// lease is dropped without a commit (ObjectCache::PutBack); detached when
+// the store closes.
+class DirtyHome {
+ public:
+  explicit DirtyHome(ObjectCache* cache) : cache_(cache) {}
+  bool PutBack(const std::string& object, uint64_t version,
+               AlignedBuffer* buf) {
+    MutexLock l(&mu_);
+    return cache_ != nullptr && cache_->PutBack(object, version, buf);
+  }
+  void Detach() {
+    MutexLock l(&mu_);
+    cache_ = nullptr;
+  }
+
+ private:
+  Mutex mu_;
+  ObjectCache* cache_ ABSL_GUARDED_BY(mu_);
+};
+
 // A checked-out object: its blob in an aligned host buffer, and the version
 // it holds (0 and is_new() for an object never committed) with the step that
 // version was committed at.
 class CheckoutLease {
  public:
   ~CheckoutLease() {
+    // A lent dirty version dropped without a commit goes back unchanged.
+    if (home_ && buf_.data()) home_->PutBack(object_, version_, &buf_);
     if (pool_) pool_->Put(std::move(buf_));
   }
   const std::string& object() const { return object_; }
@@ -85,6 +108,9 @@ class CheckoutLease {
   ObjectLayout layout_;
   AlignedBuffer buf_;
   std::shared_ptr<BufferPool> pool_;  // where buf_ returns
+  // Set when buf_ is a dirty version lent by the DRAM tier; a commit
+  // clears it (the buffer is the commit's then, changed or not).
+  std::shared_ptr<DirtyHome> home_;
 };
 using Lease = std::shared_ptr<CheckoutLease>;
 
@@ -267,7 +293,14 @@ class ObjectStore {
   // Reads the newest version (striped reads from every path, checksums
   // verified), or the initializer's blob for a new object. With the DRAM
   // tier on, a version kept since its commit is handed over with no I/O.
-  std::future<absl::StatusOr<Lease>> Checkout(const std::string& object);
+  // `for_update`: the caller will commit a newer version (the update step):
+  // a version only the DRAM tier holds (durability "tag") is lent, not
+  // copied; until the lease is committed or dropped no other checkout or
+  // write-back can read that object (FailedPrecondition). A failed commit
+  // of such a lease loses that version (the object stays at its last
+  // written one: restore a tag).
+  std::future<absl::StatusOr<Lease>> Checkout(const std::string& object,
+                                              bool for_update = false);
   // A checkout given back unchanged (nothing to commit): when it still is
   // the object's clean head, its buffer goes back to the DRAM tier (no
   // copy), as a commit's would, so that looking does not cost a re-read.
@@ -535,6 +568,7 @@ class ObjectStore {
   std::shared_ptr<BufferPool> pool_;
   // The DRAM tier; null when off (and always for read-only opens).
   std::unique_ptr<ObjectCache> cache_;
+  std::shared_ptr<DirtyHome> dirty_home_;  // with cache_
   std::unique_ptr<MetaIndex> meta_;
   int lock_fd_ = -1;
 

@@ -529,6 +529,7 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
   pool_ = std::make_shared<BufferPool>(options_.buffer_pool_bytes);
   if (!ro && (options_.cache_bytes > 0 || options_.cache_percent > 0)) {
     cache_ = std::make_unique<ObjectCache>(options_.cache_bytes);
+    dirty_home_ = std::make_shared<DirtyHome>(cache_.get());
     ResizeCache();  // mu_ is held (above)
   }
   hasher_ = std::make_unique<WorkQueue>();

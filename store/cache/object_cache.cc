@@ -65,8 +65,8 @@ std::optional<AlignedBuffer> ObjectCache::Take(
   if (n != next_.end() && !n->second.empty()) n->second.pop_front();
   auto it = entries_.find(object);
   if (it == entries_.end() || it->second.version != version ||
-      it->second.dirty) {
-    if (it != entries_.end() && !it->second.dirty)
+      it->second.dirty || it->second.out) {
+    if (it != entries_.end() && !it->second.dirty && !it->second.out)
       ReleaseLocked(it, released);  // stale
     ++stats_.misses;
     return std::nullopt;
@@ -83,7 +83,7 @@ bool ObjectCache::CopyDirty(const std::string& object, uint64_t version,
                             char* dst, size_t n) {
   MutexLock l(&mu_);
   auto it = entries_.find(object);
-  if (it == entries_.end() || !it->second.dirty ||
+  if (it == entries_.end() || !it->second.dirty || it->second.out ||
       it->second.version != version || it->second.buf.size() < n)
     return false;
   auto q = next_.find(object);
@@ -93,6 +93,41 @@ bool ObjectCache::CopyDirty(const std::string& object, uint64_t version,
   ++stats_.hits;
   stats_.hit_bytes += n;
   return true;
+}
+
+std::optional<AlignedBuffer> ObjectCache::LendDirty(const std::string& object,
+                                                    uint64_t version) {
+  MutexLock l(&mu_);
+  auto it = entries_.find(object);
+  if (it == entries_.end() || !it->second.dirty || it->second.out ||
+      it->second.version != version)
+    return std::nullopt;
+  auto q = next_.find(object);
+  if (q != next_.end() && !q->second.empty()) q->second.pop_front();
+  it->second.out = true;
+  it->second.last_use = ++tick_;
+  ++stats_.hits;
+  stats_.hit_bytes += it->second.bytes;
+  return std::move(it->second.buf);
+}
+
+bool ObjectCache::PutBack(const std::string& object, uint64_t version,
+                          AlignedBuffer* buf) {
+  MutexLock l(&mu_);
+  auto it = entries_.find(object);
+  if (it == entries_.end() || !it->second.out ||
+      it->second.version != version)
+    return false;
+  it->second.buf = std::move(*buf);
+  it->second.out = false;
+  return true;
+}
+
+bool ObjectCache::IsOut(const std::string& object, uint64_t version) const {
+  MutexLock l(&mu_);
+  auto it = entries_.find(object);
+  return it != entries_.end() && it->second.out &&
+         it->second.version == version;
 }
 
 bool ObjectCache::Offer(const std::string& object, uint64_t version,
@@ -159,6 +194,7 @@ bool ObjectCache::Offer(const std::string& object, uint64_t version,
   e.version = version;
   e.bytes = need;
   e.dirty = dirty;
+  e.out = false;
   e.last_use = ++tick_;
   e.buf = std::move(*buf);
   used_ += need;
@@ -181,7 +217,7 @@ bool ObjectCache::CopyForWriteBack(const std::string& object,
                                    size_t n) const {
   MutexLock l(&mu_);
   auto it = entries_.find(object);
-  if (it == entries_.end() || !it->second.dirty ||
+  if (it == entries_.end() || !it->second.dirty || it->second.out ||
       it->second.version != version || it->second.buf.size() < n)
     return false;
   ParallelCopy(dst, it->second.buf.data(), n);

@@ -10,9 +10,12 @@
 //
 // Clean buffers move in and out without copies: Take hands the cached
 // buffer to a checkout, Offer takes the buffer of a finished commit. A dirty
-// entry is copied out (CopyDirty), so the only copy of a version never
-// leaves the cache with a lease that may be dropped. Evicted and replaced
-// buffers go back to the caller for its buffer pool.
+// entry is copied out (CopyDirty), or lent (LendDirty) to a checkout that
+// will commit a newer version: the entry stays, marked out, until the newer
+// version replaces it (Offer) or the buffer comes back unchanged (PutBack).
+// While it is out nobody else can read it (CopyDirty, CopyForWriteBack say
+// no; IsOut says why). Evicted and replaced buffers go back to the caller
+// for its buffer pool.
 //
 // Thread-safe.
 // Layer store/cache: may include base/ only.
@@ -67,6 +70,17 @@ class ObjectCache {
   // use, like Take.
   bool CopyDirty(const std::string& object, uint64_t version, char* dst,
                  size_t n);
+  // Lends the buffer of the dirty entry of `object` at `version` (nullopt
+  // when there is none, or it is out already): the entry stays, out, and
+  // keeps its place in the budget. Counts as a use, like Take.
+  std::optional<AlignedBuffer> LendDirty(const std::string& object,
+                                         uint64_t version);
+  // Gives a lent buffer back, unchanged; false (and *buf left) when the
+  // entry is gone or holds another version by now.
+  bool PutBack(const std::string& object, uint64_t version,
+               AlignedBuffer* buf);
+  // Whether the dirty entry of `object` at `version` is lent out.
+  bool IsOut(const std::string& object, uint64_t version) const;
 
   // Offers the blob of `object` at `version` (in `*buf`; what it occupies
   // is buf->size()). Kept (and *buf moved from) when it fits the budget
@@ -107,6 +121,7 @@ class ObjectCache {
     uint64_t bytes = 0;
     uint64_t last_use = 0;
     bool dirty = false;
+    bool out = false;  // dirty, and its buffer lent to a checkout
     AlignedBuffer buf;
   };
   uint64_t NextUseLocked(const std::string& object) const

@@ -157,6 +157,44 @@ TEST(ObjectCacheTest, DirtyEntriesAreNeverEvictedOrHandedOut) {
   EXPECT_TRUE(c.Contains("b", 1));
 }
 
+TEST(ObjectCacheTest, ALentDirtyEntryIsOutUntilReplacedOrPutBack) {
+  ObjectCache c(2 * kBlob);
+  std::vector<AlignedBuffer> released;
+  AlignedBuffer b = Blob();
+  std::memset(b.data(), 'a', kBlob);
+  ASSERT_TRUE(c.Offer("a", 1, &b, /*dirty=*/true, &released));
+  auto lent = c.LendDirty("a", 1);
+  ASSERT_TRUE(lent.has_value());
+  EXPECT_EQ(lent->data()[0], 'a');
+  // Out: nobody else reads it, it still counts in the budget, it is lent
+  // once.
+  EXPECT_TRUE(c.IsOut("a", 1));
+  std::string out(kBlob, '\0');
+  EXPECT_FALSE(c.CopyDirty("a", 1, out.data(), kBlob));
+  EXPECT_FALSE(c.CopyForWriteBack("a", 1, out.data(), kBlob));
+  EXPECT_FALSE(c.LendDirty("a", 1).has_value());
+  EXPECT_FALSE(c.Take("a", 1, &released).has_value());
+  EXPECT_EQ(c.stats().cached_bytes, kBlob);
+  EXPECT_EQ(c.stats().dirty_entries, 1u);
+  // Back unchanged: readable again.
+  EXPECT_FALSE(c.PutBack("a", 2, &*lent)) << "another version";
+  ASSERT_TRUE(c.PutBack("a", 1, &*lent));
+  EXPECT_FALSE(c.IsOut("a", 1));
+  EXPECT_TRUE(c.CopyDirty("a", 1, out.data(), kBlob));
+  EXPECT_EQ(out, std::string(kBlob, 'a'));
+  // Lent, then a newer version replaces it: the lent buffer has no home.
+  lent = c.LendDirty("a", 1);
+  ASSERT_TRUE(lent.has_value());
+  AlignedBuffer n = Blob();
+  std::memset(n.data(), 'A', kBlob);
+  ASSERT_TRUE(c.Offer("a", 2, &n, /*dirty=*/true, &released));
+  EXPECT_FALSE(c.IsOut("a", 2));
+  EXPECT_FALSE(c.PutBack("a", 1, &*lent));
+  EXPECT_TRUE(c.CopyDirty("a", 2, out.data(), kBlob));
+  EXPECT_EQ(out, std::string(kBlob, 'A'));
+  EXPECT_EQ(c.stats().cached_bytes, kBlob);
+}
+
 // Through the store.
 StoreOptions CachedOptions(const TempDir& dir, uint64_t cache) {
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
@@ -207,6 +245,68 @@ TEST(StoreCacheTest, AHitIsTheCommittedVersionWithNoIo) {
   auto d = (*ro)->Checkout("a").get();
   ASSERT_TRUE(d.ok());
   EXPECT_TRUE(Matches(**d, 3));
+}
+
+TEST(StoreCacheTest, AnUpdateBorrowsTheDirtyVersionAndNothingElseReadsIt) {
+  TempDir dir;
+  StoreOptions o = CachedOptions(dir, 8 << 20);
+  o.durability = Durability::kTag;
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE((*s)->Declare("a", TestLayout(100000)).ok());
+  ASSERT_TRUE(CommitNew(s->get(), "a", 1).ok());  // dirty: only in DRAM
+  ASSERT_TRUE((*s)->Tag("one").ok());
+  ASSERT_TRUE(CommitNew(s->get(), "a", 2).ok());
+  {
+    auto lent = (*s)->Checkout("a", /*for_update=*/true).get();
+    ASSERT_TRUE(lent.ok()) << lent.status();
+    EXPECT_TRUE(Matches(**lent, 2));
+    // While it is out: other checkouts and write-back say why they cannot.
+    auto other = (*s)->Checkout("a").get();
+    EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(other.status().message().find("checked out for an update"),
+              std::string::npos) << other.status();
+    absl::Status wb = (*s)->WriteBack();
+    EXPECT_EQ(wb.code(), absl::StatusCode::kFailedPrecondition) << wb;
+  }  // dropped without a commit: back, unchanged
+  auto again = (*s)->Checkout("a").get();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(Matches(**again, 2));
+  again->reset();
+  // Borrowed, changed and committed: the newer version, no copy made.
+  {
+    auto lent = (*s)->Checkout("a", true).get();
+    ASSERT_TRUE(lent.ok());
+    FillFor(lent->get(), 3);
+    Lease l = std::move(*lent);
+    ASSERT_TRUE((*s)->Commit(std::move(l), 3).get().ok());
+  }
+  auto three = (*s)->Checkout("a").get();
+  ASSERT_TRUE(three.ok());
+  EXPECT_TRUE(Matches(**three, 3));
+  three->reset();
+  // A failed commit of a borrowed version loses it (its buffer may hold the
+  // newer bytes): reads say so until a tag is restored.
+  {
+    auto lent = (*s)->Checkout("a", true).get();
+    ASSERT_TRUE(lent.ok());
+    FillFor(lent->get(), 9);
+    Lease l = std::move(*lent);
+    EXPECT_FALSE((*s)->Commit(std::move(l), 2).get().ok()) << "steps go back";
+  }
+  EXPECT_EQ((*s)->Checkout("a").get().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE((*s)->Tag("lost").ok());
+  ASSERT_TRUE((*s)->Restore("one").ok());
+  auto one = (*s)->Checkout("a").get();
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_TRUE(Matches(**one, 1));
+  one->reset();
+  // A borrowed lease outliving its store is only freed.
+  auto late = (*s)->Checkout("a", true).get();
+  ASSERT_TRUE(late.ok());
+  s->reset();
+  late->reset();
 }
 
 TEST(StoreCacheTest, RestoreHeldLeasesAndDiskFaultsNeverServeStaleBytes) {
