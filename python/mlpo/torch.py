@@ -51,7 +51,6 @@ from ._checkpoints import (CheckpointMixin, StateView, _MANIFEST_FORMAT,
 __all__ = ["AdamW", "Adam", "export_state_dict"]
 
 _DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
-_TORCH_DTYPES = {v: k for k, v in _DTYPES.items()}
 # Namespaces tried in one store before giving up (each a live optimizer or
 # another model's state).
 _MAX_NAMESPACES = 64
@@ -477,15 +476,6 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
             pieces.append(ps)
         return self._device_path[0], self._device_path[1], pieces
 
-    def _check_manifest(self, old):
-        """The store was written for this model (same names and shapes)."""
-        diff = _model_difference(old, self._manifest)
-        if diff is not None:
-            raise ValueError(
-                f"mlpo.torch: store {self._engine.meta_dir} holds state of "
-                f"another model (stored {diff[0]}, model {diff[1]}); use "
-                "another store or name=")
-
     def _shard_pieces(self, g):
         """(entry, start within param, count, offset within shard) for every
         piece of this rank's shard of group g."""
@@ -562,7 +552,7 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
             self._adopt_edits()
             saved = ([eng.read_group(g) for g in range(len(self._layout))],
                      list(eng.param_steps), eng.step_count)
-        old_layout, old_names = self._layout, dict(self._names)
+        old_names = dict(self._names)
         self._names.update(names)
         super().add_param_group(groups[0])
         try:
@@ -593,7 +583,6 @@ class _MlpoOptimizer(CheckpointMixin, torch.optim.Optimizer):
             return p.numpy(), z.numpy(), z.clone().numpy()
 
         self._engine.import_state(t, fill, steps)
-        del old_layout
 
     # -- the step ---------------------------------------------------------
 
