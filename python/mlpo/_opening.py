@@ -1,0 +1,196 @@
+"""How mlpo.torch's optimizers find and open their store: the config's name
+and durability against the keywords, the namespaces of one store ("<name>",
+"<name>.2", ...: one per live optimizer and per model), a fresh start or a
+resume, and the engine's arguments. A mixin of the optimizer class in
+torch.py, which owns the layout (_layout, _pieces, _manifest)."""
+import gc
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from . import _mlpo
+from . import store_config
+from ._checkpoints import _model_difference, _store_name
+
+_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+# Namespaces tried in one store before giving up (each a live optimizer or
+# another model's state).
+_MAX_NAMESPACES = 64
+
+
+def _local_ranks(world):
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    except ValueError:
+        return world
+
+
+
+class StoreOpening:
+    def _resolve_name(self, name):
+        theirs = self._config.get("name")
+        if theirs is not None and not isinstance(theirs, str):
+            raise ValueError(f"mlpo store config: 'name' must be a string, "
+                             f"not {theirs!r}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"mlpo.torch: name must be a string, not {name!r}")
+        if name is not None and theirs is not None and name != theirs:
+            raise ValueError(
+                f"mlpo.torch: name={name!r} contradicts the store config's "
+                f"name {theirs!r}; drop one of them")
+        return name or theirs or "mlpo"
+
+    def _resolve_durability(self, durability):
+        theirs = self._config.get("durability")
+        if durability is not None and theirs is not None and \
+                durability != theirs:
+            raise ValueError(
+                f"mlpo.torch: durability={durability!r} contradicts the "
+                f"store config's durability {theirs!r}; drop one of them")
+        return durability or theirs or "tag"
+
+    @property
+    def store_name(self):
+        """The namespace this optimizer's state lives in ("<name>",
+        "<name>.2", ...; data parallel: "<name>-w<W>")."""
+        return _store_name(self._ns, self._world)
+
+    def _toml(self):
+        state = 12 * sum(l["numel"] for l in self._layout)
+        return store_config.to_toml(store_config.apply_defaults(
+            self._config, state, _local_ranks(self._world)))
+
+    def _make_engine(self, ns, restore_tag=None):
+        groups = []
+        for g, l in zip(self.param_groups, self._layout):
+            groups.append(dict(numel=l["numel"],
+                               params=[self._pieces[k][3]
+                                       for k in l["pieces"]],
+                               **self._hyper(g)))
+        dt = _DTYPES[self._dtype]
+        return _mlpo.Engine(
+            self._toml_text, self._base_dir, _store_name(ns, self._world),
+            self._rank, groups, self._opts["subgroup_numel"], self._grad_dt,
+            dt, self._opts["max_grad_norm"], self._opts["prefetch"],
+            self._opts["commits"], self._opts["threads"], self._durability,
+            restore_tag or "", *self._device_args(), True)
+
+    def _namespaces(self):
+        yield self._name
+        for k in range(2, _MAX_NAMESPACES + 1):
+            yield f"{self._name}.{k}"
+
+    def _try_open(self, ns, restore_tag=None, check_model=True):
+        """The engine of namespace `ns`, or None when it is held by another
+        live optimizer or holds another model's state."""
+        collected = False
+        while True:
+            try:
+                eng = self._make_engine(ns, restore_tag)
+            except RuntimeError as e:
+                msg = str(e)
+                if "already open by" in msg:
+                    if f"pid {os.getpid()}" in msg and not collected:
+                        # An optimizer of this process nobody can reach any
+                        # more (a notebook cell run again) still holds it.
+                        gc.collect()
+                        collected = True
+                        continue
+                    return None
+                if "is declared as" in msg:
+                    return None
+                raise
+            old = eng.get_attribute("manifest")
+            if old is not None and check_model:
+                if _model_difference(json.loads(old),
+                                     self._manifest) is not None:
+                    eng.close()
+                    return None
+            return eng
+
+    def _open(self, restore_tag=None, resume=False, ns=None,
+              check_model=True):
+        """Opens this optimizer's namespace: `ns`, or the first of
+        "<name>", "<name>.2", ... that no live optimizer holds and that holds
+        no other model's state. Fresh unless `resume` or `restore_tag`."""
+        self._toml_text = self._toml()
+        eng = None
+        tried = [ns] if ns is not None else list(self._namespaces())
+        for i, cand in enumerate(tried):
+            eng = self._try_open(cand, restore_tag, check_model)
+            if eng is not None:
+                break
+        if eng is None:
+            raise RuntimeError(
+                f"mlpo.torch: no free namespace in the store (tried "
+                f"{tried[0]!r} to {tried[-1]!r}: each is held by a live "
+                "optimizer or holds another model's state); pass name= or "
+                "another store=")
+        if self._world > 1 and ns is None:
+            # Every rank in the same namespace: the highest any rank needs.
+            k = torch.tensor([i], dtype=torch.int64)
+            dist.all_reduce(k, op=dist.ReduceOp.MAX, group=self._pg)
+            if int(k) != i:
+                eng.close()
+                eng = self._try_open(tried[int(k)], restore_tag)
+                if eng is None:
+                    raise RuntimeError(
+                        f"mlpo.torch: rank {self._rank} cannot open namespace "
+                        f"{tried[int(k)]!r} that another rank chose")
+            cand = tried[int(k)]
+        self._ns = cand
+        self._engine = eng
+        eng.set_attribute("manifest", json.dumps(self._manifest))
+        if restore_tag:
+            self._params_from_store()
+        elif resume:
+            self._resume()
+        self._set_initial()
+        self._note_versions()
+
+    def _resume(self):
+        """Continues from the heads, or from the newest tag when the last
+        step was cut short; says which, once."""
+        eng = self._engine
+        try:
+            eng.continue_heads()
+            what = f"step {eng.step_count} (the last step written)"
+        except RuntimeError as e:
+            if "interrupted" not in str(e):
+                raise
+            tags = eng.tag_order()
+            if not tags:
+                raise RuntimeError(
+                    f"mlpo.torch: resume: {e}; and the store has no tag to "
+                    "go back to") from None
+            eng.restore(tags[-1])
+            what = f"tag {tags[-1]!r} at step {eng.step_count} (the last " \
+                   "step was cut short)"
+        if eng.step_count == 0:
+            what = "nothing to resume: starting at step 0"
+        elif self._rank == 0:
+            what = "resuming from " + what
+        if self._rank == 0:
+            print(f"mlpo.torch: {self.store_name}: {what}", file=sys.stderr)
+        if eng.step_count > 0:
+            self._params_from_store()
+
+    def _device_args(self):
+        """Engine arguments of the device path: backend, index, and each
+        group's tensors as (offset, numel, data_ptr)."""
+        if self._device_path is None:
+            return "", 0, []
+        self._device_ptrs = {}
+        pieces = []
+        for l in self._layout:
+            ps = []
+            for e in l["entries"]:
+                if e["numel"]:
+                    ps.append((e["offset"], e["numel"],
+                               e["param"].data_ptr()))
+                    self._device_ptrs[id(e["param"])] = e["param"].data_ptr()
+            pieces.append(ps)
+        return self._device_path[0], self._device_path[1], pieces
