@@ -136,7 +136,6 @@ absl::Status GradStage::StageImpl(int group, uint64_t offset, const void* data,
   if (count == 0) return absl::OkStatus();
   const char* src = static_cast<const char*>(data);
   size_t es = DTypeSize(dtype);
-  GradStats local;
   for (const Overlap& o : Overlaps(group, offset, count)) {
     int si = o.si;
     const Subgroup& s = subgroups_[si];
@@ -157,14 +156,11 @@ absl::Status GradStage::StageImpl(int group, uint64_t offset, const void* data,
         staged_[o.si].erase(o.a);
       return Annotate(copied, absl::StrCat("gradients of group ", group));
     }
-    // Statistics of what landed in the stage (the host's own copy).
-    GradStats st = ComputeGradStats(to, dtype, hi - lo);
-    local.sum_sq += st.sum_sq;
-    local.nonfinite += st.nonfinite;
+    // Statistics of what landed in the stage (the host's own copy), taken
+    // by FinishStats over every thread when the step starts.
+    MutexLock l(&mu_);
+    pending_stats_.push_back({to, hi - lo});
   }
-  MutexLock l(&mu_);
-  totals_.sum_sq += local.sum_sq;
-  totals_.nonfinite += local.nonfinite;
   return absl::OkStatus();
 }
 

@@ -1,8 +1,9 @@
 // Host staging of one step's gradients, per subgroup, in the gradient's own
 // low-precision dtype (delayed conversion: no fp32 gradient is materialised
-// outside the update kernel). Slices arrive in any order; their squares and
-// non-finite counts are accumulated as they arrive, so the global norm and
-// the overflow check are ready when the step starts.
+// outside the update kernel), or lent by the caller (Borrow: no copy).
+// Slices arrive in any order; their squares and non-finite counts (for the
+// global norm and the overflow check) are taken when the step starts, over
+// every thread (FinishStats).
 //
 // Thread-safety: Stage* may be called concurrently for disjoint slices.
 #ifndef MLPO_OPTIMIZER_GRAD_STAGE_H_
@@ -56,7 +57,7 @@ class GradStage {
   absl::Status CheckComplete() const;
   // How many of elements [offset, offset + count) of `group` were staged.
   uint64_t StagedCount(int group, uint64_t offset, uint64_t count) const;
-  GradStats Totals() const;  // over everything staged
+  GradStats Totals() const;  // over everything counted by FinishStats
   // The gradient of element `offset` of `subgroup` and how many elements
   // from it are contiguous there (a borrowed slice or the stage's copy).
   const void* Span(int subgroup, uint64_t offset, uint64_t* avail) const;
