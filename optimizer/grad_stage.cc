@@ -12,13 +12,8 @@ GradStage::GradStage(const std::vector<Subgroup>& subgroups, DType dtype)
       dtype_(dtype),
       bufs_(subgroups.size()),
       borrowed_(subgroups.size()),
-      staged_(subgroups.size()) {
-  for (const Subgroup& s : subgroups) {
-    if (static_cast<size_t>(s.group) >= by_group_.size())
-      by_group_.resize(s.group + 1);
-    by_group_[s.group].push_back(s.index);
-  }
-}
+      by_group_(SubgroupsByGroup(subgroups)),
+      staged_(subgroups.size()) {}
 
 namespace {
 absl::Status Memcpy(void*, void* dst, const void* src, size_t bytes) {
@@ -78,19 +73,6 @@ void GradStage::Unregister() {
   registered_with_ = nullptr;
 }
 
-std::vector<GradStage::Overlap> GradStage::Overlaps(int group,
-                                                    uint64_t offset,
-                                                    uint64_t count) const {
-  std::vector<Overlap> out;
-  for (int si : by_group_[group]) {
-    const Subgroup& s = subgroups_[si];
-    uint64_t lo = std::max(offset, s.group_offset);
-    uint64_t hi = std::min(offset + count, s.group_offset + s.numel);
-    if (lo < hi) out.push_back({si, lo - s.group_offset, hi - s.group_offset});
-  }
-  return out;
-}
-
 absl::Status GradStage::Claim(int group, uint64_t offset, DType dtype,
                               uint64_t count) {
   if (dtype != dtype_)
@@ -112,19 +94,19 @@ absl::Status GradStage::Claim(int group, uint64_t offset, DType dtype,
   // Validate the whole slice before copying anything.
   {
     MutexLock l(&mu_);
-    std::vector<Overlap> parts = Overlaps(group, offset, count);
-    for (const Overlap& o : parts) {
-      auto& m = staged_[o.si];
+    std::vector<SubgroupSlice> parts = Overlaps(group, offset, count);
+    for (const SubgroupSlice& o : parts) {
+      auto& m = staged_[o.index];
       auto it = m.upper_bound(o.a);
       bool overlap = (it != m.end() && it->first < o.b) ||
                      (it != m.begin() && std::prev(it)->second > o.a);
-      uint64_t base = subgroups_[o.si].group_offset;
+      uint64_t base = subgroups_[o.index].group_offset;
       if (overlap)
         return absl::InvalidArgumentError(absl::StrCat(
             "gradient elements [", base + o.a, ", ", base + o.b,
             ") of group ", group, " were already staged this step"));
     }
-    for (const Overlap& o : parts) staged_[o.si][o.a] = o.b;
+    for (const SubgroupSlice& o : parts) staged_[o.index][o.a] = o.b;
   }
   return absl::OkStatus();
 }
@@ -136,8 +118,8 @@ absl::Status GradStage::StageImpl(int group, uint64_t offset, const void* data,
   if (count == 0) return absl::OkStatus();
   const char* src = static_cast<const char*>(data);
   size_t es = DTypeSize(dtype);
-  for (const Overlap& o : Overlaps(group, offset, count)) {
-    int si = o.si;
+  for (const SubgroupSlice& o : Overlaps(group, offset, count)) {
+    int si = o.index;
     const Subgroup& s = subgroups_[si];
     uint64_t lo = s.group_offset + o.a, hi = s.group_offset + o.b;
     const char* from = src + (lo - offset) * es;
@@ -152,8 +134,8 @@ absl::Status GradStage::StageImpl(int group, uint64_t offset, const void* data,
     if (!copied.ok()) {
       // Nothing of this slice counts as staged: it may be sent again.
       MutexLock l(&mu_);
-      for (const Overlap& o : Overlaps(group, offset, count))
-        staged_[o.si].erase(o.a);
+      for (const SubgroupSlice& o : Overlaps(group, offset, count))
+        staged_[o.index].erase(o.a);
       return Annotate(copied, absl::StrCat("gradients of group ", group));
     }
     // Statistics of what landed in the stage (the host's own copy), taken
@@ -188,9 +170,9 @@ absl::Status GradStage::Borrow(int group, uint64_t offset, const void* data,
   const char* src = static_cast<const char*>(data);
   size_t es = DTypeSize(dtype);
   MutexLock l(&mu_);
-  for (const Overlap& o : Overlaps(group, offset, count)) {
-    uint64_t base = subgroups_[o.si].group_offset;
-    borrowed_[o.si][o.a] = {o.b, src + (base + o.a - offset) * es};
+  for (const SubgroupSlice& o : Overlaps(group, offset, count)) {
+    uint64_t base = subgroups_[o.index].group_offset;
+    borrowed_[o.index][o.a] = {o.b, src + (base + o.a - offset) * es};
   }
   pending_stats_.push_back({src, count});
   return absl::OkStatus();
@@ -247,8 +229,8 @@ uint64_t GradStage::StagedCount(int group, uint64_t offset,
   if (group < 0 || group >= static_cast<int>(by_group_.size())) return 0;
   MutexLock l(&mu_);
   uint64_t n = 0;
-  for (const Overlap& o : Overlaps(group, offset, count))
-    for (auto& [a, b] : staged_[o.si]) {
+  for (const SubgroupSlice& o : Overlaps(group, offset, count))
+    for (auto& [a, b] : staged_[o.index]) {
       uint64_t x = std::max(a, o.a), y = std::min(b, o.b);
       if (x < y) n += y - x;
     }

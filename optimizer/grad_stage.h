@@ -70,14 +70,10 @@ class GradStage {
                                   size_t bytes);
   absl::Status StageImpl(int group, uint64_t offset, const void* data,
                          DType dtype, uint64_t count, CopyFn copy, void* ctx);
-  // The subgroups of `group` that elements [offset, offset + count)
-  // overlap: index, and the overlap [a, b) in the subgroup's elements.
-  struct Overlap {
-    int si;
-    uint64_t a, b;
-  };
-  std::vector<Overlap> Overlaps(int group, uint64_t offset,
-                                uint64_t count) const;
+  std::vector<SubgroupSlice> Overlaps(int group, uint64_t offset,
+                                      uint64_t count) const {
+    return SlicesOf(subgroups_, by_group_[group], offset, count);
+  }
   // Validates a slice (dtype, range, not staged yet) and marks it staged.
   absl::Status Claim(int group, uint64_t offset, DType dtype, uint64_t count);
   void AllocateBuffers();  // every subgroup's copy buffer

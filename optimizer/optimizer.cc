@@ -34,6 +34,15 @@ absl::Status CheckHyper(int group, const AdamHyper& h) {
 }
 }  // namespace
 
+absl::Status Optimizer::CheckRange(int group, uint64_t offset, uint64_t count,
+                                   const char* what) const {
+  if (group < 0 || group >= static_cast<int>(options_.groups.size()) ||
+      offset + count > options_.groups[group].numel || offset + count < offset)
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " [", offset, ", +", count, ") are outside group ", group));
+  return absl::OkStatus();
+}
+
 absl::Status Optimizer::SetHyper(int group, const AdamHyper& hyper) {
   if (group < 0 || group >= static_cast<int>(options_.groups.size()))
     return absl::InvalidArgumentError(
@@ -73,6 +82,8 @@ absl::Status Optimizer::Init() {
   MLPO_ASSIGN_OR_RETURN(subgroups_,
                         PartitionParams(numel, options_.subgroup_numel));
   for (const Subgroup& s : subgroups_) by_object_[s.object] = &s;
+  by_group_ = SubgroupsByGroup(subgroups_);
+  by_group_.resize(options_.groups.size());
   StoreOptions so = options_.store;
   auto init = options_.init_params;
   const auto* map = &by_object_;
@@ -129,9 +140,15 @@ absl::Status Optimizer::Init() {
 
 absl::Status Optimizer::LoadStep() {
   std::set<uint64_t> versions;
-  for (const ObjectInfo& i : store_->List())
+  const std::string steps_object = ParamStepsObject();
+  bool has = false;  // per-parameter step counts kept (at step `at`)
+  uint64_t at = 0;
+  for (const ObjectInfo& i : store_->List()) {
     if (by_object_.count(i.name))
       versions.insert(i.has_head ? i.head_step : 0);
+    else if (i.name == steps_object && i.has_head && !params_.empty())
+      has = true, at = i.head_step;
+  }
   if (versions.size() > 1)
     return absl::FailedPreconditionError(absl::StrCat(
         "store ", store_->options().meta_dir,
@@ -141,11 +158,6 @@ absl::Status Optimizer::LoadStep() {
         "restore_tag, or `mlpo restore STORE TAG`)"));
   step_ = versions.empty() ? 0 : *versions.begin();
   param_steps_.assign(params_.size(), step_);
-  if (params_.empty()) return absl::OkStatus();
-  bool has = false;
-  uint64_t at = 0;
-  for (const ObjectInfo& i : store_->List())
-    if (i.name == ParamStepsObject() && i.has_head) has = true, at = i.head_step;
   if (!has) return absl::OkStatus();  // a store from before per-parameter steps
   if (at != step_)
     return absl::FailedPreconditionError(absl::StrCat(
@@ -153,7 +165,7 @@ absl::Status Optimizer::LoadStep() {
         "are of step ", at, ", the state of step ", step_,
         ": a step was interrupted; restore a tag (OptimizerOptions."
         "restore_tag, or `mlpo restore STORE TAG`)"));
-  MLPO_ASSIGN_OR_RETURN(Lease l, store_->Checkout(ParamStepsObject()).get());
+  MLPO_ASSIGN_OR_RETURN(Lease l, store_->Checkout(steps_object).get());
   std::memcpy(param_steps_.data(), l->Section<float>("t"),
               params_.size() * sizeof(uint64_t));
   for (uint64_t t : param_steps_)
@@ -222,19 +234,14 @@ absl::Status Optimizer::Reset() {
 absl::Status Optimizer::OverrideMasters(int group, uint64_t offset,
                                         const void* data, DType dtype,
                                         uint64_t count) {
-  if (group < 0 || group >= static_cast<int>(options_.groups.size()) ||
-      offset + count > options_.groups[group].numel || offset + count < offset)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "masters [", offset, ", +", count, ") are outside group ", group));
-  for (const Subgroup& s : subgroups_) {
-    if (s.group != group) continue;
-    uint64_t lo = std::max(offset, s.group_offset);
-    uint64_t hi = std::min(offset + count, s.group_offset + s.numel);
-    if (lo >= hi) continue;
-    std::vector<float> vals(hi - lo);
-    for (uint64_t i = lo; i < hi; ++i)
-      vals[i - lo] = LoadAsFloat(data, dtype, i - offset);
-    overrides_[s.index][lo - s.group_offset] = std::move(vals);
+  MLPO_RETURN_IF_ERROR(CheckRange(group, offset, count, "masters"));
+  for (const SubgroupSlice& sl :
+       SlicesOf(subgroups_, by_group_[group], offset, count)) {
+    uint64_t at = subgroups_[sl.index].group_offset + sl.a - offset;
+    std::vector<float> vals(sl.b - sl.a);
+    for (uint64_t i = 0; i < vals.size(); ++i)
+      vals[i] = LoadAsFloat(data, dtype, at + i);
+    overrides_[sl.index][sl.a] = std::move(vals);
   }
   return absl::OkStatus();
 }
@@ -257,8 +264,7 @@ absl::Status Optimizer::AdoptEdits(const std::vector<int>& params) {
     MLPO_ASSIGN_OR_RETURN(Lease l, store_->Checkout(s.object).get());
     float* p = l->Section<float>("p");
     std::vector<float> before(p, p + s.numel);
-    for (auto& [off, vals] : overrides_[s.index])
-      std::memcpy(p + off, vals.data(), vals.size() * sizeof(float));
+    ApplyOverrides(overrides_[s.index], p);
     for (int k : touching) {
       const Param& q = params_[k];
       uint64_t lo = std::max(q.offset, s.group_offset);
@@ -406,10 +412,7 @@ absl::Status Optimizer::ImportState(uint64_t t, const StateFill& fill,
 
 absl::Status Optimizer::CopyParams(int group, uint64_t offset, void* dst,
                                    uint64_t count) const {
-  if (group < 0 || group >= static_cast<int>(options_.groups.size()) ||
-      offset + count > options_.groups[group].numel || offset + count < offset)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parameters [", offset, ", +", count, ") are outside group ", group));
+  MLPO_RETURN_IF_ERROR(CheckRange(group, offset, count, "parameters"));
   if (sink_ == nullptr)
     return absl::FailedPreconditionError(
         "parameters went to the external param_sink; they are not kept");
@@ -503,16 +506,12 @@ absl::Status Optimizer::ReadState(int group, std::vector<float>* p,
 
 absl::Status Optimizer::ReadRange(int group, uint64_t offset, uint64_t count,
                                   float* p, float* m, float* v) {
-  if (group < 0 || group >= static_cast<int>(options_.groups.size()) ||
-      offset + count > options_.groups[group].numel || offset + count < offset)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "state [", offset, ", +", count, ") is outside group ", group));
-  for (const Subgroup& s : subgroups_) {
-    if (s.group != group) continue;
-    uint64_t lo = std::max(offset, s.group_offset);
-    uint64_t hi = std::min(offset + count, s.group_offset + s.numel);
-    if (lo >= hi) continue;
-    uint64_t a = lo - s.group_offset, n = hi - lo, at = lo - offset;
+  MLPO_RETURN_IF_ERROR(CheckRange(group, offset, count, "state elements"));
+  for (const SubgroupSlice& sl :
+       SlicesOf(subgroups_, by_group_[group], offset, count)) {
+    const Subgroup& s = subgroups_[sl.index];
+    uint64_t a = sl.a, n = sl.b - sl.a, lo = s.group_offset + a;
+    uint64_t at = lo - offset;
     if (reset_pending_) {  // a fresh start: the initial state
       if (options_.init_params) options_.init_params(group, lo, p + at, n);
       else std::fill(p + at, p + at + n, 0.f);
@@ -525,6 +524,7 @@ absl::Status Optimizer::ReadRange(int group, uint64_t offset, uint64_t count,
     std::memcpy(p + at, (*l)->Section<float>("p") + a, n * 4);
     std::memcpy(m + at, (*l)->Section<float>("m") + a, n * 4);
     std::memcpy(v + at, (*l)->Section<float>("v") + a, n * 4);
+    store_->Return(std::move(*l));  // a look keeps the DRAM tier warm
   }
   return absl::OkStatus();
 }

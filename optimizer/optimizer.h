@@ -179,6 +179,10 @@ class Optimizer {
   explicit Optimizer(OptimizerOptions o) : options_(std::move(o)) {}
   absl::Status Init();
   absl::Status LoadStep();
+  // InvalidArgument naming `what` unless [offset, offset + count) lies in
+  // parameter group `group`.
+  absl::Status CheckRange(int group, uint64_t offset, uint64_t count,
+                          const char* what) const;
   // Drops the heads if a fresh start is pending.
   absl::Status StartFresh();
   absl::Status CommitParamSteps(uint64_t t, const std::vector<uint64_t>& s);
@@ -194,6 +198,7 @@ class Optimizer {
   OptimizerOptions options_;
   std::vector<Subgroup> subgroups_;
   std::map<std::string, const Subgroup*> by_object_;
+  std::vector<std::vector<int>> by_group_;  // group -> subgroup indices
   // Declared before the pipeline, so destroyed after it.
   std::unique_ptr<ObjectStore> store_;
   std::unique_ptr<GradStage> grads_;

@@ -1,5 +1,7 @@
 #include "optimizer/partition.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 
 namespace mlpo {
@@ -19,6 +21,29 @@ absl::StatusOr<std::vector<Subgroup>> PartitionParams(
       s.object = absl::StrFormat("g%d.s%06d", g, s.index);
       out.push_back(s);
     }
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> SubgroupsByGroup(
+    const std::vector<Subgroup>& subgroups) {
+  std::vector<std::vector<int>> out;
+  for (const Subgroup& s : subgroups) {
+    if (static_cast<size_t>(s.group) >= out.size()) out.resize(s.group + 1);
+    out[s.group].push_back(s.index);
+  }
+  return out;
+}
+
+std::vector<SubgroupSlice> SlicesOf(const std::vector<Subgroup>& subgroups,
+                                    const std::vector<int>& in_group,
+                                    uint64_t offset, uint64_t count) {
+  std::vector<SubgroupSlice> out;
+  for (int si : in_group) {
+    const Subgroup& s = subgroups[si];
+    uint64_t lo = std::max(offset, s.group_offset);
+    uint64_t hi = std::min(offset + count, s.group_offset + s.numel);
+    if (lo < hi) out.push_back({si, lo - s.group_offset, hi - s.group_offset});
   }
   return out;
 }

@@ -25,6 +25,21 @@ struct Subgroup {
 absl::StatusOr<std::vector<Subgroup>> PartitionParams(
     const std::vector<uint64_t>& group_numel, uint64_t subgroup_numel);
 
+// Subgroup indices of each parameter group, in order.
+std::vector<std::vector<int>> SubgroupsByGroup(
+    const std::vector<Subgroup>& subgroups);
+
+// The part of elements [offset, offset + count) of a group that each of its
+// subgroups holds: the subgroup's index and [a, b) in its own elements.
+// `in_group`: that group's subgroup indices (SubgroupsByGroup).
+struct SubgroupSlice {
+  int index;
+  uint64_t a, b;
+};
+std::vector<SubgroupSlice> SlicesOf(const std::vector<Subgroup>& subgroups,
+                                    const std::vector<int>& in_group,
+                                    uint64_t offset, uint64_t count);
+
 }  // namespace mlpo
 
 #endif  // MLPO_OPTIMIZER_PARTITION_H_

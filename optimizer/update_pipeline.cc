@@ -47,6 +47,12 @@ class CommitWindow {
 
 }  // namespace
 
+void ApplyOverrides(const std::map<uint64_t, std::vector<float>>& overrides,
+                    float* p) {
+  for (auto& [off, vals] : overrides)
+    std::memcpy(p + off, vals.data(), vals.size() * sizeof(float));
+}
+
 UpdatePipeline::UpdatePipeline(ObjectStore* store,
                                const std::vector<Subgroup>* subgroups,
                                const PipelineOptions& options)
@@ -149,9 +155,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
     float* v = lease->Section<float>("v");
     void* out = sink ? sink->Buffer(s) : nullptr;
     DType odt = sink ? sink->dtype() : DType::kF32;
-    if (plan.overrides && !(*plan.overrides)[s.index].empty())
-      for (auto& [off, vals] : (*plan.overrides)[s.index])
-        std::memcpy(p + off, vals.data(), vals.size() * sizeof(float));
+    if (plan.overrides) ApplyOverrides((*plan.overrides)[s.index], p);
     // Work items: (run, first element, count), runs cut into tiles.
     std::vector<StepRun> whole;
     const std::vector<StepRun>* runs = &plan.runs[s.index];

@@ -104,6 +104,10 @@ struct StepPlan {
       nullptr;
 };
 
+// Puts pending master values (by element offset) into a subgroup's p.
+void ApplyOverrides(const std::map<uint64_t, std::vector<float>>& overrides,
+                    float* p);
+
 class UpdatePipeline {
  public:
   UpdatePipeline(ObjectStore* store, const std::vector<Subgroup>* subgroups,

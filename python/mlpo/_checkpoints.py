@@ -61,51 +61,49 @@ class StateView(Mapping):
     def __init__(self, opt):
         self._opt = opt
 
-    def _entries(self):
+    def _stepped(self, param):
+        """Engine parameter index of `param` when it has taken a step,
+        else None."""
         opt = self._opt
         if opt._layout is None or opt._engine is None:
-            return {}
-        steps = opt._engine.param_steps
-        out = {}
-        for k, (g, e, at, n, off) in enumerate(opt._pieces):
-            if steps[k] > 0:
-                out[id(e["param"])] = (e, k)
-        return out
+            return None
+        k = opt._piece_of.get(id(param))
+        if k is None or opt._engine.param_steps[k] == 0:
+            return None
+        return k
 
     def __getitem__(self, param):
         opt = self._opt
-        found = self._entries().get(id(param))
-        if found is None:
+        k = self._stepped(param)
+        if k is None:
             raise KeyError(param)
         if opt._world > 1:
             raise NotImplementedError(
                 "mlpo.torch: opt.state[p] with data parallel (each rank "
                 "holds a shard); read mlpo.torch.export_state_dict("
                 "opt.state_dict()) instead")
-        e, k = found
+        e = opt._pieces[k][1]
         eng = opt._engine
         _, m, v = eng.read_range(e["group"], e["offset"], e["numel"])
-
-        def like(x):
-            t = torch.empty_strided(e["shape"], e["stride"],
-                                    dtype=torch.float32)
-            t.as_strided((t.numel(),), (1,)).copy_(torch.from_numpy(x))
-            return t.to(e["param"].device)
+        dev = e["param"].device
         return {"step": torch.tensor(float(eng.param_steps[k])),
-                "exp_avg": like(m), "exp_avg_sq": like(v)}
+                "exp_avg": _shaped(torch.from_numpy(m), e).to(dev),
+                "exp_avg_sq": _shaped(torch.from_numpy(v), e).to(dev)}
 
     def __iter__(self):
-        by_id = self._entries()
-        for l in self._opt._layout or []:
-            for e in l["entries"]:
-                if id(e["param"]) in by_id:
-                    yield e["param"]
+        opt = self._opt
+        if opt._layout is None or opt._engine is None:
+            return
+        steps = opt._engine.param_steps
+        for k, (g, e, at, n, off) in enumerate(opt._pieces):
+            if steps[k] > 0:
+                yield e["param"]
 
     def __len__(self):
-        return len(self._entries())
+        return sum(1 for _ in self)
 
     def __contains__(self, param):
-        return id(param) in self._entries()
+        return self._stepped(param) is not None
 
     def __repr__(self):
         return f"<mlpo state of {len(self)} parameters (read on access)>"
@@ -297,10 +295,7 @@ class CheckpointMixin:
                     f"{eng.meta_dir} is {eng.store_uuid}. Point store= and "
                     "name= at the store that wrote it")
             self._check_tag(eng, tag)
-            eng.restore(tag)
-            if eng.step_count > 0:
-                self._params_from_store()
-            self._note_versions()
+            self.restore(tag)
             return
         self._reshard(info)
 
@@ -341,14 +336,9 @@ class CheckpointMixin:
         eng.set_attribute("manifest", json.dumps(self._manifest))
         try:
             self._check_tag(eng, tag)
-            eng.restore(tag)
-        except Exception:
+            self.restore(tag)
+        finally:
             self._set_initial()
-            raise
-        if eng.step_count > 0:
-            self._params_from_store()
-        self._set_initial()
-        self._note_versions()
         return True
 
     def _reshard(self, info):

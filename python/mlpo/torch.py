@@ -231,6 +231,9 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, torch.optim.Optimizer):
                     piece = (g, e, a - e["offset"], b - a, a - lo)
                     l["pieces"].append(len(self._pieces))
                     self._pieces.append(piece)
+        # Engine parameter of each model parameter (one piece per rank).
+        self._piece_of = {id(e["param"]): k
+                          for k, (g, e, at, n, off) in enumerate(self._pieces)}
         self._manifest = dict(
             format=_MANIFEST_FORMAT, world=self._world, rank=self._rank,
             subgroup_numel=self._opts["subgroup_numel"],
