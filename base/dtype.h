@@ -13,11 +13,18 @@
 
 namespace mlpo {
 
-enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+// kU8: raw bytes (int8-moments' codes), a store section type only: never a
+// gradient or parameter dtype (ParseDType does not accept it).
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kU8 = 3 };
 
-inline size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
+inline size_t DTypeSize(DType t) {
+  return t == DType::kF32 ? 4 : t == DType::kU8 ? 1 : 2;
+}
 inline const char* DTypeName(DType t) {
-  return t == DType::kF32 ? "f32" : t == DType::kF16 ? "f16" : "bf16";
+  return t == DType::kF32   ? "f32"
+         : t == DType::kF16 ? "f16"
+         : t == DType::kU8  ? "u8"
+                            : "bf16";
 }
 inline absl::StatusOr<DType> ParseDType(absl::string_view s) {
   if (s == "f32" || s == "float32" || s == "fp32") return DType::kF32;
@@ -95,6 +102,7 @@ inline float LoadAsFloat(const void* base, DType t, size_t i) {
   switch (t) {
     case DType::kF32: return static_cast<const float*>(base)[i];
     case DType::kF16: return F16ToFloat(static_cast<const uint16_t*>(base)[i]);
+    case DType::kU8: return static_cast<const uint8_t*>(base)[i];
     default: return BF16ToFloat(static_cast<const uint16_t*>(base)[i]);
   }
 }
@@ -102,6 +110,7 @@ inline void StoreFromFloat(void* base, DType t, size_t i, float v) {
   switch (t) {
     case DType::kF32: static_cast<float*>(base)[i] = v; break;
     case DType::kF16: static_cast<uint16_t*>(base)[i] = FloatToF16(v); break;
+    case DType::kU8: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v); break;
     default: static_cast<uint16_t*>(base)[i] = FloatToBF16(v); break;
   }
 }

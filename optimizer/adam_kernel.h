@@ -14,6 +14,11 @@
 // Every implementation (scalar, AVX2+F16C, AVX-512) uses these operations in
 // this order without FMA contraction, so all agree bit for bit.
 //
+// Compact moments (state_format.h) are widened to fp32 before and rounded
+// after the same operations: bf16 by round-to-nearest-even; int8 block by
+// block (two passes over a block: update, keeping the new m and r = sqrt(v)
+// in fp32, then encode them with the block's new scales).
+//
 // Thread-safety: the functions are pure over their arguments.
 #ifndef MLPO_OPTIMIZER_ADAM_KERNEL_H_
 #define MLPO_OPTIMIZER_ADAM_KERNEL_H_
@@ -22,6 +27,7 @@
 #include <cstdint>
 
 #include "base/dtype.h"
+#include "optimizer/state_format.h"
 
 namespace mlpo {
 
@@ -54,13 +60,19 @@ AdamStepConsts MakeStepConsts(const AdamHyper& h, uint64_t t,
 
 struct AdamSlice {
   float* p = nullptr;
-  float* m = nullptr;
-  float* v = nullptr;
+  void* m = nullptr;  // in `format`: f32, bf16 or u8 codes
+  void* v = nullptr;
   const void* grad = nullptr;
   DType grad_dtype = DType::kF32;
   void* out = nullptr;  // new params in out_dtype; nullptr = none
   DType out_dtype = DType::kBF16;
   size_t n = 0;
+  StateFormat format = StateFormat::kF32;
+  // int8-moments: the slice starts a block, its blocks are kQuantBlock
+  // elements from there (the last may be shorter), and ms[b], vs[b] are
+  // block b's scales (read, then replaced).
+  float* ms = nullptr;
+  float* vs = nullptr;
 };
 
 enum class KernelIsa { kScalar, kAvx2, kAvx512 };
@@ -81,6 +93,16 @@ void AdamUpdateScalar(const AdamSlice& s, const AdamStepConsts& c);
 void AdamUpdateScalarFrom(const AdamSlice& s, const AdamStepConsts& c,
                           size_t from);
 void AdamUpdateAvx2(const AdamSlice& s, const AdamStepConsts& c);
+// int8-moments: the scalar pass over elements [from, to) of a block that
+// starts at element `b0` of the slice (block index `b`): updates p (and
+// out), leaves the new m and r = sqrt(v) in mt[i - b0], rt[i - b0] and their
+// largest magnitudes' bits in *am, *ar. Then EncodeBlockScalar writes codes
+// of [from, to) with the scales ms[b], vs[b].
+void Int8PassScalar(const AdamSlice& s, const AdamStepConsts& c, size_t b,
+                    size_t b0, size_t from, size_t to, float* mt, float* rt,
+                    uint32_t* am, uint32_t* ar);
+void EncodeBlockScalar(const AdamSlice& s, size_t b, size_t b0, size_t from,
+                       size_t to, const float* mt, const float* rt);
 void AdamUpdateAvx512(const AdamSlice& s, const AdamStepConsts& c);
 
 // The model's values become the master where they differ from the master

@@ -3,6 +3,8 @@
 // -ffp-contract=off so no FMA changes a rounding. Tails use the scalar code.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "optimizer/adam_kernel.h"
 
 namespace mlpo {
@@ -56,29 +58,162 @@ inline void StoreOut(void* base, DType t, size_t i, __m256 x) {
   }
 }
 
+// Widened m or v (f32 or bf16 storage).
+inline __m256 LoadMoment(const void* base, StateFormat f, size_t i) {
+  return LoadGrad(base, f == StateFormat::kF32 ? DType::kF32 : DType::kBF16,
+                  i);
+}
+inline void StoreMoment(void* base, StateFormat f, size_t i, __m256 x) {
+  StoreOut(base, f == StateFormat::kF32 ? DType::kF32 : DType::kBF16, i, x);
+}
+
+// The int8 code map (state_format.h), 8 lanes of int32 codes.
+template <int M>
+inline __m256 DecodeMag(__m256i q) {
+  __m256i is_sub = _mm256_cmpeq_epi32(_mm256_srli_epi32(q, M),
+                                      _mm256_setzero_si256());
+  __m256 normal = _mm256_castsi256_ps(_mm256_add_epi32(
+      _mm256_slli_epi32(q, 23 - M), _mm256_set1_epi32((127 - 15) << 23)));
+  __m256 sub = _mm256_mul_ps(
+      _mm256_cvtepi32_ps(q),
+      _mm256_set1_ps(1.0f / static_cast<float>(1u << (14 + M))));
+  return _mm256_blendv_ps(normal, sub, _mm256_castsi256_ps(is_sub));
+}
+template <int M>
+inline __m256i EncodeMag(__m256 x) {
+  constexpr int k = 23 - M;
+  __m256 is_sub = _mm256_cmp_ps(x, _mm256_set1_ps(0x1p-14f), _CMP_LT_OQ);
+  __m256 t = _mm256_add_ps(
+      _mm256_mul_ps(x, _mm256_set1_ps(static_cast<float>(1u << (14 + M)))),
+      _mm256_set1_ps(8388608.0f));
+  __m256i qs = _mm256_sub_epi32(_mm256_castps_si256(t),
+                                _mm256_set1_epi32(0x4b000000));
+  __m256i u = _mm256_castps_si256(x);
+  u = _mm256_add_epi32(
+      _mm256_add_epi32(u, _mm256_set1_epi32((1 << (k - 1)) - 1)),
+      _mm256_and_si256(_mm256_srli_epi32(u, k), _mm256_set1_epi32(1)));
+  __m256i qn = _mm256_sub_epi32(_mm256_srli_epi32(u, k),
+                                _mm256_set1_epi32((127 - 15) << M));
+  __m256i q = _mm256_blendv_epi8(qn, qs, _mm256_castps_si256(is_sub));
+  return _mm256_min_epu32(q, _mm256_set1_epi32((1 << (4 + M)) - 1));
+}
+inline __m256i LoadCodes(const void* base, size_t i) {
+  return _mm256_cvtepu8_epi32(
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(
+          static_cast<const uint8_t*>(base) + i)));
+}
+inline void StoreCodes(void* base, size_t i, __m256i q) {
+  __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(q),
+                               _mm256_extracti128_si256(q, 1));
+  _mm_storel_epi64(
+      reinterpret_cast<__m128i*>(static_cast<uint8_t*>(base) + i),
+      _mm_packus_epi16(w, w));
+}
+inline uint32_t MaxLanes(__m256i x) {
+  alignas(32) uint32_t l[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(l), x);
+  uint32_t r = 0;
+  for (uint32_t a : l) r = r > a ? r : a;
+  return r;
+}
+
+struct Consts {
+  explicit Consts(const AdamStepConsts& c)
+      : decay(_mm256_set1_ps(c.decay)),
+        l2(_mm256_set1_ps(c.l2)),
+        omb1(_mm256_set1_ps(c.one_minus_b1)),
+        b2(_mm256_set1_ps(c.b2)),
+        omb2(_mm256_set1_ps(c.one_minus_b2)),
+        bc2(_mm256_set1_ps(c.bc2_sqrt)),
+        eps(_mm256_set1_ps(c.eps)),
+        neg_step(_mm256_set1_ps(c.neg_step)),
+        gscale(_mm256_set1_ps(c.grad_scale)) {}
+  __m256 decay, l2, omb1, b2, omb2, bc2, eps, neg_step, gscale;
+};
+
+// AdamElement on 8 lanes: updates p, m, v; returns sqrt of the new v.
+inline __m256 Adam8(const Consts& k, __m256 g, __m256* p, __m256* m,
+                    __m256* v) {
+  g = _mm256_mul_ps(g, k.gscale);
+  *p = _mm256_mul_ps(*p, k.decay);
+  g = _mm256_add_ps(g, _mm256_mul_ps(k.l2, *p));
+  *m = _mm256_add_ps(*m, _mm256_mul_ps(k.omb1, _mm256_sub_ps(g, *m)));
+  *v = _mm256_mul_ps(*v, k.b2);
+  *v = _mm256_add_ps(*v, _mm256_mul_ps(_mm256_mul_ps(k.omb2, g), g));
+  __m256 root = _mm256_sqrt_ps(*v);
+  __m256 denom = _mm256_add_ps(_mm256_div_ps(root, k.bc2), k.eps);
+  *p = _mm256_add_ps(*p, _mm256_mul_ps(k.neg_step, _mm256_div_ps(*m, denom)));
+  return root;
+}
+
+void Int8Blocks(const AdamSlice& s, const AdamStepConsts& c) {
+  const Consts k(c);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  alignas(32) float mt[kQuantBlock], rt[kQuantBlock];
+  for (size_t b0 = 0, b = 0; b0 < s.n; b0 += kQuantBlock, ++b) {
+    const size_t end = std::min<size_t>(b0 + kQuantBlock, s.n);
+    const __m256 sm = _mm256_set1_ps(s.ms[b]), sv = _mm256_set1_ps(s.vs[b]);
+    __m256i amv = _mm256_setzero_si256(), arv = _mm256_setzero_si256();
+    size_t i = b0;
+    for (; i + 8 <= end; i += 8) {
+      __m256i mq = LoadCodes(s.m, i);
+      __m256 m = _mm256_mul_ps(
+          DecodeMag<kM8Mantissa>(_mm256_and_si256(mq, _mm256_set1_epi32(0x7f))),
+          sm);
+      m = _mm256_castsi256_ps(_mm256_or_si256(
+          _mm256_castps_si256(m),
+          _mm256_slli_epi32(_mm256_srli_epi32(mq, 7), 31)));
+      __m256 r = _mm256_mul_ps(DecodeMag<kV8Mantissa>(LoadCodes(s.v, i)), sv);
+      __m256 v = _mm256_mul_ps(r, r);
+      __m256 p = _mm256_loadu_ps(s.p + i);
+      __m256 root = Adam8(k, LoadGrad(s.grad, s.grad_dtype, i), &p, &m, &v);
+      _mm256_storeu_ps(s.p + i, p);
+      if (s.out) StoreOut(s.out, s.out_dtype, i, p);
+      _mm256_store_ps(mt + (i - b0), m);
+      _mm256_store_ps(rt + (i - b0), root);
+      amv = _mm256_max_epu32(amv,
+                             _mm256_and_si256(_mm256_castps_si256(m), abs_mask));
+      arv = _mm256_max_epu32(
+          arv, _mm256_and_si256(_mm256_castps_si256(root), abs_mask));
+    }
+    uint32_t am = MaxLanes(amv), ar = MaxLanes(arv);
+    Int8PassScalar(s, c, b, b0, i, end, mt, rt, &am, &ar);
+    s.ms[b] = BlockScale(am, kM8Max);
+    s.vs[b] = BlockScale(ar, kV8Max);
+    const __m256 nm = _mm256_set1_ps(s.ms[b]), nv = _mm256_set1_ps(s.vs[b]);
+    const bool mzero = s.ms[b] == 0.0f, vzero = s.vs[b] == 0.0f;
+    for (i = b0; i + 8 <= end; i += 8) {
+      __m256 m = _mm256_load_ps(mt + (i - b0));
+      __m256i mi = _mm256_castps_si256(m);
+      __m256i mq =
+          mzero ? _mm256_setzero_si256()
+                : EncodeMag<kM8Mantissa>(_mm256_div_ps(
+                      _mm256_castsi256_ps(_mm256_and_si256(mi, abs_mask)), nm));
+      mq = _mm256_or_si256(mq, _mm256_slli_epi32(_mm256_srli_epi32(mi, 31), 7));
+      __m256i vq = vzero ? _mm256_setzero_si256()
+                         : EncodeMag<kV8Mantissa>(
+                               _mm256_div_ps(_mm256_load_ps(rt + (i - b0)), nv));
+      StoreCodes(s.m, i, mq);
+      StoreCodes(s.v, i, vq);
+    }
+    EncodeBlockScalar(s, b, b0, i, end, mt, rt);
+  }
+}
+
 }  // namespace
 
 void AdamUpdateAvx2(const AdamSlice& s, const AdamStepConsts& c) {
-  const __m256 decay = _mm256_set1_ps(c.decay), l2 = _mm256_set1_ps(c.l2),
-               omb1 = _mm256_set1_ps(c.one_minus_b1),
-               b2 = _mm256_set1_ps(c.b2), omb2 = _mm256_set1_ps(c.one_minus_b2),
-               bc2 = _mm256_set1_ps(c.bc2_sqrt), eps = _mm256_set1_ps(c.eps),
-               neg_step = _mm256_set1_ps(c.neg_step),
-               gscale = _mm256_set1_ps(c.grad_scale);
+  if (s.format == StateFormat::kInt8Moments) return Int8Blocks(s, c);
+  const Consts k(c);
   size_t i = 0;
   for (; i + 8 <= s.n; i += 8) {
-    __m256 g = _mm256_mul_ps(LoadGrad(s.grad, s.grad_dtype, i), gscale);
-    __m256 p = _mm256_mul_ps(_mm256_loadu_ps(s.p + i), decay);
-    g = _mm256_add_ps(g, _mm256_mul_ps(l2, p));
-    __m256 m = _mm256_loadu_ps(s.m + i);
-    m = _mm256_add_ps(m, _mm256_mul_ps(omb1, _mm256_sub_ps(g, m)));
-    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s.v + i), b2);
-    v = _mm256_add_ps(v, _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
-    __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v), bc2), eps);
-    p = _mm256_add_ps(p, _mm256_mul_ps(neg_step, _mm256_div_ps(m, denom)));
+    __m256 p = _mm256_loadu_ps(s.p + i);
+    __m256 m = LoadMoment(s.m, s.format, i);
+    __m256 v = LoadMoment(s.v, s.format, i);
+    Adam8(k, LoadGrad(s.grad, s.grad_dtype, i), &p, &m, &v);
     _mm256_storeu_ps(s.p + i, p);
-    _mm256_storeu_ps(s.m + i, m);
-    _mm256_storeu_ps(s.v + i, v);
+    StoreMoment(s.m, s.format, i, m);
+    StoreMoment(s.v, s.format, i, v);
     if (s.out) StoreOut(s.out, s.out_dtype, i, p);
   }
   AdamUpdateScalarFrom(s, c, i);

@@ -3,6 +3,8 @@
 // -ffp-contract=off. Tails use the scalar code.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "optimizer/adam_kernel.h"
 
 namespace mlpo {
@@ -53,29 +55,152 @@ inline void StoreOut(void* base, DType t, size_t i, __m512 x) {
   }
 }
 
+inline __m512 LoadMoment(const void* base, StateFormat f, size_t i) {
+  return LoadGrad(base, f == StateFormat::kF32 ? DType::kF32 : DType::kBF16,
+                  i);
+}
+inline void StoreMoment(void* base, StateFormat f, size_t i, __m512 x) {
+  StoreOut(base, f == StateFormat::kF32 ? DType::kF32 : DType::kBF16, i, x);
+}
+
+// The int8 code map (state_format.h), 16 lanes of int32 codes.
+template <int M>
+inline __m512 DecodeMag(__m512i q) {
+  __mmask16 is_sub = _mm512_cmpeq_epi32_mask(_mm512_srli_epi32(q, M),
+                                             _mm512_setzero_si512());
+  __m512 normal = _mm512_castsi512_ps(_mm512_add_epi32(
+      _mm512_slli_epi32(q, 23 - M), _mm512_set1_epi32((127 - 15) << 23)));
+  __m512 sub = _mm512_mul_ps(
+      _mm512_cvtepi32_ps(q),
+      _mm512_set1_ps(1.0f / static_cast<float>(1u << (14 + M))));
+  return _mm512_mask_mov_ps(normal, is_sub, sub);
+}
+template <int M>
+inline __m512i EncodeMag(__m512 x) {
+  constexpr int k = 23 - M;
+  __mmask16 is_sub =
+      _mm512_cmp_ps_mask(x, _mm512_set1_ps(0x1p-14f), _CMP_LT_OQ);
+  __m512 t = _mm512_add_ps(
+      _mm512_mul_ps(x, _mm512_set1_ps(static_cast<float>(1u << (14 + M)))),
+      _mm512_set1_ps(8388608.0f));
+  __m512i qs = _mm512_sub_epi32(_mm512_castps_si512(t),
+                                _mm512_set1_epi32(0x4b000000));
+  __m512i u = _mm512_castps_si512(x);
+  u = _mm512_add_epi32(
+      _mm512_add_epi32(u, _mm512_set1_epi32((1 << (k - 1)) - 1)),
+      _mm512_and_si512(_mm512_srli_epi32(u, k), _mm512_set1_epi32(1)));
+  __m512i qn = _mm512_sub_epi32(_mm512_srli_epi32(u, k),
+                                _mm512_set1_epi32((127 - 15) << M));
+  __m512i q = _mm512_mask_mov_epi32(qn, is_sub, qs);
+  return _mm512_min_epu32(q, _mm512_set1_epi32((1 << (4 + M)) - 1));
+}
+inline __m512i LoadCodes(const void* base, size_t i) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(
+      reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(base) + i)));
+}
+inline void StoreCodes(void* base, size_t i, __m512i q) {
+  _mm_storeu_si128(
+      reinterpret_cast<__m128i*>(static_cast<uint8_t*>(base) + i),
+      _mm512_cvtepi32_epi8(q));
+}
+
+struct Consts {
+  explicit Consts(const AdamStepConsts& c)
+      : decay(_mm512_set1_ps(c.decay)),
+        l2(_mm512_set1_ps(c.l2)),
+        omb1(_mm512_set1_ps(c.one_minus_b1)),
+        b2(_mm512_set1_ps(c.b2)),
+        omb2(_mm512_set1_ps(c.one_minus_b2)),
+        bc2(_mm512_set1_ps(c.bc2_sqrt)),
+        eps(_mm512_set1_ps(c.eps)),
+        neg_step(_mm512_set1_ps(c.neg_step)),
+        gscale(_mm512_set1_ps(c.grad_scale)) {}
+  __m512 decay, l2, omb1, b2, omb2, bc2, eps, neg_step, gscale;
+};
+
+// AdamElement on 16 lanes: updates p, m, v; returns sqrt of the new v.
+inline __m512 Adam16(const Consts& k, __m512 g, __m512* p, __m512* m,
+                     __m512* v) {
+  g = _mm512_mul_ps(g, k.gscale);
+  *p = _mm512_mul_ps(*p, k.decay);
+  g = _mm512_add_ps(g, _mm512_mul_ps(k.l2, *p));
+  *m = _mm512_add_ps(*m, _mm512_mul_ps(k.omb1, _mm512_sub_ps(g, *m)));
+  *v = _mm512_mul_ps(*v, k.b2);
+  *v = _mm512_add_ps(*v, _mm512_mul_ps(_mm512_mul_ps(k.omb2, g), g));
+  __m512 root = _mm512_sqrt_ps(*v);
+  __m512 denom = _mm512_add_ps(_mm512_div_ps(root, k.bc2), k.eps);
+  *p = _mm512_add_ps(*p, _mm512_mul_ps(k.neg_step, _mm512_div_ps(*m, denom)));
+  return root;
+}
+
+void Int8Blocks(const AdamSlice& s, const AdamStepConsts& c) {
+  const Consts k(c);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  alignas(64) float mt[kQuantBlock], rt[kQuantBlock];
+  for (size_t b0 = 0, b = 0; b0 < s.n; b0 += kQuantBlock, ++b) {
+    const size_t end = std::min<size_t>(b0 + kQuantBlock, s.n);
+    const __m512 sm = _mm512_set1_ps(s.ms[b]), sv = _mm512_set1_ps(s.vs[b]);
+    __m512i amv = _mm512_setzero_si512(), arv = _mm512_setzero_si512();
+    size_t i = b0;
+    for (; i + 16 <= end; i += 16) {
+      __m512i mq = LoadCodes(s.m, i);
+      __m512 m = _mm512_mul_ps(
+          DecodeMag<kM8Mantissa>(_mm512_and_si512(mq, _mm512_set1_epi32(0x7f))),
+          sm);
+      m = _mm512_castsi512_ps(_mm512_or_si512(
+          _mm512_castps_si512(m),
+          _mm512_slli_epi32(_mm512_srli_epi32(mq, 7), 31)));
+      __m512 r = _mm512_mul_ps(DecodeMag<kV8Mantissa>(LoadCodes(s.v, i)), sv);
+      __m512 v = _mm512_mul_ps(r, r);
+      __m512 p = _mm512_loadu_ps(s.p + i);
+      __m512 root = Adam16(k, LoadGrad(s.grad, s.grad_dtype, i), &p, &m, &v);
+      _mm512_storeu_ps(s.p + i, p);
+      if (s.out) StoreOut(s.out, s.out_dtype, i, p);
+      _mm512_store_ps(mt + (i - b0), m);
+      _mm512_store_ps(rt + (i - b0), root);
+      amv = _mm512_max_epu32(amv,
+                             _mm512_and_si512(_mm512_castps_si512(m), abs_mask));
+      arv = _mm512_max_epu32(
+          arv, _mm512_and_si512(_mm512_castps_si512(root), abs_mask));
+    }
+    uint32_t am = _mm512_reduce_max_epu32(amv),
+             ar = _mm512_reduce_max_epu32(arv);
+    Int8PassScalar(s, c, b, b0, i, end, mt, rt, &am, &ar);
+    s.ms[b] = BlockScale(am, kM8Max);
+    s.vs[b] = BlockScale(ar, kV8Max);
+    const __m512 nm = _mm512_set1_ps(s.ms[b]), nv = _mm512_set1_ps(s.vs[b]);
+    const bool mzero = s.ms[b] == 0.0f, vzero = s.vs[b] == 0.0f;
+    for (i = b0; i + 16 <= end; i += 16) {
+      __m512i mi = _mm512_castps_si512(_mm512_load_ps(mt + (i - b0)));
+      __m512i mq =
+          mzero ? _mm512_setzero_si512()
+                : EncodeMag<kM8Mantissa>(_mm512_div_ps(
+                      _mm512_castsi512_ps(_mm512_and_si512(mi, abs_mask)), nm));
+      mq = _mm512_or_si512(mq, _mm512_slli_epi32(_mm512_srli_epi32(mi, 31), 7));
+      __m512i vq = vzero ? _mm512_setzero_si512()
+                         : EncodeMag<kV8Mantissa>(
+                               _mm512_div_ps(_mm512_load_ps(rt + (i - b0)), nv));
+      StoreCodes(s.m, i, mq);
+      StoreCodes(s.v, i, vq);
+    }
+    EncodeBlockScalar(s, b, b0, i, end, mt, rt);
+  }
+}
+
 }  // namespace
 
 void AdamUpdateAvx512(const AdamSlice& s, const AdamStepConsts& c) {
-  const __m512 decay = _mm512_set1_ps(c.decay), l2 = _mm512_set1_ps(c.l2),
-               omb1 = _mm512_set1_ps(c.one_minus_b1),
-               b2 = _mm512_set1_ps(c.b2), omb2 = _mm512_set1_ps(c.one_minus_b2),
-               bc2 = _mm512_set1_ps(c.bc2_sqrt), eps = _mm512_set1_ps(c.eps),
-               neg_step = _mm512_set1_ps(c.neg_step),
-               gscale = _mm512_set1_ps(c.grad_scale);
+  if (s.format == StateFormat::kInt8Moments) return Int8Blocks(s, c);
+  const Consts k(c);
   size_t i = 0;
   for (; i + 16 <= s.n; i += 16) {
-    __m512 g = _mm512_mul_ps(LoadGrad(s.grad, s.grad_dtype, i), gscale);
-    __m512 p = _mm512_mul_ps(_mm512_loadu_ps(s.p + i), decay);
-    g = _mm512_add_ps(g, _mm512_mul_ps(l2, p));
-    __m512 m = _mm512_loadu_ps(s.m + i);
-    m = _mm512_add_ps(m, _mm512_mul_ps(omb1, _mm512_sub_ps(g, m)));
-    __m512 v = _mm512_mul_ps(_mm512_loadu_ps(s.v + i), b2);
-    v = _mm512_add_ps(v, _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
-    __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(v), bc2), eps);
-    p = _mm512_add_ps(p, _mm512_mul_ps(neg_step, _mm512_div_ps(m, denom)));
+    __m512 p = _mm512_loadu_ps(s.p + i);
+    __m512 m = LoadMoment(s.m, s.format, i);
+    __m512 v = LoadMoment(s.v, s.format, i);
+    Adam16(k, LoadGrad(s.grad, s.grad_dtype, i), &p, &m, &v);
     _mm512_storeu_ps(s.p + i, p);
-    _mm512_storeu_ps(s.m + i, m);
-    _mm512_storeu_ps(s.v + i, v);
+    StoreMoment(s.m, s.format, i, m);
+    StoreMoment(s.v, s.format, i, v);
     if (s.out) StoreOut(s.out, s.out_dtype, i, p);
   }
   AdamUpdateScalarFrom(s, c, i);

@@ -83,6 +83,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
             rec.step, " in ", rank.store->options().meta_dir, ")"));
       rank.versions[s.object] = it->second;
     }
+    std::vector<std::vector<uint64_t>> starts(rank.manifest.at("groups").size());
     try {
       const auto& params = rank.manifest.at("params");
       for (size_t i = 0; i < params.size(); ++i) {
@@ -92,14 +93,35 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
         uint64_t n = params[i].at("numel").get<uint64_t>();
         uint64_t ss = gm.at("shard_start").get<uint64_t>();
         uint64_t sn = gm.at("shard_numel").get<uint64_t>();
-        if (std::max(off, ss) < std::min(off + n, ss + sn))
+        if (std::max(off, ss) < std::min(off + n, ss + sn)) {
           rank.piece_param.push_back(i);
+          starts.at(params[i].at("group").get<size_t>())
+              .push_back(std::max(off, ss) - ss);
+        }
       }
     } catch (const std::exception& e) {
       return absl::DataLossError(absl::StrCat(
           "store ", rank.store->options().meta_dir, ": bad manifest: ",
           e.what()));
     }
+    AssignPieces(&rank.subgroups, starts);
+    for (const Subgroup& s : rank.subgroups)
+      rank.grids.emplace_back(s.pieces, s.numel);
+    StateFormat format = StateFormat::kF32;
+    if (auto f = rank.store->GetAttribute(kStateFormatAttribute); f.ok()) {
+      auto parsed = ParseStateFormat(*f);
+      if (!parsed.ok())
+        return absl::DataLossError(absl::StrCat(
+            "store ", rank.store->options().meta_dir, ": ",
+            parsed.status().message()));
+      format = *parsed;
+    }
+    if (k == 0) r->format_ = format;
+    else if (format != r->format_)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ranks disagree: rank 0 holds ",
+          StateFormatName(r->format_), " state, rank ", k, " ",
+          StateFormatName(format)));
     std::string obj = absl::StrCat("param_steps.n", rank.piece_param.size());
     if (auto it = heads.find(obj); it != heads.end()) {
       rank.steps_object = obj;
@@ -152,14 +174,28 @@ absl::Status CheckpointReader::Read(int g, uint64_t start, uint64_t n,
       if (a >= b) continue;
       MLPO_ASSIGN_OR_RETURN(
           Lease l, rank.store->ReadVersion(s.object, rank.versions[s.object]));
-      auto copy = [&](float* dst, const char* sec) {
-        if (dst)
-          std::memcpy(dst + (a - start), l->Section<float>(sec) + (a - lo),
-                      (b - a) * sizeof(float));
-      };
-      copy(p, "p");
-      copy(m, "m");
-      copy(v, "v");
+      if (p)
+        std::memcpy(p + (a - start), l->Section<float>("p") + (a - lo),
+                    (b - a) * sizeof(float));
+      if (m || v) {
+        auto want = StateLayout(format_, s.numel, rank.grids[s.index].blocks());
+        if (!want.ok() || !(l->layout() == *want))
+          return absl::DataLossError(absl::StrCat(
+              "store ", rank.store->options().meta_dir, ": object ", s.object,
+              " is laid out as ", l->layout().DebugString(), ", not as its "
+              "manifest and state format ", StateFormatName(format_),
+              " say"));
+        MomentsRef ref;
+        ref.format = format_;
+        ref.m = l->SectionData("m");
+        ref.v = l->SectionData("v");
+        ref.ms = l->Section<float>("ms");
+        ref.vs = l->Section<float>("vs");
+        ref.grid = &rank.grids[s.index];
+        std::vector<float> mt(m ? 0 : b - a), vt(v ? 0 : b - a);
+        DecodeMoments(ref, a - lo, b - a, m ? m + (a - start) : mt.data(),
+                      v ? v + (a - start) : vt.data());
+      }
       covered += b - a;
     }
   }

@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "optimizer/partition.h"
+#include "optimizer/state_format.h"
 #include "store/object_store.h"
 
 namespace mlpo {
@@ -48,6 +49,8 @@ class CheckpointReader {
   uint64_t step() const { return step_; }
   int num_groups() const { return static_cast<int>(manifest_["groups"].size()); }
   uint64_t group_numel(int g) const;
+  // How the stores hold m and v (every rank's agree); Read dequantises.
+  StateFormat state_format() const { return format_; }
   // The identity of each rank's store.
   std::vector<std::string> store_uuids() const;
 
@@ -65,6 +68,7 @@ class CheckpointReader {
     std::unique_ptr<ObjectStore> store;
     nlohmann::json manifest;
     std::vector<Subgroup> subgroups;
+    std::vector<QuantGrid> grids;  // per subgroup (int8-moments)
     std::map<std::string, uint64_t> versions;  // object -> version to read
     // Manifest parameter of each of the rank's optimizer parameters (the
     // pieces of its shard), and the version of its step counts, if kept.
@@ -76,6 +80,7 @@ class CheckpointReader {
   nlohmann::json manifest_;  // rank 0's
   std::vector<Rank> ranks_;
   uint64_t step_ = 0;
+  StateFormat format_ = StateFormat::kF32;
 };
 
 }  // namespace mlpo

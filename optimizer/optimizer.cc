@@ -58,6 +58,14 @@ absl::Status Optimizer::Init() {
       po.max_commits_in_flight < 1 || po.max_commits_in_flight > 64)
     return absl::InvalidArgumentError(
         "prefetch_depth and max_commits_in_flight must be in 1..64");
+  if (options_.state_format && options_.store.state_format &&
+      *options_.state_format != *options_.store.state_format)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "state_format ", StateFormatName(*options_.state_format),
+        " contradicts the store config's state_format ",
+        StateFormatName(*options_.store.state_format), "; drop one of them"));
+  format_ = options_.state_format.value_or(
+      options_.store.state_format.value_or(StateFormat::kF32));
   std::vector<uint64_t> numel;
   for (auto& g : options_.groups) {
     int gi = static_cast<int>(numel.size());
@@ -81,7 +89,20 @@ absl::Status Optimizer::Init() {
   param_memory_.assign(params_.size(), Memory());
   MLPO_ASSIGN_OR_RETURN(subgroups_,
                         PartitionParams(numel, options_.subgroup_numel));
-  for (const Subgroup& s : subgroups_) by_object_[s.object] = &s;
+  {
+    std::vector<std::vector<uint64_t>> starts(options_.groups.size());
+    for (const Param& q : params_) starts[q.group].push_back(q.offset);
+    AssignPieces(&subgroups_, starts);
+  }
+  for (const Subgroup& s : subgroups_) {
+    by_object_[s.object] = &s;
+    grids_.emplace_back(s.pieces, s.numel);
+  }
+  if (format_ == StateFormat::kInt8Moments &&
+      po.tile_elems % kQuantBlock != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.tile_elems ", po.tile_elems, " must be a multiple of ",
+        kQuantBlock, " with state format int8-moments"));
   by_group_ = SubgroupsByGroup(subgroups_);
   by_group_.resize(options_.groups.size());
   StoreOptions so = options_.store;
@@ -104,11 +125,11 @@ absl::Status Optimizer::Init() {
         ObjectLayout::Make({{"t", DType::kF32, 2 * params_.size()}}));
     MLPO_RETURN_IF_ERROR(store_->Declare(ParamStepsObject(), sl));
   }
+  MLPO_RETURN_IF_ERROR(CheckStateFormat());
   for (const Subgroup& s : subgroups_) {
-    MLPO_ASSIGN_OR_RETURN(ObjectLayout l,
-                          ObjectLayout::Make({{"p", DType::kF32, s.numel},
-                                              {"m", DType::kF32, s.numel},
-                                              {"v", DType::kF32, s.numel}}));
+    MLPO_ASSIGN_OR_RETURN(
+        ObjectLayout l, StateLayout(format_, s.numel,
+                                    grids_[s.index].blocks()));
     MLPO_RETURN_IF_ERROR(store_->Declare(s.object, l));
     if (po.grad_offload) {
       MLPO_ASSIGN_OR_RETURN(ObjectLayout gl,
@@ -136,6 +157,40 @@ absl::Status Optimizer::Init() {
   }
   pipeline_ = std::make_unique<UpdatePipeline>(store_.get(), &subgroups_, po);
   return absl::OkStatus();
+}
+
+absl::Status Optimizer::CheckStateFormat() {
+  const char* want = StateFormatName(format_);
+  auto have = store_->GetAttribute(kStateFormatAttribute);
+  if (have.ok()) {
+    if (*have == want) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "store ", store_->options().meta_dir, " holds its state as ", *have,
+        ", not ", want, ": a store's state format is fixed when it is created "
+        "(open it with state_format ", *have, ", or export the checkpoint and "
+        "import it into a new store)"));
+  }
+  if (!absl::IsNotFound(have.status())) return have.status();
+  // A store from before formats holds fp32 state.
+  for (const ObjectInfo& i : store_->List())
+    if (by_object_.count(i.name) && format_ != StateFormat::kF32)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "store ", store_->options().meta_dir, " holds its state as fp32, "
+          "not ", want, ": a store's state format is fixed when it is created"));
+  return store_->SetAttribute(kStateFormatAttribute, want);
+}
+
+MomentsRef Optimizer::Moments(const Subgroup& s, CheckoutLease* l) const {
+  MomentsRef r;
+  r.format = format_;
+  r.m = l->SectionData("m");
+  r.v = l->SectionData("v");
+  if (r.format == StateFormat::kInt8Moments) {
+    r.ms = l->Section<float>("ms");
+    r.vs = l->Section<float>("vs");
+    r.grid = &grids_[s.index];
+  }
+  return r;
 }
 
 absl::Status Optimizer::LoadStep() {
@@ -287,6 +342,7 @@ absl::Status Optimizer::AdoptEdits(const std::vector<int>& params) {
 StepPlan Optimizer::MakePlan(uint64_t t, double grad_scale,
                              const std::vector<bool>& active) const {
   StepPlan plan;
+  plan.format = format_;
   for (auto& g : options_.groups)
     plan.consts.push_back(MakeStepConsts(g.hyper, t, grad_scale));
   plan.runs.resize(subgroups_.size());
@@ -396,10 +452,27 @@ absl::Status Optimizer::ImportState(uint64_t t, const StateFill& fill,
         "import at step ", t, ": the store ", store_->options().meta_dir,
         " is at step ", step_,
         "; state can only be imported at a later step (use a fresh store)"));
+  const bool compact = format_ != StateFormat::kF32;
+  std::vector<float> m, v;
   for (const Subgroup& s : subgroups_) {
     MLPO_ASSIGN_OR_RETURN(Lease l, store_->Blank(s.object));
-    MLPO_RETURN_IF_ERROR(fill(s, l->Section<float>("p"), l->Section<float>("m"),
-                              l->Section<float>("v")));
+    if (!compact) {
+      MLPO_RETURN_IF_ERROR(fill(s, l->Section<float>("p"),
+                                l->Section<float>("m"),
+                                l->Section<float>("v")));
+    } else {
+      m.assign(s.numel, 0.f);
+      v.assign(s.numel, 0.f);
+      MLPO_RETURN_IF_ERROR(fill(s, l->Section<float>("p"), m.data(), v.data()));
+      for (uint64_t i = 0; i < s.numel; ++i)
+        if (!(v[i] >= 0) || !std::isfinite(v[i]) || !std::isfinite(m[i]))
+          return absl::InvalidArgumentError(absl::StrCat(
+              "import: element ", s.group_offset + i, " of group ", s.group,
+              " has exp_avg ", m[i], ", exp_avg_sq ", v[i], ": state format ",
+              StateFormatName(format_),
+              " needs finite moments and exp_avg_sq >= 0"));
+      EncodeMoments(Moments(s, l.get()), s.numel, m.data(), v.data());
+    }
     MLPO_RETURN_IF_ERROR(store_->Commit(l, t).get());
   }
   MLPO_RETURN_IF_ERROR(CommitParamSteps(t, param_steps));
@@ -522,8 +595,7 @@ absl::Status Optimizer::ReadRange(int group, uint64_t offset, uint64_t count,
     auto l = store_->Checkout(s.object).get();
     if (!l.ok()) return l.status();
     std::memcpy(p + at, (*l)->Section<float>("p") + a, n * 4);
-    std::memcpy(m + at, (*l)->Section<float>("m") + a, n * 4);
-    std::memcpy(v + at, (*l)->Section<float>("v") + a, n * 4);
+    DecodeMoments(Moments(s, l->get()), a, n, m + at, v + at);
     store_->Return(std::move(*l));  // a look keeps the DRAM tier warm
   }
   return absl::OkStatus();

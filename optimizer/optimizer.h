@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "optimizer/grad_stage.h"
 #include "optimizer/param_sink.h"
 #include "optimizer/partition.h"
+#include "optimizer/state_format.h"
 #include "optimizer/update_pipeline.h"
 #include "store/object_store.h"
 
@@ -46,10 +48,16 @@ using ParamInit =
 struct OptimizerOptions {
   StoreOptions store;
   std::vector<ParamGroup> groups;
-  // Elements per subgroup (one store object of 12 bytes per element). Larger
+  // Elements per subgroup (one store object of 12 bytes per element in
+  // fp32, StateBytesPerParam in general). Larger
   // subgroups mean fewer, larger I/Os and more host memory in flight:
   // (prefetch_depth + max_commits_in_flight + 1) subgroups.
   uint64_t subgroup_numel = uint64_t{1} << 24;
+  // How the store holds m and v (state_format.h). Unset: the store
+  // config's state_format, else fp32; both set and different is
+  // InvalidArgument. Fixed when the store's first state is declared (store
+  // attribute "state_format"); opening with another is FailedPrecondition.
+  std::optional<StateFormat> state_format;
   DType grad_dtype = DType::kBF16;   // dtype of staged gradients
   DType param_dtype = DType::kBF16;  // dtype of the model's parameters
   double max_grad_norm = 0;          // clip the global norm; 0 = off
@@ -106,7 +114,8 @@ class Optimizer {
   absl::Status SetHyper(int group, const AdamHyper& hyper);
 
   // Writes a whole state as step `t` (> step(), >= 1): for every subgroup
-  // `fill` writes its fp32 p, m and v. For moving state in from elsewhere
+  // `fill` writes its fp32 p, m and v (a compact state_format then rounds m
+  // and v; InvalidArgument for a negative or non-finite v there). For moving state in from elsewhere
   // (torch.optim state, another checkpoint). `param_steps`: each
   // parameter's step count (none above t); empty: t for all. Not atomic
   // across subgroups: import into a fresh store and Tag() after it.
@@ -174,6 +183,7 @@ class Optimizer {
   ObjectStore* store() { return store_.get(); }
   const std::vector<Subgroup>& subgroups() const { return subgroups_; }
   const OptimizerOptions& options() const { return options_; }
+  StateFormat state_format() const { return format_; }
 
  private:
   explicit Optimizer(OptimizerOptions o) : options_(std::move(o)) {}
@@ -186,6 +196,9 @@ class Optimizer {
   // Drops the heads if a fresh start is pending.
   absl::Status StartFresh();
   absl::Status CommitParamSteps(uint64_t t, const std::vector<uint64_t>& s);
+  // Records the state format in a new store, or checks the one recorded.
+  absl::Status CheckStateFormat();
+  MomentsRef Moments(const Subgroup& s, CheckoutLease* l) const;
   // The step's work per subgroup; false in `active` skips a parameter.
   StepPlan MakePlan(uint64_t t, double grad_scale,
                     const std::vector<bool>& active) const;
@@ -199,6 +212,7 @@ class Optimizer {
   std::vector<Subgroup> subgroups_;
   std::map<std::string, const Subgroup*> by_object_;
   std::vector<std::vector<int>> by_group_;  // group -> subgroup indices
+  std::vector<QuantGrid> grids_;            // per subgroup (int8-moments)
   // Declared before the pipeline, so destroyed after it.
   std::unique_ptr<ObjectStore> store_;
   std::unique_ptr<GradStage> grads_;
@@ -215,6 +229,7 @@ class Optimizer {
   std::vector<Memory> param_memory_;
   // Per subgroup: pending master values by element offset.
   std::vector<std::map<uint64_t, std::vector<float>>> overrides_;
+  StateFormat format_ = StateFormat::kF32;
   bool reset_pending_ = false;
   bool grads_offloaded_ = false;
 };

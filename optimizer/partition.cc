@@ -25,6 +25,17 @@ absl::StatusOr<std::vector<Subgroup>> PartitionParams(
   return out;
 }
 
+void AssignPieces(std::vector<Subgroup>* subgroups,
+                  const std::vector<std::vector<uint64_t>>& param_starts) {
+  for (Subgroup& s : *subgroups) {
+    s.pieces = {0};
+    if (static_cast<size_t>(s.group) >= param_starts.size()) continue;
+    for (uint64_t start : param_starts[s.group])
+      if (start > s.group_offset && start < s.group_offset + s.numel)
+        s.pieces.push_back(start - s.group_offset);
+  }
+}
+
 std::vector<std::vector<int>> SubgroupsByGroup(
     const std::vector<Subgroup>& subgroups) {
   std::vector<std::vector<int>> out;

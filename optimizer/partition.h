@@ -18,12 +18,21 @@ struct Subgroup {
   uint64_t group_offset = 0;  // first element within the group
   uint64_t numel = 0;
   std::string object;         // store object name
+  // Where each parameter's part of the subgroup starts (subgroup-relative,
+  // sorted, first 0): int8-moments' quantization blocks never span two.
+  std::vector<uint64_t> pieces = {0};
 };
 
 // Groups of numel 0 are allowed and get no subgroup. InvalidArgument when
 // subgroup_numel is 0.
 absl::StatusOr<std::vector<Subgroup>> PartitionParams(
     const std::vector<uint64_t>& group_numel, uint64_t subgroup_numel);
+
+// Sets each subgroup's pieces from where its group's parameters start
+// (`param_starts[group]`: offsets within the group, sorted; a missing or
+// empty list is one parameter).
+void AssignPieces(std::vector<Subgroup>* subgroups,
+                  const std::vector<std::vector<uint64_t>>& param_starts);
 
 // Subgroup indices of each parameter group, in order.
 std::vector<std::vector<int>> SubgroupsByGroup(

@@ -59,7 +59,9 @@ UpdatePipeline::UpdatePipeline(ObjectStore* store,
     : store_(store),
       subgroups_(subgroups),
       options_(options),
-      runner_(options.threads) {}
+      runner_(options.threads) {
+  for (const Subgroup& s : *subgroups) grids_.emplace_back(s.pieces, s.numel);
+}
 
 absl::Status UpdatePipeline::OffloadGrads(uint64_t t, const GradStage& grads) {
   CommitWindow commits(options_.max_commits_in_flight);
@@ -151,8 +153,21 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
         options_.grad_offload ? (*glease)->Section<float>("g") : nullptr;
     DType gdt = options_.grad_offload ? DType::kF32 : grads.dtype();
     float* p = lease->Section<float>("p");
-    float* m = lease->Section<float>("m");
-    float* v = lease->Section<float>("v");
+    char* m = static_cast<char*>(lease->SectionData("m"));
+    char* v = static_cast<char*>(lease->SectionData("v"));
+    const bool int8 = plan.format == StateFormat::kInt8Moments;
+    const size_t msize = plan.format == StateFormat::kF32 ? 4
+                         : plan.format == StateFormat::kBF16Moments ? 2
+                                                                    : 1;
+    float* ms = int8 ? lease->Section<float>("ms") : nullptr;
+    float* vs = int8 ? lease->Section<float>("vs") : nullptr;
+    if (m == nullptr || v == nullptr || (int8 && (ms == nullptr || vs == nullptr))) {
+      error = absl::DataLossError(absl::StrCat(
+          "object ", s.object, " lacks the sections of state format ",
+          StateFormatName(plan.format)));
+      break;
+    }
+    const QuantGrid& grid = grids_[s.index];
     void* out = sink ? sink->Buffer(s) : nullptr;
     DType odt = sink ? sink->dtype() : DType::kF32;
     if (plan.overrides) ApplyOverrides((*plan.overrides)[s.index], p);
@@ -160,7 +175,12 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
     std::vector<StepRun> whole;
     const std::vector<StepRun>* runs = &plan.runs[s.index];
     if (runs->empty()) {
-      whole.push_back({0, s.numel, s.group, nullptr, DType::kF32});
+      // One run per piece: int8's blocks never span two.
+      for (size_t k = 0; k < s.pieces.size(); ++k) {
+        uint64_t a = s.pieces[k];
+        uint64_t b = k + 1 < s.pieces.size() ? s.pieces[k + 1] : s.numel;
+        if (a < b) whole.push_back({a, b - a, s.group, nullptr, DType::kF32});
+      }
       runs = &whole;
     }
     const size_t tile = options_.tile_elems;
@@ -189,30 +209,52 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
         if (o && !mem) CastParams(p + off, o, od, it.n);
         return;
       }
-      // One kernel call per contiguous stretch of gradient (a borrowed
-      // slice or the stage's copy).
-      for (uint64_t done = 0; done < it.n;) {
-        uint64_t n = it.n - done;
-        const void* gp = nullptr;
-        if (goff) {
-          gp = goff + off + done;
-        } else {
-          uint64_t avail = 0;
-          gp = grads.Span(s.index, off + done, &avail);
-          n = std::min(n, avail);
-        }
+      auto slice = [&](uint64_t at, uint64_t n, const void* gp, DType gd) {
         AdamSlice sl;
-        sl.p = p + off + done;
-        sl.m = m + off + done;
-        sl.v = v + off + done;
+        sl.p = p + at;
+        sl.m = m + at * msize;
+        sl.v = v + at * msize;
         sl.grad = gp;
-        sl.grad_dtype = gdt;
-        sl.out = o ? static_cast<char*>(o) + done * DTypeSize(od) : nullptr;
+        sl.grad_dtype = gd;
+        sl.out = o ? static_cast<char*>(o) + (at - off) * DTypeSize(od)
+                   : nullptr;
         sl.out_dtype = od;
         sl.n = n;
-        AdamUpdate(sl, plan.consts[r.consts]);
-        done += n;
+        sl.format = plan.format;
+        if (int8) {
+          sl.ms = ms + grid.Block(at);
+          sl.vs = vs + grid.Block(at);
+        }
+        return sl;
+      };
+      // One kernel call per contiguous stretch of gradient (a borrowed
+      // slice or the stage's copy); int8 needs whole blocks in one call,
+      // so a tile whose gradient is in pieces is gathered first.
+      if (goff) {
+        AdamUpdate(slice(off, it.n, goff + off, gdt), plan.consts[r.consts]);
+        return;
       }
+      uint64_t avail = 0;
+      const void* gp = grads.Span(s.index, off, &avail);
+      if (avail >= it.n || !int8) {
+        for (uint64_t done = 0; done < it.n;) {
+          uint64_t n = std::min(it.n - done, avail);
+          AdamUpdate(slice(off + done, n, gp, gdt), plan.consts[r.consts]);
+          done += n;
+          if (done < it.n) gp = grads.Span(s.index, off + done, &avail);
+        }
+        return;
+      }
+      std::vector<float> gather(it.n);
+      for (uint64_t done = 0; done < it.n;) {
+        uint64_t n = std::min(it.n - done, avail);
+        for (uint64_t i = 0; i < n; ++i)
+          gather[done + i] = LoadAsFloat(gp, gdt, i);
+        done += n;
+        if (done < it.n) gp = grads.Span(s.index, off + done, &avail);
+      }
+      AdamUpdate(slice(off, it.n, gather.data(), DType::kF32),
+                 plan.consts[r.consts]);
     });
     absl::Time ce = absl::Now();
     rep.compute_s += absl::ToDoubleSeconds(ce - cs);

@@ -28,6 +28,7 @@
 #include "optimizer/parallel.h"
 #include "optimizer/param_sink.h"
 #include "optimizer/partition.h"
+#include "optimizer/state_format.h"
 #include "store/object_store.h"
 
 namespace mlpo {
@@ -94,9 +95,12 @@ struct StepRun {
   DType memory_dtype = DType::kF32;
 };
 struct StepPlan {
+  // How the subgroups' objects hold m and v (StateLayout).
+  StateFormat format = StateFormat::kF32;
   std::vector<AdamStepConsts> consts;
   // Per subgroup index. An empty list: the whole subgroup is one run with
-  // consts[group] (every element has its gradient).
+  // consts[group] (every element has its gradient). For int8-moments a run
+  // must not span two of the subgroup's pieces (its parameters).
   std::vector<std::vector<StepRun>> runs;
   // Per subgroup index (or empty): fp32 master values put in first, by
   // element offset within the subgroup.
@@ -127,6 +131,7 @@ class UpdatePipeline {
   ObjectStore* store_;
   const std::vector<Subgroup>* subgroups_;
   PipelineOptions options_;
+  std::vector<QuantGrid> grids_;  // per subgroup (int8-moments' blocks)
   ParallelRunner runner_;
 };
 

@@ -192,6 +192,14 @@ absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
       else if (s && *s == "tag") o.durability = Durability::kTag;
       else return absl::InvalidArgumentError(
           "config key 'durability': expected \"step\" or \"tag\"");
+    } else if (key == "state_format") {
+      auto s = v.value<std::string>();
+      absl::StatusOr<StateFormat> f = ParseStateFormat(s ? *s : "");
+      if (!s || !f.ok())
+        return absl::InvalidArgumentError(
+            "config key 'state_format': expected \"fp32\", "
+            "\"bf16-moments\" or \"int8-moments\"");
+      o.state_format = *f;
     } else if (key == "meta_dir") {
       if (!v.is_string())
         return absl::InvalidArgumentError("config key 'meta_dir': expected a string");

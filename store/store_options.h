@@ -8,6 +8,9 @@
 //   buffer_pool_bytes = "2G" # idle lease buffers kept for reuse
 //   cache = "25%"            # DRAM tier: a size ("4G") or a percentage of
 //                            # the declared state; 0 = off (the default)
+//   state_format = "fp32"    # how the optimizer holds Adam's moments: fp32 |
+//                            # bf16-moments | int8-moments (fixed when the
+//                            # store is created; optimizer/state_format.h)
 //   [[path]]                 # one table per storage path, in order
 //   root = "var/nvme"        # relative paths: relative to the TOML file
 //   kind = "nvme"            # nvme | pfs | other
@@ -27,10 +30,12 @@
 #define MLPO_STORE_STORE_OPTIONS_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/state_format.h"
 #include "store/meta/layout.h"
 #include "store/path/storage_path.h"
 
@@ -58,6 +63,9 @@ struct StoreOptions {
   std::vector<StorePathConfig> paths;
   std::string meta_dir;  // empty: under the first nvme path (else the first)
   Durability durability = Durability::kStep;
+  // The optimizer's state format named by the config (unset: the
+  // optimizer's own option decides, fp32 by default).
+  std::optional<StateFormat> state_format;
   // Largest extent, i.e. one I/O request; objects are cut into extents of at
   // most this size on each path. Multiple of 4 KiB, 64 KiB..64 MiB.
   uint64_t extent_bytes = uint64_t{1} << 20;

@@ -143,7 +143,7 @@ absl::StatusOr<ObjectLayout> ObjectLayout::Decode(absl::string_view in) {
     SectionSpec s;
     uint64_t dt;
     if (!GetStr(&in, &s.name) || !GetU64(&in, &dt) || !GetU64(&in, &s.count) ||
-        dt > 2)
+        dt > 3)
       return absl::DataLossError("corrupt object layout record");
     s.dtype = static_cast<DType>(dt);
     specs.push_back(std::move(s));

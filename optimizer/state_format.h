@@ -1,0 +1,160 @@
+// How a store holds the Adam moments (DESIGN.md "State formats"). Master
+// weights p are fp32 in every format; a store's format is fixed when it is
+// created (store attribute "state_format").
+//
+//   fp32          m, v fp32                          12 bytes/param each way
+//   bf16-moments  m, v bf16, round to nearest even    8 bytes/param
+//   int8-moments  m, v one byte each + an fp32 scale   ~6.03 bytes/param
+//                 per block of 256 elements of each
+//
+// int8-moments, the code map. Block-wise absmax scaling (Dettmers et al.,
+// "8-bit Optimizers via Block-wise Quantization", ICLR 2022: blocks are
+// quantized independently so one outlier costs only its block; block size
+// 256 is bitsandbytes' and torchao's AdamW8bit default for 8-bit states).
+// Within a block the codes are small floats rather than the paper's dynamic
+// tree map, because a float code is computed by integer and IEEE operations
+// alone, so the scalar, AVX2 and AVX-512 kernels (and the Python reference
+// in python/mlpo/codecs.py) agree bit for bit without a table search:
+//   m: sign + the FP8 E4M3 magnitude layout (Micikevicius et al., "FP8
+//      Formats for Deep Learning", 2022), every code finite: 4 exponent bits
+//      (bias 15, 0 = subnormal), 3 mantissa bits; value <= 1.875, relative
+//      step 1/8 (error <= 1/16), range 2^17.9 below the block's largest.
+//   v: stored as r = sqrt(v) >= 0, so no sign: 4 exponent + 4 mantissa bits
+//      (value <= 1.9375, error <= 1/32). The square root halves the dynamic
+//      range v needs (2^18.9 in r is 2^37.8 in v) and the update takes
+//      sqrt(v) anyway.
+// Scale of a block: s = (largest magnitude in it) / (largest code value),
+// code = RNE(|x| / s) in the code's float layout, value = code_value * s.
+// A block never spans two parameters (blocks restart at each parameter's
+// first element in a subgroup, Subgroup::pieces), so a parameter skipped in
+// a step keeps its codes and scales exactly.
+//
+// Thread-safety: pure functions.
+#ifndef MLPO_OPTIMIZER_STATE_FORMAT_H_
+#define MLPO_OPTIMIZER_STATE_FORMAT_H_
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "base/state_format.h"
+
+namespace mlpo {
+
+class ObjectLayout;
+
+// Bytes of state per parameter (p, m, v and int8's scales) read and written
+// each step.
+double StateBytesPerParam(StateFormat f);
+
+inline constexpr uint64_t kQuantBlock = 256;
+
+// The quantization blocks of a subgroup of `numel` elements whose
+// parameters start at `pieces` (subgroup-relative, sorted, first 0; empty =
+// one piece): each piece is cut into blocks of kQuantBlock from its start.
+class QuantGrid {
+ public:
+  QuantGrid() = default;
+  QuantGrid(const std::vector<uint64_t>& pieces, uint64_t numel);
+  uint64_t blocks() const { return blocks_; }
+  // The block of element i, and that block's [start, end).
+  uint64_t Block(uint64_t i) const;
+  uint64_t BlockStart(uint64_t i) const;
+  uint64_t BlockEnd(uint64_t i) const;
+
+ private:
+  size_t Piece(uint64_t i) const;
+  uint64_t numel_ = 0, blocks_ = 0;
+  std::vector<uint64_t> start_, first_block_;  // per piece
+};
+
+// The store layout of a subgroup's state: p (f32), m and v (f32, bf16 or
+// u8) and for int8 "ms", "vs" (f32, one per block).
+absl::StatusOr<ObjectLayout> StateLayout(StateFormat f, uint64_t numel,
+                                         uint64_t blocks);
+
+// A subgroup's moments as the store holds them (pointers into a lease).
+struct MomentsRef {
+  StateFormat format = StateFormat::kF32;
+  void* m = nullptr;
+  void* v = nullptr;
+  float* ms = nullptr;  // int8: scales per block
+  float* vs = nullptr;
+  const QuantGrid* grid = nullptr;  // int8
+};
+// fp32 values of elements [from, from + n).
+void DecodeMoments(const MomentsRef& r, uint64_t from, uint64_t n, float* m,
+                   float* v);
+// Writes every element's m and v (numel of the grid or of the subgroup)
+// from fp32 values: int8 picks each block's scale.
+void EncodeMoments(const MomentsRef& r, uint64_t numel, const float* m,
+                   const float* v);
+
+// ---- The int8 code map (scalar; the kernels' vector code does the same).
+inline constexpr int kM8Mantissa = 3;  // m: sign + E4M3
+inline constexpr int kV8Mantissa = 4;  // r = sqrt(v): E4M4
+inline constexpr float kM8Max = 1.875f;
+inline constexpr float kV8Max = 1.9375f;
+
+inline uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float BitsFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+// Code (0 .. 2^(4+M) - 1) of x >= 0 (NaN saturates to the largest code).
+template <int M>
+inline uint32_t EncodeMag(float x) {
+  constexpr int k = 23 - M;
+  constexpr uint32_t max_code = (1u << (4 + M)) - 1;
+  uint32_t q;
+  if (x < 0x1p-14f) {  // the code's subnormals: integer multiples of 2^-14-M
+    float t = x * static_cast<float>(1u << (14 + M)) + 8388608.0f;
+    q = FloatBits(t) - FloatBits(8388608.0f);
+  } else {
+    uint32_t u = FloatBits(x);
+    u = u + ((1u << (k - 1)) - 1) + ((u >> k) & 1u);
+    q = (u >> k) - ((127u - 15u) << M);
+  }
+  return q < max_code ? q : max_code;
+}
+template <int M>
+inline float DecodeMag(uint32_t q) {
+  constexpr int k = 23 - M;
+  if ((q >> M) == 0)
+    return static_cast<float>(q) * (1.0f / static_cast<float>(1u << (14 + M)));
+  return BitsFloat((q << k) + ((127u - 15u) << 23));
+}
+// A block's scale from its largest magnitude (bits of |x|, so NaN and inf
+// order as integers: every ISA agrees).
+inline float BlockScale(uint32_t amax_bits, float max_code_value) {
+  return BitsFloat(amax_bits) / max_code_value;
+}
+inline uint8_t EncodeM8(float m, float scale) {
+  uint32_t sign = FloatBits(m) >> 31;
+  float a = BitsFloat(FloatBits(m) & 0x7fffffffu);
+  uint32_t q = scale == 0.0f ? 0 : EncodeMag<kM8Mantissa>(a / scale);
+  return static_cast<uint8_t>((sign << 7) | q);
+}
+inline float DecodeM8(uint8_t c, float scale) {
+  float a = DecodeMag<kM8Mantissa>(c & 0x7fu) * scale;
+  return BitsFloat(FloatBits(a) | (static_cast<uint32_t>(c >> 7) << 31));
+}
+inline uint8_t EncodeV8(float r, float scale) {
+  return static_cast<uint8_t>(scale == 0.0f ? 0
+                                            : EncodeMag<kV8Mantissa>(r / scale));
+}
+inline float DecodeV8(uint8_t c, float scale) {
+  return DecodeMag<kV8Mantissa>(c) * scale;
+}
+
+}  // namespace mlpo
+
+#endif  // MLPO_OPTIMIZER_STATE_FORMAT_H_
