@@ -1,7 +1,9 @@
 // `mlpo-bench kernel`: fused AdamW params/s on 1 and 2 threads against a
 // memory-bandwidth reference measured in the same run: a streaming loop that
 // moves exactly the kernel's bytes (reads p, m, v and an fp16 gradient;
-// writes p, m, v and a bf16 parameter: 28 B per element) with trivial math.
+// writes p, m, v and a bf16 parameter: 28 B per element in fp32, 20 with
+// bf16 moments, about 16 with int8 moments) with trivial math, for each
+// state format.
 #include <cstdio>
 #include <iostream>
 #include <thread>
@@ -13,15 +15,21 @@
 #include "optimizer/adam_kernel.h"
 #include "optimizer/parallel.h"
 #include "base/aligned_buffer.h"
+#include "absl/strings/str_split.h"
+#include "optimizer/state_format.h"
+#include <cstring>
 
 namespace mlpo {
 namespace {
 
 struct Arrays {
-  AlignedBuffer p, m, v, g, out;
+  AlignedBuffer p, m, v, g, out, ms, vs;
   size_t n;
   explicit Arrays(size_t n)
-      : p(n * 4), m(n * 4), v(n * 4), g(n * 2), out(n * 2), n(n) {
+      : p(n * 4), m(n * 4), v(n * 4), g(n * 2), out(n * 2),
+        ms((n / kQuantBlock + 1) * 4), vs((n / kQuantBlock + 1) * 4), n(n) {
+    std::memset(ms.data(), 0, ms.size());
+    std::memset(vs.data(), 0, vs.size());
     auto* pp = reinterpret_cast<float*>(p.data());
     auto* mm = reinterpret_cast<float*>(m.data());
     auto* vv = reinterpret_cast<float*>(v.data());
@@ -55,28 +63,74 @@ double Rate(Arrays& a, int threads, int reps, Fn fn) {
 
 }  // namespace
 
-KernelRates MeasureKernelRates(size_t n, int threads, int reps) {
+double KernelBytesPerElement(StateFormat format) {
+  // p read and written, the gradient in, the parameter out, m and v.
+  return 8 + 2 + 2 + (StateBytesPerParam(format) - 4) * 2;
+}
+
+KernelRates MeasureKernelRates(size_t n, int threads, int reps,
+                               StateFormat format) {
   Arrays a(n);
   auto* p = reinterpret_cast<float*>(a.p.data());
-  auto* m = reinterpret_cast<float*>(a.m.data());
-  auto* v = reinterpret_cast<float*>(a.v.data());
   auto* g = reinterpret_cast<uint16_t*>(a.g.data());
   auto* out = reinterpret_cast<uint16_t*>(a.out.data());
+  auto* ms = reinterpret_cast<float*>(a.ms.data());
+  auto* vs = reinterpret_cast<float*>(a.vs.data());
+  // Zero moments are zero in every format (zero codes, zero scales).
+  std::memset(a.m.data(), 0, a.m.size());
+  std::memset(a.v.data(), 0, a.v.size());
+  const size_t esize = format == StateFormat::kF32           ? 4
+                       : format == StateFormat::kBF16Moments ? 2
+                                                             : 1;
   AdamHyper h;
   h.weight_decay = 0.01;
   AdamStepConsts c = MakeStepConsts(h, 10, 1.0 / 1024);
   KernelRates r;
   r.adam = Rate(a, threads, reps, [&](size_t off, size_t len) {
-    AdamUpdate({p + off, m + off, v + off, g + off, DType::kF16, out + off,
-                DType::kBF16, len},
-               c);
+    AdamSlice s{p + off, a.m.data() + off * esize, a.v.data() + off * esize,
+                g + off, DType::kF16, out + off, DType::kBF16, len};
+    s.format = format;
+    s.ms = ms + off / kQuantBlock;  // tiles are whole blocks
+    s.vs = vs + off / kQuantBlock;
+    AdamUpdate(s, c);
   });
   r.stream = Rate(a, threads, reps, [&](size_t off, size_t len) {
     for (size_t i = off; i < off + len; ++i) {
       p[i] = p[i] * 0.5f;
-      m[i] = m[i] * 0.5f;
-      v[i] = v[i] * 0.5f;
       out[i] = g[i];
+    }
+    switch (format) {
+      case StateFormat::kF32: {
+        auto* m = reinterpret_cast<float*>(a.m.data());
+        auto* v = reinterpret_cast<float*>(a.v.data());
+        for (size_t i = off; i < off + len; ++i) {
+          m[i] = m[i] * 0.5f;
+          v[i] = v[i] * 0.5f;
+        }
+        break;
+      }
+      case StateFormat::kBF16Moments: {
+        auto* m = reinterpret_cast<uint16_t*>(a.m.data());
+        auto* v = reinterpret_cast<uint16_t*>(a.v.data());
+        for (size_t i = off; i < off + len; ++i) {
+          m[i] = static_cast<uint16_t>(m[i] >> 1);
+          v[i] = static_cast<uint16_t>(v[i] >> 1);
+        }
+        break;
+      }
+      case StateFormat::kInt8Moments: {
+        auto* m = a.m.data();
+        auto* v = a.v.data();
+        for (size_t i = off; i < off + len; ++i) {
+          m[i] = static_cast<char>(m[i] >> 1);
+          v[i] = static_cast<char>(v[i] >> 1);
+        }
+        for (size_t b = off / kQuantBlock; b < (off + len) / kQuantBlock; ++b) {
+          ms[b] = ms[b] * 0.5f;
+          vs[b] = vs[b] * 0.5f;
+        }
+        break;
+      }
     }
   });
   return r;
@@ -89,40 +143,69 @@ void AddKernelBench(CLI::App& app) {
   struct Args {
     BenchFlags f;
     size_t n = size_t{64} << 20;
+    std::string formats = "fp32,bf16-moments,int8-moments";
   };
   auto a = std::make_shared<Args>();
   AddBenchFlags(cmd, &a->f);
   cmd->add_option("--elements", a->n, "Elements per array (16M with --quick)")
       ->capture_default_str();
+  cmd->add_option("--state-format", a->formats,
+                  "State formats to measure, comma-separated (fp32, "
+                  "bf16-moments, int8-moments)")
+      ->capture_default_str();
   cmd->callback([a] {
     size_t n = a->f.quick ? (size_t{16} << 20) : a->n;
+    std::vector<StateFormat> formats;
+    for (auto part : absl::StrSplit(a->formats, ',')) {
+      auto f = ParseStateFormat(part);
+      if (!f.ok()) {
+        std::cerr << "mlpo-bench kernel: --state-format: "
+                  << f.status().message() << "\n";
+        throw CLI::RuntimeError(2);
+      }
+      formats.push_back(*f);
+    }
     nlohmann::json out;
     out["isa"] = KernelIsaName(BestKernelIsa());
     out["elements"] = n;
+    // Formats interleaved within each thread count: one noisy minute hits
+    // all of them.
     for (int threads : {1, 2}) {
-      Progress(absl::StrFormat("kernel: %d thread(s)", threads));
-      KernelRates r = MeasureKernelRates(n, threads, a->f.quick ? 3 : 5);
-      out["threads_" + std::to_string(threads)] = {
-          {"adam_params_per_s", r.adam},
-          {"stream_elems_per_s", r.stream},
-          {"bandwidth_ratio", r.adam / r.stream},
-          {"adam_gb_per_s", r.adam * 28 / 1e9}};
+      for (StateFormat fmt : formats) {
+        Progress(absl::StrFormat("kernel: %s, %d thread(s)",
+                                 StateFormatName(fmt), threads));
+        KernelRates r = MeasureKernelRates(n, threads, a->f.quick ? 3 : 5, fmt);
+        double bytes = KernelBytesPerElement(fmt);
+        nlohmann::json t = {{"adam_params_per_s", r.adam},
+                            {"stream_elems_per_s", r.stream},
+                            {"bandwidth_ratio", r.adam / r.stream},
+                            {"bytes_per_param", bytes},
+                            {"adam_gb_per_s", r.adam * bytes / 1e9}};
+        std::string key = "threads_" + std::to_string(threads);
+        if (fmt == StateFormat::kF32) out[key] = t;  // the old keys stay
+        out["formats"][StateFormatName(fmt)][key] = t;
+      }
     }
     Progress("");
     if (a->f.json) {
       std::cout << out.dump(2) << "\n";
       return;
     }
-    std::printf("isa %s, %zu elements (28 B each per update)\n",
-                out["isa"].get<std::string>().c_str(), n);
-    for (int threads : {1, 2}) {
-      auto& t = out["threads_" + std::to_string(threads)];
-      std::printf("%d thread(s): AdamW %.0f M params/s (%.1f GB/s), "
-                  "stream %.0f M/s, ratio %.3f\n",
-                  threads, t["adam_params_per_s"].get<double>() / 1e6,
-                  t["adam_gb_per_s"].get<double>(),
-                  t["stream_elems_per_s"].get<double>() / 1e6,
-                  t["bandwidth_ratio"].get<double>());
+    std::printf("isa %s, %zu elements\n", out["isa"].get<std::string>().c_str(),
+                n);
+    for (StateFormat fmt : formats) {
+      for (int threads : {1, 2}) {
+        auto& t = out["formats"][StateFormatName(fmt)]
+                     ["threads_" + std::to_string(threads)];
+        std::printf("%-13s %d thread(s): AdamW %5.0f M params/s (%4.1f GB/s at "
+                    "%.1f B/param), stream %5.0f M/s, ratio %.3f\n",
+                    StateFormatName(fmt), threads,
+                    t["adam_params_per_s"].get<double>() / 1e6,
+                    t["adam_gb_per_s"].get<double>(),
+                    t["bytes_per_param"].get<double>(),
+                    t["stream_elems_per_s"].get<double>() / 1e6,
+                    t["bandwidth_ratio"].get<double>());
+      }
     }
   });
 }

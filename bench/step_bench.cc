@@ -180,11 +180,13 @@ ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
                    bool stream, bool keep,
                    Durability durability, double u_scale,
                    const std::string& cache, const CapChange& change,
-                   int paper_ratio) {
+                   int paper_ratio, StateFormat format) {
   const ModeConfig mc = ConfigFor(mode, prefetch, commits, paper_ratio);
   const bool baseline = mc.grad_offload;
   OptimizerOptions o;
-  std::string store_name = "step-" + mode;
+  o.state_format = format;
+  std::string store_name =
+      absl::StrCat("step-", mode, "-", StateFormatName(format));
   for (char& ch : store_name)
     if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '-')
       ch = '-';
@@ -342,6 +344,7 @@ void AddStepBench(CLI::App& app) {
     int prefetch = 2, commits = 2, threads = 0;
     double probe_s = 2;
     std::string durability = "step";
+    std::string formats = "fp32";
   };
   auto a = std::make_shared<Args>();
   AddBenchFlags(cmd, &a->f);
@@ -374,6 +377,12 @@ void AddStepBench(CLI::App& app) {
         absl::Status st = ParseCacheBudget(v, &b, &p);
         return st.ok() ? std::string() : std::string(st.message());
       });
+  cmd->add_option("--state-format", a->formats,
+                  "State formats of the optimizer's stores, comma-separated "
+                  "(fp32, bf16-moments, int8-moments); with more than one, "
+                  "every mode runs in each (rows MODE/FORMAT, interleaved) "
+                  "and each compact row gets its ratio to fp32")
+      ->capture_default_str();
   cmd->add_option("--prefetch", a->prefetch, "mlpo prefetch depth")
       ->capture_default_str();
   cmd->add_option("--commits", a->commits, "mlpo commits in flight")
@@ -520,21 +529,59 @@ void AddStepBench(CLI::App& app) {
       change.root = rs[0];
       change.cap = SizeArg("--cap-change", cs[0]);
     }
+    std::vector<StateFormat> formats;
+    for (auto part : absl::StrSplit(a->formats, ',')) {
+      auto fmt = ParseStateFormat(part);
+      if (!fmt.ok()) {
+        std::cerr << "mlpo-bench: --state-format: " << fmt.status().message()
+                  << "\n";
+        throw CLI::RuntimeError(2);
+      }
+      formats.push_back(*fmt);
+    }
+    // Each format's kernel rate bounds its own runs.
+    std::map<StateFormat, double> r_adam_of;
+    for (StateFormat fmt : formats) {
+      if (fmt == StateFormat::kF32) {
+        r_adam_of[fmt] = r_adam;
+        continue;
+      }
+      Progress(absl::StrFormat("measuring the kernel (R_adam, %s)",
+                               StateFormatName(fmt)));
+      r_adam_of[fmt] = MeasureKernelRates(size_t{16} << 20, threads, 3, fmt).adam;
+      out["r_adam_params_per_s_of"][StateFormatName(fmt)] = r_adam_of[fmt];
+    }
+    // Every mode in every format, formats interleaved within each mode:
+    // rows "mode" (one format) or "mode/format".
+    std::vector<std::string> rows;
+    std::map<std::string, std::pair<std::string, StateFormat>> row_of;
+    for (auto& m : modes)
+      for (StateFormat fmt : formats) {
+        if (m == "baseline" && fmt != StateFormat::kF32) continue;
+        std::string row =
+            formats.size() == 1 ? m : absl::StrCat(m, "/", StateFormatName(fmt));
+        rows.push_back(row);
+        row_of[row] = {m, fmt};
+      }
+    if (formats.size() > 1) modes = rows;
     std::map<std::string, ModeResult> res;
     if (!a->trace.empty()) Trace::Get()->Start();
-    for (auto& m : modes) {
+    for (auto& row : rows) {
+      const auto& [m, fmt] = row_of[row];
       ModeResult r = RunMode(m, paths, f.dir, a->params, a->subgroup, a->steps,
                              a->prefetch, a->commits, a->threads, a->stream, f.keep,
                              a->durability == "tag" ? Durability::kTag
                                                     : Durability::kStep,
-                             u_scale, a->cache, change, a->paper_ratio);
-      r.lower_bound_s = std::max(r.lower_bound_s, a->params / r_adam);
+                             u_scale, a->cache, change, a->paper_ratio, fmt);
+      r.lower_bound_s = std::max(r.lower_bound_s, a->params / r_adam_of[fmt]);
       json pj = json::array();
       for (auto& p : r.paths)
         pj.push_back({{"root", p.root}, {"bytes_read", p.read},
                       {"bytes_written", p.written}});
       double moved = r.bytes_read + r.bytes_written;
-      out["modes"][m] = {{"step_s", r.step_s},
+      const std::string& m_row = row;
+      out["modes"][m_row] = {{"state_format", StateFormatName(fmt)},
+                         {"step_s", r.step_s},
                          {"backward_s", r.backward_s},
                          {"read_wait_s", r.read_wait_s},
                          {"compute_s", r.compute_s},
@@ -550,7 +597,14 @@ void AddStepBench(CLI::App& app) {
                          {"peak_rss_bytes", r.peak_rss},
                          {"fractions_per_step", r.fractions_per_step},
                          {"paths", pj}};
-      res[m] = r;
+      res[m_row] = r;
+    }
+    // Each compact format against fp32 in the same mode.
+    for (auto& row : rows) {
+      const auto& [m, fmt] = row_of[row];
+      std::string base = absl::StrCat(m, "/fp32");
+      if (fmt != StateFormat::kF32 && res.count(base))
+        out["modes"][row]["ratio_to_fp32"] = res[base].step_s / res[row].step_s;
     }
     if (res.count("baseline")) {
       for (auto& [m, r] : res) {
@@ -647,13 +701,13 @@ void AddStepBench(CLI::App& app) {
                       ? FormatRate(p["cap_bps"].get<double>()).c_str()
                       : "none",
                   FormatRate(p["mixed_bps"].get<double>()).c_str());
-    std::printf("%-12s %8s %8s %8s %8s %8s %7s %9s %9s %8s %8s\n", "mode",
+    std::printf("%-25s %8s %8s %8s %8s %8s %7s %9s %9s %8s %8s\n", "mode",
                 "step s", "bwd s", "rd wait", "compute", "wr wait", "B/param",
                 "GB/s", "Mparam/s", "bound s", "bound/s");
     for (const std::string& m : modes) {
       const json& j = out["modes"][m];
-      std::printf("%-12s %8.2f %8.2f %8.2f %8.2f %8.2f %7.1f %9.2f %9.1f %8.2f "
-                  "%8.3f\n",
+      std::printf("%-25s %8.2f %8.2f %8.2f %8.2f %8.2f %7.1f %9.2f %9.1f %8.2f "
+                  "%8.3f%s\n",
                   m.c_str(), j["step_s"].get<double>(),
                   j["backward_s"].get<double>(), j["read_wait_s"].get<double>(),
                   j["compute_s"].get<double>(), j["write_wait_s"].get<double>(),
@@ -661,7 +715,12 @@ void AddStepBench(CLI::App& app) {
                   j["effective_gbps"].get<double>(),
                   j["params_per_s"].get<double>() / 1e6,
                   j["lower_bound_s"].get<double>(),
-                  j["bound_efficiency"].get<double>());
+                  j["bound_efficiency"].get<double>(),
+                  j.contains("ratio_to_fp32")
+                      ? absl::StrFormat("  %.2fx fp32",
+                                        j["ratio_to_fp32"].get<double>())
+                            .c_str()
+                      : "");
     }
     if (out.contains("speedup_vs_baseline"))
       std::printf("speedup_vs_baseline (update phase) %.2fx; with the backward "

@@ -17,6 +17,7 @@ with the same data order, so a killed run continues where it was.
 import argparse
 import glob
 import itertools
+import json
 import math
 import os
 import sys
@@ -122,6 +123,13 @@ def main():
     ap.add_argument("--heads", type=int, default=6)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--state-format", default="fp32",
+                    choices=["fp32", "bf16-moments", "int8-moments"],
+                    help="how the store holds Adam's moments (default "
+                         "%(default)s; a store keeps the format it was "
+                         "created with)")
+    ap.add_argument("--log", help="append one JSON line per step (step, "
+                                  "loss) to this file")
     ap.add_argument("--corpus", default=CORPUS)
     ap.add_argument("--threads", type=int, default=os.cpu_count(),
                     help="torch threads for forward/backward")
@@ -142,7 +150,7 @@ def main():
         subgroup_numel=1 << 19, max_grad_norm=1.0,
         # A new run starts fresh in the same store (as torch.optim does);
         # the store keeps the newest 3 checkpoints of its runs.
-        keep_checkpoints=3)
+        keep_checkpoints=3, state_format=a.state_format)
     warmup = 20
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warmup))
@@ -160,7 +168,8 @@ def main():
               f"(store tag {ckpt['opt']['mlpo']['tag']})")
     print(f"train_gpt: {nparams / 1e6:.2f}M parameters, vocab {len(chars)}, "
           f"corpus {len(ids) / 1e3:.0f}K chars; optimizer state "
-          f"{fmt_bytes(12 * nparams)} on {', '.join(tiers)}")
+          f"{fmt_bytes(mlpo.torch.STATE_BYTES[a.state_format] * nparams)} "
+          f"({a.state_format}) on {', '.join(tiers)}")
 
     t0 = time.time()
     first_loss = None
@@ -181,6 +190,11 @@ def main():
         opt.step()
         sched.step()
         first_loss = loss.item() if first_loss is None else first_loss
+        if a.log:
+            with open(a.log, "a") as f:
+                f.write(json.dumps(dict(step=step + 1, loss=loss.item(),
+                                        state_format=a.state_format,
+                                        seed=a.seed)) + "\n")
         rep = opt.last_report
         per_tier = " ".join(f"{os.path.basename(p['root'].rstrip('/'))}="
                             f"{fmt_bytes(p['read'] + p['written'])}"

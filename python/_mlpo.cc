@@ -79,9 +79,14 @@ class Engine {
          int commits, int threads, const std::string& durability,
          const std::string& restore_tag, const std::string& device_backend,
          int device_index, const std::vector<py::list>& device_pieces,
-         bool fresh) {
+         bool fresh, const std::string& state_format) {
     OptimizerOptions o;
     o.store = StoreArg(toml, base_dir, name, rank);
+    if (!state_format.empty()) {
+      absl::StatusOr<StateFormat> f = ParseStateFormat(state_format);
+      if (!f.ok()) throw py::value_error(std::string(f.status().message()));
+      o.state_format = *f;
+    }
     if (durability == "tag") o.store.durability = Durability::kTag;
     else if (durability == "step") o.store.durability = Durability::kStep;
     else if (!durability.empty())
@@ -468,6 +473,9 @@ class Reader {
     r_ = Value(std::move(opened));
   }
   std::string manifest() const { return r_->manifest().dump(); }
+  std::string state_format() const {
+    return StateFormatName(r_->state_format());
+  }
   int world() const { return r_->world(); }
   uint64_t step() const { return r_->step(); }
   std::vector<std::string> store_uuids() const { return r_->store_uuids(); }
@@ -488,10 +496,84 @@ class Reader {
   std::unique_ptr<CheckpointReader> r_;
 };
 
+// The C++ codecs and kernel on numpy arrays, for python/tests/
+// test_codecs.py to hold against the independent reference in
+// mlpo/codecs.py. `pieces`: where parameters start (QuantGrid).
+using F32Array = py::array_t<float, py::array::c_style>;
+using U8Array = py::array_t<uint8_t, py::array::c_style>;
+using U16Array = py::array_t<uint16_t, py::array::c_style>;
+
+MomentsRef CodecRef(StateFormat f, py::array& m, py::array& v, F32Array& ms,
+                    F32Array& vs, const QuantGrid& grid) {
+  MomentsRef r;
+  r.format = f;
+  r.m = m.mutable_data();
+  r.v = v.mutable_data();
+  r.ms = ms.mutable_data();
+  r.vs = vs.mutable_data();
+  r.grid = &grid;
+  return r;
+}
+
+py::tuple CodecEncode(const std::string& format, F32Array m, F32Array v,
+                      const std::vector<uint64_t>& pieces) {
+  StateFormat f = Value(ParseStateFormat(format));
+  size_t n = m.size();
+  if (static_cast<size_t>(v.size()) != n)
+    throw py::value_error("m and v differ in length");
+  QuantGrid grid(pieces, n);
+  py::array mc, vc;
+  if (f == StateFormat::kF32) mc = F32Array(n), vc = F32Array(n);
+  else if (f == StateFormat::kBF16Moments) mc = U16Array(n), vc = U16Array(n);
+  else mc = U8Array(n), vc = U8Array(n);
+  F32Array ms(grid.blocks()), vs(grid.blocks());
+  EncodeMoments(CodecRef(f, mc, vc, ms, vs, grid), n, m.data(), v.data());
+  return py::make_tuple(mc, vc, ms, vs);
+}
+
+py::tuple CodecDecode(const std::string& format, py::array mc, py::array vc,
+                      F32Array ms, F32Array vs,
+                      const std::vector<uint64_t>& pieces) {
+  StateFormat f = Value(ParseStateFormat(format));
+  size_t n = mc.size();
+  QuantGrid grid(pieces, n);
+  if (f == StateFormat::kInt8Moments &&
+      (static_cast<uint64_t>(ms.size()) != grid.blocks() ||
+       static_cast<uint64_t>(vs.size()) != grid.blocks()))
+    throw py::value_error("scales: one per block");
+  F32Array m(n), v(n);
+  DecodeMoments(CodecRef(f, mc, vc, ms, vs, grid), 0, n, m.mutable_data(),
+                v.mutable_data());
+  return py::make_tuple(m, v);
+}
+
+// One fused update of a whole array (one parameter: blocks from element 0)
+// with the given ISA; p, m, v, ms, vs change in place.
+void KernelStep(const std::string& format, const std::string& isa,
+                F32Array p, py::array m, py::array v, F32Array ms, F32Array vs,
+                F32Array g, const py::dict& hyper, uint64_t t,
+                double grad_scale) {
+  StateFormat f = Value(ParseStateFormat(format));
+  KernelIsa k = isa == "avx512" ? KernelIsa::kAvx512
+                : isa == "avx2" ? KernelIsa::kAvx2
+                                : KernelIsa::kScalar;
+  if (!KernelIsaSupported(k)) throw py::value_error(isa + " not supported");
+  AdamSlice s{p.mutable_data(), m.mutable_data(), v.mutable_data(), g.data(),
+              DType::kF32, nullptr, DType::kBF16,
+              static_cast<size_t>(p.size())};
+  s.format = f;
+  s.ms = ms.mutable_data();
+  s.vs = vs.mutable_data();
+  AdamUpdate(s, MakeStepConsts(Engine::HyperArg(hyper), t, grad_scale), k);
+}
+
 }  // namespace
 }  // namespace mlpo
 
 PYBIND11_MODULE(_mlpo, m) {
+  m.def("codec_encode", &mlpo::CodecEncode);
+  m.def("codec_decode", &mlpo::CodecDecode);
+  m.def("kernel_step", &mlpo::KernelStep);
   using mlpo::Engine;
   using mlpo::Reader;
   m.doc() = "mlpo: optimizer state in a tiered object store (C++ engine)";
@@ -501,7 +583,7 @@ PYBIND11_MODULE(_mlpo, m) {
                     const std::string&, const std::string&, double, int, int,
                     int, const std::string&, const std::string&,
                     const std::string&, int, const std::vector<py::list>&,
-                    bool>())
+                    bool, const std::string&>())
       .def("set_initial", &Engine::SetInitial)
       .def("stage_grad", &Engine::StageGrad)
       .def("stage_grad_device", &Engine::StageGradDevice)
@@ -533,6 +615,9 @@ PYBIND11_MODULE(_mlpo, m) {
       .def("set_attribute", &Engine::SetAttribute)
       .def("get_attribute", &Engine::GetAttribute)
       .def_property_readonly("step_count", &Engine::step)
+      .def_property_readonly("state_format", [](Engine& e) {
+        return std::string(StateFormatName(e.opt()->state_format()));
+      })
       .def_property_readonly("skipped_steps", &Engine::skipped_steps)
       .def_property_readonly("store_uuid", &Engine::store_uuid)
       .def_property_readonly("meta_dir", &Engine::meta_dir)
@@ -544,6 +629,7 @@ PYBIND11_MODULE(_mlpo, m) {
       .def("manifest", &Reader::manifest)
       .def_property_readonly("world", &Reader::world)
       .def_property_readonly("step", &Reader::step)
+      .def_property_readonly("state_format", &Reader::state_format)
       .def_property_readonly("store_uuids", &Reader::store_uuids)
       .def("param_steps", &Reader::ParamSteps)
       .def("read", &Reader::Read);

@@ -1,5 +1,6 @@
 // `mlpo export STORE --tag T --format safetensors OUT [--moments]`: the fp32
-// master weights of a checkpoint (and with --moments exp_avg and exp_avg_sq)
+// master weights of a checkpoint (and with --moments exp_avg and exp_avg_sq,
+// dequantised to fp32 from a compact state format, named in the metadata)
 // under the parameter names of the adapter's manifest, in the safetensors
 // format, so any checkpoint opens in any tool that reads safetensors.
 //
@@ -104,7 +105,11 @@ void AddExportCommand(CLI::App& app) {
     }
     header["__metadata__"] = {{"format", "pt"},
                               {"mlpo_step", std::to_string((*r)->step())},
-                              {"mlpo_tag", a->tag}};
+                              {"mlpo_tag", a->tag},
+                              // The moments as stored (the file holds them
+                              // dequantised to fp32).
+                              {"mlpo_state_format",
+                               StateFormatName((*r)->state_format())}};
     std::string h = header.dump();
     while (h.size() % 8) h += ' ';
     // A name of our own beside OUT: never someone's "OUT.tmp".
@@ -147,7 +152,9 @@ void AddExportCommand(CLI::App& app) {
                                   {"tensors", tensors.size()},
                                   {"bytes", off},
                                   {"step", (*r)->step()},
-                                  {"world", (*r)->world()}}
+                                  {"world", (*r)->world()},
+                                  {"state_format",
+                                   StateFormatName((*r)->state_format())}}
                        .dump(2)
                 << "\n";
     else

@@ -15,6 +15,7 @@
 #include "base/size_units.h"
 #include "nlohmann/json.hpp"
 #include "optimizer/adam_kernel.h"
+#include "optimizer/state_format.h"
 #include "store/object_store.h"
 #include "store/store_options.h"
 #include "tools/cli_util.h"
@@ -106,6 +107,7 @@ void AddPlanCommand(CLI::App& app) {
     std::string dram = "0";
     std::vector<std::string> paths;
     std::string from_profile;
+    std::string state_format = "fp32";
     double kernel_rate = 0;
     std::string subgroup = "8000000";
     bool tag = false;
@@ -134,6 +136,10 @@ void AddPlanCommand(CLI::App& app) {
   cmd->add_option("--kernel-rate", a->kernel_rate,
                   "R_adam of one rank in params/s (default: measured here, "
                   "with this machine's cores shared by the ranks)");
+  cmd->add_option("--state-format", a->state_format,
+                  "How the store holds Adam's moments: fp32 (12 B/param), "
+                  "bf16-moments (8), int8-moments (~6.03)")
+      ->capture_default_str();
   cmd->add_option("--subgroup", a->subgroup, "Elements per subgroup")
       ->capture_default_str();
   cmd->add_flag("--tag", a->tag,
@@ -153,6 +159,15 @@ void AddPlanCommand(CLI::App& app) {
     if (!sg.ok() || *sg == 0) Fail("--subgroup: a positive count");
     in.subgroup = *sg;
     in.durability_tag = a->tag;
+    {
+      auto fmt = ParseStateFormat(a->state_format);
+      if (!fmt.ok()) {
+        std::cerr << "mlpo plan: --state-format: " << fmt.status().message()
+                  << "\n";
+        throw CLI::RuntimeError(2);
+      }
+      in.state_bytes_per_param = StateBytesPerParam(*fmt);
+    }
     in.paper_ratio = a->paper_ratio;
     if (!a->from_profile.empty()) in.paths = FromProfile(a->from_profile);
     for (auto& spec : a->paths) {
@@ -174,6 +189,8 @@ void AddPlanCommand(CLI::App& app) {
     out["params"] = in.params;
     out["ranks"] = in.ranks;
     out["kernel_params_per_s"] = in.kernel_params_per_s;
+    out["state_format"] = a->state_format;
+    out["state_bytes_per_param"] = in.state_bytes_per_param;
     out["state_bytes_per_rank"] = r->state_bytes_per_rank;
     out["grad_stage_bytes_per_rank"] = r->grad_stage_bytes_per_rank;
     out["buffers_bytes_per_rank"] = r->inflight_bytes_per_rank;

@@ -56,6 +56,13 @@ std::unique_ptr<ObjectStore> OpenTarget(const std::string& cmd,
 }
 
 
+// The optimizer state format the store records (a store from before
+// formats, or one no optimizer opened: fp32).
+std::string StateFormatOf(const ObjectStore& s) {
+  auto f = s.GetAttribute(kStateFormatAttribute);
+  return f.ok() ? *f : "fp32";
+}
+
 json SectionStats(const CheckoutLease& l) {
   json out = json::array();
   for (const auto& sec : l.layout().sections()) {
@@ -154,6 +161,7 @@ void AddStoreCommands(CLI::App& app) {
                 {"rank", o.rank},
                 {"meta_dir", o.meta_dir},
                 {"durability", o.durability == Durability::kStep ? "step" : "tag"},
+                {"state_format", StateFormatOf(*s)},
                 {"objects", st.objects},
                 {"objects_with_head", st.objects_with_head},
                 {"versions", st.versions},
@@ -167,9 +175,11 @@ void AddStoreCommands(CLI::App& app) {
         std::cout << j.dump(2) << "\n";
         return;
       }
-      std::printf("store %s rank %d  (index %s, durability %s)\n",
+      std::printf("store %s rank %d  (index %s, durability %s, state format "
+                  "%s)\n",
                   o.name.c_str(), o.rank, o.meta_dir.c_str(),
-                  j["durability"].get<std::string>().c_str());
+                  j["durability"].get<std::string>().c_str(),
+                  j["state_format"].get<std::string>().c_str());
       std::printf("objects %lu (%lu with a committed version), version "
                   "records %lu, tags %zu\n",
                   (unsigned long)st.objects, (unsigned long)st.objects_with_head,
@@ -271,6 +281,7 @@ void AddStoreCommands(CLI::App& app) {
                 {"version", rec->version},
                 {"step", rec->step},
                 {"bytes", rec->blob_bytes},
+                {"state_format", StateFormatOf(*s)},
                 {"sections", SectionStats(**lease)},
                 {"extents", ext},
                 {"replica", ExtentsJson(s.get(), rec->replica)}};
@@ -278,9 +289,12 @@ void AddStoreCommands(CLI::App& app) {
         std::cout << j.dump(2) << "\n";
         return;
       }
-      std::printf("object %s step %lu (version %lu, %s)\n", obj->c_str(),
-                  (unsigned long)rec->step, (unsigned long)rec->version,
-                  FormatBytes(rec->blob_bytes).c_str());
+      std::printf("object %s step %lu (version %lu, %s; store state format "
+                  "%s: u8 sections are codes, ms/vs their block scales)\n",
+                  obj->c_str(), (unsigned long)rec->step,
+                  (unsigned long)rec->version,
+                  FormatBytes(rec->blob_bytes).c_str(),
+                  j["state_format"].get<std::string>().c_str());
       std::printf("%-8s %-5s %12s %13s %13s %13s %13s %6s %6s\n", "section",
                   "dtype", "count", "min", "max", "mean", "l2", "nan", "inf");
       for (auto& x : j["sections"])

@@ -16,6 +16,9 @@ from . import store_config
 from ._checkpoints import _model_difference, _store_name
 
 _DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+# Bytes of state per parameter in each format (optimizer/state_format.h).
+STATE_BYTES = {"fp32": 12, "bf16-moments": 8, "int8-moments": 6 + 8 / 256}
+STATE_FORMATS = tuple(STATE_BYTES)
 # Namespaces tried in one store before giving up (each a live optimizer or
 # another model's state).
 _MAX_NAMESPACES = 64
@@ -52,6 +55,27 @@ class StoreOpening:
                 f"store config's durability {theirs!r}; drop one of them")
         return durability or theirs or "tag"
 
+    def _resolve_state_format(self, state_format):
+        theirs = self._config.get("state_format")
+        for what, v in (("state_format", state_format),
+                        ("the store config's state_format", theirs)):
+            if v is not None and v not in STATE_FORMATS:
+                raise ValueError(
+                    f"mlpo.torch: {what} must be one of "
+                    f"{', '.join(STATE_FORMATS)}, not {v!r}")
+        if state_format is not None and theirs is not None and \
+                state_format != theirs:
+            raise ValueError(
+                f"mlpo.torch: state_format={state_format!r} contradicts the "
+                f"store config's state_format {theirs!r}; drop one of them")
+        return state_format or theirs or "fp32"
+
+    @property
+    def state_format(self):
+        """How the store holds Adam's moments: "fp32", "bf16-moments" or
+        "int8-moments" (fixed when the store was created)."""
+        return self._state_format
+
     @property
     def store_name(self):
         """The namespace this optimizer's state lives in ("<name>",
@@ -59,7 +83,8 @@ class StoreOpening:
         return _store_name(self._ns, self._world)
 
     def _toml(self):
-        state = 12 * sum(l["numel"] for l in self._layout)
+        state = int(STATE_BYTES[self._state_format] *
+                    sum(l["numel"] for l in self._layout))
         return store_config.to_toml(store_config.apply_defaults(
             self._config, state, _local_ranks(self._world)))
 
@@ -76,7 +101,8 @@ class StoreOpening:
             self._rank, groups, self._opts["subgroup_numel"], self._grad_dt,
             dt, self._opts["max_grad_norm"], self._opts["prefetch"],
             self._opts["commits"], self._opts["threads"], self._durability,
-            restore_tag or "", *self._device_args(), True)
+            restore_tag or "", *self._device_args(), True,
+            self._state_format)
 
     def _namespaces(self):
         yield self._name

@@ -72,12 +72,15 @@ absl::StatusOr<PlanResult> Plan(const PlanInput& in) {
   PlanResult r;
   const double n = in.ranks;
   r.params_per_rank = in.params / n;
-  r.state_bytes_per_rank = static_cast<uint64_t>(12 * r.params_per_rank);
+  const double bpp = in.state_bytes_per_param;
+  if (!(bpp > 0))
+    return absl::InvalidArgumentError("state bytes per parameter must be > 0");
+  r.state_bytes_per_rank = static_cast<uint64_t>(bpp * r.params_per_rank);
   r.grad_stage_bytes_per_rank = static_cast<uint64_t>(2 * r.params_per_rank);
   uint64_t sg = std::min<uint64_t>(in.subgroup,
                                    static_cast<uint64_t>(r.params_per_rank));
   r.inflight_bytes_per_rank =
-      static_cast<uint64_t>(in.prefetch + in.commits) * sg * 12;
+      static_cast<uint64_t>((in.prefetch + in.commits) * sg * bpp);
   r.dram_needed_without_cache_per_rank = r.grad_stage_bytes_per_rank +
                                          r.inflight_bytes_per_rank +
                                          in.overhead;
@@ -97,7 +100,7 @@ absl::StatusOr<PlanResult> Plan(const PlanInput& in) {
   for (auto& p : in.paths) u.push_back(p.mixed_bps);
 
   // mlpo: water-filled over capacity for one step's bytes (the state).
-  const double node_state = 12 * p_node;
+  const double node_state = bpp * p_node;
   std::vector<uint64_t> room;
   for (auto& p : in.paths)
     room.push_back(p.capacity ? p.capacity / 2 : UINT64_MAX);  // head + tag
@@ -137,7 +140,15 @@ absl::StatusOr<PlanResult> Plan(const PlanInput& in) {
     r.modes.push_back(finish(m, s, SplitTime(m.bytes_per_step, m.fractions,
                                              u, &s)));
   }
-  const double saved = in.durability_tag ? 24 * c : 12 * c;
+  // Bytes per parameter the DRAM tier saves: mlpo's in its format; paper's
+  // (fp32) from the same DRAM.
+  const double cache_bytes = static_cast<double>(r.cache_bytes_per_rank);
+  const double c12 =
+      r.params_per_rank > 0
+          ? std::min(1.0, cache_bytes / (12 * r.params_per_rank))
+          : 0;
+  const double saved = (in.durability_tag ? 2 : 1) * bpp * c;
+  const double saved12 = (in.durability_tag ? 2 : 1) * 12 * c12;
   if (in.paths.size() >= 2) {
     int best = 1;
     double best_t = INFINITY;
@@ -152,7 +163,7 @@ absl::StatusOr<PlanResult> Plan(const PlanInput& in) {
     r.paper_ratio = in.paper_ratio > 0 ? in.paper_ratio : best;
     PlanMode m;
     m.mode = "paper";
-    m.bytes_per_step = (24 - saved) * p_node;
+    m.bytes_per_step = (24 - saved12) * p_node;
     m.fractions.assign(in.paths.size(), 0.0);
     m.fractions[1] = 1.0 / r.paper_ratio;
     m.fractions[0] = 1 - m.fractions[1];
@@ -163,7 +174,7 @@ absl::StatusOr<PlanResult> Plan(const PlanInput& in) {
   {
     PlanMode m;
     m.mode = "mlpo";
-    m.bytes_per_step = (24 - saved) * p_node;
+    m.bytes_per_step = (2 * bpp - saved) * p_node;
     m.fractions = f;
     size_t s = 0;
     r.modes.push_back(finish(m, s, SplitTime(m.bytes_per_step, m.fractions,

@@ -9,8 +9,10 @@
 //   paper     two paths by a fixed integer ratio (1/r on the second), the
 //             DRAM budget as a cache of whole subgroups
 //   mlpo      every path, f_k proportional to U_k water-filled over capacity,
-//             24 B/param less what the DRAM tier saves (reads; writes too
-//             with durability "tag")
+//             2 x the state format's bytes per parameter (24 for fp32, 16
+//             for bf16-moments, ~12.06 for int8-moments) less what the DRAM
+//             tier saves (reads; writes too with durability "tag")
+// (baseline and paper are the fp32 systems they model.)
 //
 // Pure functions; thread-compatible.
 #ifndef MLPO_TOOLS_PLAN_PLAN_MODEL_H_
@@ -39,6 +41,7 @@ struct PlanInput {
   uint64_t subgroup = 8'000'000;     // elements
   int prefetch = 2, commits = 2;
   bool durability_tag = false;
+  double state_bytes_per_param = 12;  // StateBytesPerParam of the format
   int paper_ratio = 0;               // 0: the best integer
   uint64_t overhead = uint64_t{1} << 30;  // per rank: RocksDB, runtime
 };
@@ -53,7 +56,7 @@ struct PlanMode {
 
 struct PlanResult {
   double params_per_rank = 0;
-  uint64_t state_bytes_per_rank = 0;   // fp32 p, m, v
+  uint64_t state_bytes_per_rank = 0;   // p, m, v in the state format
   uint64_t grad_stage_bytes_per_rank = 0;
   uint64_t inflight_bytes_per_rank = 0;  // prefetch + commits buffers
   uint64_t cache_bytes_per_rank = 0;   // what is left of DRAM for the tier

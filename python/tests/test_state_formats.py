@@ -1,0 +1,154 @@
+"""mlpo.torch with compact moments (state_format): training against
+torch.optim.AdamW within what each format rounds, checkpoints that resume
+bit for bit, the format fixed with the store, torch state quantised on the
+way in, and bad names refused."""
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+import mlpo.torch
+from test_checkpoints import read_safetensors
+
+FORMATS = ["fp32", "bf16-moments", "int8-moments"]
+LR = 1e-2
+
+
+def model_pair(seed=0):
+    torch.manual_seed(seed)
+    a = torch.nn.Sequential(torch.nn.Linear(40, 300), torch.nn.Tanh(),
+                            torch.nn.Linear(300, 3))
+    b = torch.nn.Sequential(torch.nn.Linear(40, 300), torch.nn.Tanh(),
+                            torch.nn.Linear(300, 3))
+    b.load_state_dict(a.state_dict())
+    return a, b
+
+
+def train(model, opt, steps, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randn(16, 40, generator=g)
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_training_follows_torch_within_the_format(tmp_path, fmt):
+    ours, ref = model_pair()
+    opt = mlpo.torch.AdamW(ours.parameters(), lr=LR, betas=(0.9, 0.95),
+                           store=str(tmp_path), state_format=fmt)
+    assert opt.state_format == fmt
+    topt = torch.optim.AdamW(ref.parameters(), lr=LR, betas=(0.9, 0.95))
+    steps = 15
+    train(ours, opt, steps)
+    train(ref, topt, steps)
+    # Each step's update m / sqrt(v) carries the format's rounding.
+    per_step = {"fp32": 1e-5, "bf16-moments": 0.03, "int8-moments": 0.25}[fmt]
+    for p, q in zip(ours.parameters(), ref.parameters()):
+        assert (p - q).abs().max().item() <= per_step * LR * steps + 1e-6
+        st, tst = opt.state[p], topt.state[q]
+        assert int(st["step"]) == steps
+        # The trajectories part (other parameters, other gradients), so m
+        # drifts further than one rounding.
+        rel = {"fp32": 1e-5, "bf16-moments": 0.06, "int8-moments": 0.4}[fmt]
+        err = (st["exp_avg"] - tst["exp_avg"]).norm() / tst["exp_avg"].norm()
+        assert err.item() <= rel, (fmt, err.item())
+    opt.close()
+
+
+@pytest.mark.parametrize("fmt", ["bf16-moments", "int8-moments"])
+def test_a_checkpoint_resumes_bit_for_bit(tmp_path, fmt):
+    a, b = model_pair()
+    opt = mlpo.torch.AdamW(a.parameters(), lr=LR, store=str(tmp_path),
+                           state_format=fmt)
+    train(a, opt, 4)
+    saved_model = {k: v.clone() for k, v in a.state_dict().items()}
+    sd = opt.state_dict()
+    train(a, opt, 3, seed=9)
+    straight = [p.detach().clone() for p in a.parameters()]
+    opt.close()
+    b.load_state_dict(saved_model)
+    opt2 = mlpo.torch.AdamW(b.parameters(), lr=LR, store=str(tmp_path),
+                            state_format=fmt)
+    opt2.load_state_dict(sd)
+    train(b, opt2, 3, seed=9)
+    for x, y in zip(straight, b.parameters()):
+        assert torch.equal(x, y)
+    opt2.close()
+
+
+def test_the_format_is_fixed_with_the_store(tmp_path):
+    a, _ = model_pair()
+    opt = mlpo.torch.AdamW(a.parameters(), lr=LR, store=str(tmp_path),
+                           state_format="int8-moments")
+    train(a, opt, 2)
+    before = [p.detach().clone() for p in a.parameters()]
+    state = opt.state[next(a.parameters())]["exp_avg"].clone()
+    opt.close()
+    for other in (None, "fp32", "bf16-moments"):
+        with pytest.raises(RuntimeError, match="holds its state as int8-moments"):
+            mlpo.torch.AdamW(a.parameters(), lr=LR, store=str(tmp_path),
+                             state_format=other, resume=True)
+    opt = mlpo.torch.AdamW(a.parameters(), lr=LR, store=str(tmp_path),
+                           state_format="int8-moments", resume=True)
+    assert torch.equal(opt.state[next(a.parameters())]["exp_avg"], state)
+    for x, y in zip(before, a.parameters()):
+        assert torch.equal(x, y)
+    opt.close()
+
+
+def test_config_key_and_contradictions(tmp_path):
+    a, _ = model_pair()
+    cfg = {"path": [str(tmp_path / "n")], "state_format": "bf16-moments"}
+    opt = mlpo.torch.AdamW(a.parameters(), store=cfg)
+    assert opt.state_format == "bf16-moments"
+    opt.close()
+    with pytest.raises(ValueError, match="contradicts"):
+        mlpo.torch.AdamW(a.parameters(), store=cfg, state_format="fp32")
+    with pytest.raises(ValueError, match="int8-moments"):
+        mlpo.torch.AdamW(a.parameters(), store=str(tmp_path / "x"),
+                         state_format="int8")
+    toml = tmp_path / "s.toml"
+    toml.write_text('state_format = "int4"\n[[path]]\nroot = "p"\n')
+    with pytest.raises(ValueError, match="state_format"):
+        mlpo.torch.AdamW(a.parameters(), store=str(toml))
+
+
+def test_torch_state_is_quantised_on_the_way_in(tmp_path, mlpo_cli):
+    a, b = model_pair()
+    topt = torch.optim.AdamW(b.parameters(), lr=LR)
+    train(b, topt, 3)
+    a.load_state_dict(b.state_dict())
+    opt = mlpo.torch.AdamW(a.named_parameters(), lr=LR, store=str(tmp_path),
+                           state_format="int8-moments")
+    opt.load_state_dict(topt.state_dict())
+    for p, q in zip(a.parameters(), b.parameters()):
+        m, tm = opt.state[p]["exp_avg"], topt.state[q]["exp_avg"]
+        r, tr = (opt.state[p]["exp_avg_sq"].sqrt(),
+                 topt.state[q]["exp_avg_sq"].sqrt())
+        # Half a code: 1/16 of |m| (1/32 of sqrt(v)) or the block's smallest
+        # code (the tensor's largest / 1.875 * 2^-17 bounds it).
+        assert torch.all((m - tm).abs() <= tm.abs() / 16 +
+                         tm.abs().max() * 2.0 ** -17 + 1e-30)
+        assert torch.all((r - tr).abs() <= tr / 32 + tr.max() * 2.0 ** -18
+                         + 1e-30)
+    # Export (the checkpoint reader) dequantises to the same values and
+    # names the format.
+    sd = opt.state_dict()
+    want = {n: opt.state[p]["exp_avg"] for n, p in a.named_parameters()}
+    opt.close()
+    out = tmp_path / "w.safetensors"
+    r = subprocess.run([mlpo_cli, "export", os.path.join(str(tmp_path), "mlpo",
+                                                       "rank-0"),
+                        str(out), "--tag", sd["mlpo"]["tag"], "--moments",
+                        "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["state_format"] == "int8-moments"
+    tensors, meta = read_safetensors(out)
+    assert meta["mlpo_state_format"] == "int8-moments"
+    for n, m in want.items():
+        assert np.array_equal(tensors[n + ".exp_avg"], m.numpy()), n
