@@ -1,6 +1,7 @@
 #include "optimizer/adam_kernel.h"
 
 #include <cpuid.h>
+#include <xmmintrin.h>
 
 #include <algorithm>
 
@@ -73,11 +74,17 @@ KernelIsa BestKernelIsa() {
 }
 
 void AdamUpdate(const AdamSlice& s, const AdamStepConsts& c, KernelIsa isa) {
+  // IEEE defaults (round to nearest, no flush-to-zero, no denormals-are-
+  // zero) whatever the calling thread set (torch.set_flush_denormal sets
+  // FTZ/DAZ on its threads): every ISA and the reference then round alike.
+  const unsigned csr = _mm_getcsr();
+  _mm_setcsr(0x1f80);
   switch (isa) {
-    case KernelIsa::kAvx512: return AdamUpdateAvx512(s, c);
-    case KernelIsa::kAvx2: return AdamUpdateAvx2(s, c);
-    default: return AdamUpdateScalar(s, c);
+    case KernelIsa::kAvx512: AdamUpdateAvx512(s, c); break;
+    case KernelIsa::kAvx2: AdamUpdateAvx2(s, c); break;
+    default: AdamUpdateScalar(s, c); break;
   }
+  _mm_setcsr(csr);
 }
 
 namespace {

@@ -68,16 +68,14 @@ inline void StoreMoment(void* base, StateFormat f, size_t i, __m256 x) {
 }
 
 // The int8 code map (state_format.h), 8 lanes of int32 codes.
+// The code's bits placed as an fp32's exponent and mantissa give its value
+// times 2^-112 exactly (exponent 0 is an fp32 subnormal: the code's
+// subnormals); one exact product scales it back. Needs subnormals read as
+// they are: AdamUpdate runs the kernels with the default MXCSR.
 template <int M>
 inline __m256 DecodeMag(__m256i q) {
-  __m256i is_sub = _mm256_cmpeq_epi32(_mm256_srli_epi32(q, M),
-                                      _mm256_setzero_si256());
-  __m256 normal = _mm256_castsi256_ps(_mm256_add_epi32(
-      _mm256_slli_epi32(q, 23 - M), _mm256_set1_epi32((127 - 15) << 23)));
-  __m256 sub = _mm256_mul_ps(
-      _mm256_cvtepi32_ps(q),
-      _mm256_set1_ps(1.0f / static_cast<float>(1u << (14 + M))));
-  return _mm256_blendv_ps(normal, sub, _mm256_castsi256_ps(is_sub));
+  return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(q, 23 - M)),
+                       _mm256_set1_ps(0x1p112f));
 }
 template <int M>
 inline __m256i EncodeMag(__m256 x) {
@@ -180,19 +178,20 @@ void Int8Blocks(const AdamSlice& s, const AdamStepConsts& c) {
     Int8PassScalar(s, c, b, b0, i, end, mt, rt, &am, &ar);
     s.ms[b] = BlockScale(am, kM8Max);
     s.vs[b] = BlockScale(ar, kV8Max);
-    const __m256 nm = _mm256_set1_ps(s.ms[b]), nv = _mm256_set1_ps(s.vs[b]);
+    const __m256 nm = _mm256_set1_ps(InverseScale(s.ms[b])),
+                 nv = _mm256_set1_ps(InverseScale(s.vs[b]));
     const bool mzero = s.ms[b] == 0.0f, vzero = s.vs[b] == 0.0f;
     for (i = b0; i + 8 <= end; i += 8) {
       __m256 m = _mm256_load_ps(mt + (i - b0));
       __m256i mi = _mm256_castps_si256(m);
       __m256i mq =
           mzero ? _mm256_setzero_si256()
-                : EncodeMag<kM8Mantissa>(_mm256_div_ps(
+                : EncodeMag<kM8Mantissa>(_mm256_mul_ps(
                       _mm256_castsi256_ps(_mm256_and_si256(mi, abs_mask)), nm));
       mq = _mm256_or_si256(mq, _mm256_slli_epi32(_mm256_srli_epi32(mi, 31), 7));
       __m256i vq = vzero ? _mm256_setzero_si256()
                          : EncodeMag<kV8Mantissa>(
-                               _mm256_div_ps(_mm256_load_ps(rt + (i - b0)), nv));
+                               _mm256_mul_ps(_mm256_load_ps(rt + (i - b0)), nv));
       StoreCodes(s.m, i, mq);
       StoreCodes(s.v, i, vq);
     }

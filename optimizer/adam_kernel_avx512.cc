@@ -64,16 +64,14 @@ inline void StoreMoment(void* base, StateFormat f, size_t i, __m512 x) {
 }
 
 // The int8 code map (state_format.h), 16 lanes of int32 codes.
+// The code's bits placed as an fp32's exponent and mantissa give its value
+// times 2^-112 exactly (exponent 0 is an fp32 subnormal: the code's
+// subnormals); one exact product scales it back. Needs subnormals read as
+// they are: AdamUpdate runs the kernels with the default MXCSR.
 template <int M>
 inline __m512 DecodeMag(__m512i q) {
-  __mmask16 is_sub = _mm512_cmpeq_epi32_mask(_mm512_srli_epi32(q, M),
-                                             _mm512_setzero_si512());
-  __m512 normal = _mm512_castsi512_ps(_mm512_add_epi32(
-      _mm512_slli_epi32(q, 23 - M), _mm512_set1_epi32((127 - 15) << 23)));
-  __m512 sub = _mm512_mul_ps(
-      _mm512_cvtepi32_ps(q),
-      _mm512_set1_ps(1.0f / static_cast<float>(1u << (14 + M))));
-  return _mm512_mask_mov_ps(normal, is_sub, sub);
+  return _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(q, 23 - M)),
+                       _mm512_set1_ps(0x1p112f));
 }
 template <int M>
 inline __m512i EncodeMag(__m512 x) {
@@ -168,18 +166,19 @@ void Int8Blocks(const AdamSlice& s, const AdamStepConsts& c) {
     Int8PassScalar(s, c, b, b0, i, end, mt, rt, &am, &ar);
     s.ms[b] = BlockScale(am, kM8Max);
     s.vs[b] = BlockScale(ar, kV8Max);
-    const __m512 nm = _mm512_set1_ps(s.ms[b]), nv = _mm512_set1_ps(s.vs[b]);
+    const __m512 nm = _mm512_set1_ps(InverseScale(s.ms[b])),
+                 nv = _mm512_set1_ps(InverseScale(s.vs[b]));
     const bool mzero = s.ms[b] == 0.0f, vzero = s.vs[b] == 0.0f;
     for (i = b0; i + 16 <= end; i += 16) {
       __m512i mi = _mm512_castps_si512(_mm512_load_ps(mt + (i - b0)));
       __m512i mq =
           mzero ? _mm512_setzero_si512()
-                : EncodeMag<kM8Mantissa>(_mm512_div_ps(
+                : EncodeMag<kM8Mantissa>(_mm512_mul_ps(
                       _mm512_castsi512_ps(_mm512_and_si512(mi, abs_mask)), nm));
       mq = _mm512_or_si512(mq, _mm512_slli_epi32(_mm512_srli_epi32(mi, 31), 7));
       __m512i vq = vzero ? _mm512_setzero_si512()
                          : EncodeMag<kV8Mantissa>(
-                               _mm512_div_ps(_mm512_load_ps(rt + (i - b0)), nv));
+                               _mm512_mul_ps(_mm512_load_ps(rt + (i - b0)), nv));
       StoreCodes(s.m, i, mq);
       StoreCodes(s.v, i, vq);
     }

@@ -24,7 +24,9 @@
 //      range v needs (2^18.9 in r is 2^37.8 in v) and the update takes
 //      sqrt(v) anyway.
 // Scale of a block: s = (largest magnitude in it) / (largest code value),
-// code = RNE(|x| / s) in the code's float layout, value = code_value * s.
+// code = RNE(|x| * (1 / s)) in the code's float layout (fp32 operations: a
+// reciprocal, then products, cheaper than a division per element), value =
+// code_value * s.
 // A block never spans two parameters (blocks restart at each parameter's
 // first element in a subgroup, Subgroup::pieces), so a parameter skipped in
 // a step keeps its codes and scales exactly.
@@ -137,10 +139,13 @@ inline float DecodeMag(uint32_t q) {
 inline float BlockScale(uint32_t amax_bits, float max_code_value) {
   return BitsFloat(amax_bits) / max_code_value;
 }
+// The codes of a block with scale s are taken with inv = 1 / s.
+inline float InverseScale(float scale) { return 1.0f / scale; }
 inline uint8_t EncodeM8(float m, float scale) {
   uint32_t sign = FloatBits(m) >> 31;
   float a = BitsFloat(FloatBits(m) & 0x7fffffffu);
-  uint32_t q = scale == 0.0f ? 0 : EncodeMag<kM8Mantissa>(a / scale);
+  uint32_t q =
+      scale == 0.0f ? 0 : EncodeMag<kM8Mantissa>(a * InverseScale(scale));
   return static_cast<uint8_t>((sign << 7) | q);
 }
 inline float DecodeM8(uint8_t c, float scale) {
@@ -148,8 +153,8 @@ inline float DecodeM8(uint8_t c, float scale) {
   return BitsFloat(FloatBits(a) | (static_cast<uint32_t>(c >> 7) << 31));
 }
 inline uint8_t EncodeV8(float r, float scale) {
-  return static_cast<uint8_t>(scale == 0.0f ? 0
-                                            : EncodeMag<kV8Mantissa>(r / scale));
+  return static_cast<uint8_t>(
+      scale == 0.0f ? 0 : EncodeMag<kV8Mantissa>(r * InverseScale(scale)));
 }
 inline float DecodeV8(uint8_t c, float scale) {
   return DecodeMag<kV8Mantissa>(c) * scale;

@@ -10,7 +10,8 @@ code (python/tests/test_codecs.py holds the two together bit for bit).
                 exponent 0 = subnormal; 3 mantissa bits; largest 1.875);
                 v: r = sqrt(v) as an 8-bit float code (4 exponent, 4
                 mantissa bits; largest 1.9375); code = round-half-even of
-                |x| / scale, value = code value * scale.
+                |x| * (1 / scale) (float32 reciprocal, then float32
+                product), value = code value * scale.
 
 The codes' values are computed here in float64 from their definition
 (frexp and rint), not by the bit manipulation the kernels use."""
@@ -97,10 +98,10 @@ def _encode_int8_root(m, r, pieces):
         vs[b] = _largest(r[a:e]) / vmax
         sign = (m[a:e].view(np.uint32) >> 31).astype(np.int64)
         with np.errstate(invalid="ignore", divide="ignore"):
-            qm = (encode_magnitude(np.abs(m[a:e]) / ms[b], M_MANTISSA)
-                  if ms[b] != 0 else 0)
-            qv = (encode_magnitude(r[a:e] / vs[b], V_MANTISSA)
-                  if vs[b] != 0 else 0)
+            qm = (encode_magnitude(np.abs(m[a:e]) * (np.float32(1) / ms[b]),
+                                   M_MANTISSA) if ms[b] != 0 else 0)
+            qv = (encode_magnitude(r[a:e] * (np.float32(1) / vs[b]),
+                                   V_MANTISSA) if vs[b] != 0 else 0)
         mc[a:e] = (sign << 7) | qm
         vc[a:e] = qv
     return mc, vc, ms, vs

@@ -23,6 +23,7 @@ ap.add_argument("--load")
 ap.add_argument("--save")
 ap.add_argument("--save-at", type=int, default=-1)
 ap.add_argument("--out", required=True)
+ap.add_argument("--state-format", default="fp32")
 a = ap.parse_args()
 
 if "WORLD_SIZE" in os.environ:
@@ -32,7 +33,8 @@ rank = dist.get_rank() if dist.is_initialized() else 0
 
 model = make_model()
 opt = mt.AdamW(two_groups(model, named=True), lr=1e-2, store=a.store,
-               subgroup_numel=100)  # several subgroups per shard
+               subgroup_numel=100,  # several subgroups per shard
+               state_format=a.state_format)
 if a.load:
     ckpt = torch.load(a.load)
     model.load_state_dict(ckpt["model"])

@@ -81,3 +81,18 @@ def test_reshard_two_ranks_into_one_and_one_into_two(tmp_path, build_python_path
                 store=st2, load=tmp_path / "c1.pt", start=5)
     assert close(base, two_b, range(5, 10)) <= TOL
     assert params_close(base, two_b) <= TOL
+
+
+def test_reshard_int8_moments_two_ranks_into_one(tmp_path, build_python_path):
+    """Compact moments reshard through the checkpoint reader: dequantised,
+    then quantised again in the new shards' blocks, so the run continues
+    within int8's rounding of the uninterrupted two-rank run."""
+    st = tmp_path / "store"
+    two = run(tmp_path, build_python_path, 2, tmp_path / "two.json", store=st,
+              save=tmp_path / "c2.pt", save_at=5, state_format="int8-moments")
+    one = run(tmp_path, build_python_path, 1, tmp_path / "one.json", store=st,
+              load=tmp_path / "c2.pt", start=5, state_format="int8-moments")
+    assert one["world"] == 1
+    # lr 1e-2, 5 steps, each update's m / sqrt(v) within int8's rounding.
+    assert params_close(two, one) <= 0.25 * 1e-2 * 5
+    assert close(two, one, range(5, 10)) <= 0.05 * abs(two["losses"]["9"])

@@ -152,3 +152,31 @@ def test_torch_state_is_quantised_on_the_way_in(tmp_path, mlpo_cli):
     assert meta["mlpo_state_format"] == "int8-moments"
     for n, m in want.items():
         assert np.array_equal(tensors[n + ".exp_avg"], m.numpy()), n
+
+
+@pytest.mark.parametrize("fmt", ["bf16-moments", "int8-moments"])
+def test_export_then_import_is_within_one_quantization_step(tmp_path, fmt):
+    a, b = model_pair()
+    opt = mlpo.torch.AdamW(a.named_parameters(), lr=LR,
+                           store=str(tmp_path / "one"), state_format=fmt)
+    train(a, opt, 5)
+    out = mlpo.torch.export_state_dict(opt.state_dict())
+    before = {n: (opt.state[p]["exp_avg"].clone(),
+                  opt.state[p]["exp_avg_sq"].clone())
+              for n, p in a.named_parameters()}
+    opt.close()
+    b.load_state_dict(a.state_dict())
+    opt2 = mlpo.torch.AdamW(b.named_parameters(), lr=LR,
+                            store=str(tmp_path / "two"), state_format=fmt)
+    tb = torch.optim.AdamW(b.parameters(), lr=LR)
+    tb.load_state_dict({k: out[k] for k in ("state", "param_groups")})
+    opt2.load_state_dict(tb.state_dict())
+    step = 1 / 256 if fmt == "bf16-moments" else 1 / 8
+    for n, p in b.named_parameters():
+        m0, v0 = before[n]
+        m1, v1 = opt2.state[p]["exp_avg"], opt2.state[p]["exp_avg_sq"]
+        assert torch.all((m1 - m0).abs() <= m0.abs() * step +
+                         m0.abs().max() * 2.0 ** -16 + 1e-30), n
+        assert torch.all((v1.sqrt() - v0.sqrt()).abs() <= v0.sqrt() * step +
+                         v0.sqrt().max() * 2.0 ** -17 + 1e-30), n
+    opt2.close()

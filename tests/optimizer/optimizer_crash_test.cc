@@ -2,7 +2,8 @@
 // steps; reopening with the newest tag restored and re-running the steps
 // gives state bit-identical to an uninterrupted run. With both durabilities,
 // and with the DRAM tier on (durability "tag": versions dirty in DRAM are
-// lost with the process; the tag brings the state back).
+// lost with the process; the tag brings the state back); and once in each
+// compact state format (with the tier and durability "tag").
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,6 +49,7 @@ void RunToTheEndLikeAnUninterruptedRun(Optimizer* opt) {
   }
   TempDir dir2;
   OptimizerOptions u = TestOptimizerOptions(dir2, {60000, 25000}, 10000);
+  u.state_format = opt->state_format();
   auto clean = Optimizer::Open(u);
   ASSERT_TRUE(clean.ok());
   for (uint64_t t = 1; t <= kFinalStep; ++t) {
@@ -82,16 +84,23 @@ void RunToTheEndLikeAnUninterruptedRun(Optimizer* opt) {
   }
 }
 
-// (durability, DRAM tier on)
-class OptimizerCrashTest
-    : public ::testing::TestWithParam<std::tuple<Durability, bool>> {};
+// (durability, DRAM tier on, state format)
+using CrashParam = std::tuple<Durability, bool, StateFormat>;
+class OptimizerCrashTest : public ::testing::TestWithParam<CrashParam> {
+ protected:
+  OptimizerOptions Options(const TempDir& dir) const {
+    OptimizerOptions o = TestOptimizerOptions(dir, {60000, 25000}, 10000);
+    o.pipeline.threads = 1;
+    o.store.durability = std::get<0>(GetParam());
+    if (std::get<1>(GetParam())) o.store.cache_percent = 40;
+    o.state_format = std::get<2>(GetParam());
+    return o;
+  }
+};
 
 TEST_P(OptimizerCrashTest, RestoreNewestTagAndRerunIsBitIdentical) {
   TempDir dir;
-  OptimizerOptions o = TestOptimizerOptions(dir, {60000, 25000}, 10000);
-  o.pipeline.threads = 1;
-  o.store.durability = std::get<0>(GetParam());
-  if (std::get<1>(GetParam())) o.store.cache_percent = 40;
+  OptimizerOptions o = Options(dir);
   {
     auto opt = Optimizer::Open(o);
     ASSERT_TRUE(opt.ok()) << opt.status();
@@ -143,10 +152,7 @@ TEST_P(OptimizerCrashTest, RestoreNewestTagAndRerunIsBitIdentical) {
 // without cuts.
 TEST_P(OptimizerCrashTest, PowerLossDuringStepsRestoresTheNewestTag) {
   TempDir dir;
-  OptimizerOptions o = TestOptimizerOptions(dir, {60000, 25000}, 10000);
-  o.pipeline.threads = 1;
-  o.store.durability = std::get<0>(GetParam());
-  if (std::get<1>(GetParam())) o.store.cache_percent = 40;
+  OptimizerOptions o = Options(dir);
   {
     auto opt = Optimizer::Open(o);
     ASSERT_TRUE(opt.ok()) << opt.status();
@@ -203,11 +209,28 @@ TEST_P(OptimizerCrashTest, PowerLossDuringStepsRestoresTheNewestTag) {
   }
 }
 
+std::string CrashName(const ::testing::TestParamInfo<CrashParam>& info) {
+  std::string n = DurabilityAndTierName(
+      ::testing::TestParamInfo<std::tuple<Durability, bool>>(
+          {std::get<0>(info.param), std::get<1>(info.param)}, info.index));
+  StateFormat f = std::get<2>(info.param);
+  if (f == StateFormat::kBF16Moments) n += "_bf16_moments";
+  if (f == StateFormat::kInt8Moments) n += "_int8_moments";
+  return n;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Kills, OptimizerCrashTest,
     ::testing::Combine(::testing::Values(Durability::kStep, Durability::kTag),
-                       ::testing::Bool()),
-    DurabilityAndTierName);
+                       ::testing::Bool(), ::testing::Values(StateFormat::kF32)),
+    CrashName);
+INSTANTIATE_TEST_SUITE_P(
+    CompactKills, OptimizerCrashTest,
+    ::testing::Combine(::testing::Values(Durability::kTag),
+                       ::testing::Values(true),
+                       ::testing::Values(StateFormat::kBF16Moments,
+                                         StateFormat::kInt8Moments)),
+    CrashName);
 
 }  // namespace
 }  // namespace mlpo
