@@ -87,8 +87,8 @@ def main():
         return
     print(f"{'format':14} {'seed':>4} {'final loss':>11} {'vs fp32':>8}")
     for r in out["runs"]:
-        print(f"{r['state_format']:14} {r['seed']:>4} {r['final_loss']:>11.4f} "
-              f"{r['ratio_to_fp32']:>8.4f}")
+        print(f"{r['state_format']:14} {r['seed']:>4} {r['final_loss']:>11.5f} "
+              f"{r['ratio_to_fp32']:>8.5f}")
 
 
 if __name__ == "__main__":

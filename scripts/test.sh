@@ -45,6 +45,9 @@ if [ $slow -eq 1 ]; then
   # test_kill_resume.py, test_fuzz_state_dict.py).
   export MLPO_WORKFLOW_EXAMPLES=${MLPO_WORKFLOW_EXAMPLES:-1500}
   export MLPO_KILL_ROUNDS=${MLPO_KILL_ROUNDS:-12}
+  # State formats against fp32 on the example's own model, two seeds
+  # (python/tests/test_state_formats.py).
+  export MLPO_FORMAT_STEPS=${MLPO_FORMAT_STEPS:-300}
 fi
 status=0
 echo "== tests (Release)"

@@ -128,6 +128,15 @@ class StoreOpening:
                     return None
                 if "is declared as" in msg:
                     return None
+                if "holds its state as" in msg:
+                    theirs = msg.split("holds its state as ")[1].split(",")[0]
+                    raise ValueError(
+                        f"mlpo.torch: namespace {ns!r} of the store holds "
+                        f"{theirs} state and this optimizer asks for "
+                        f"state_format={self._state_format!r}; pass "
+                        f"state_format={theirs!r} to use it, or name= / "
+                        "store= for a store of its own (a store's format "
+                        "is fixed when it is created)") from None
                 raise
             old = eng.get_attribute("manifest")
             if old is not None and check_model:
