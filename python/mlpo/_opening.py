@@ -46,29 +46,27 @@ class StoreOpening:
                 f"name {theirs!r}; drop one of them")
         return name or theirs or "mlpo"
 
-    def _resolve_durability(self, durability):
-        theirs = self._config.get("durability")
-        if durability is not None and theirs is not None and \
-                durability != theirs:
+    def _resolve_keyword(self, key, value, default, allowed=None):
+        """A keyword that may also be a config key: the one given, the
+        other's value, or `default`; both given and different is an
+        error, and so is a value outside `allowed`."""
+        theirs = self._config.get(key)
+        for what, v in ((key, value), (f"the store config's {key}", theirs)):
+            if allowed and v is not None and v not in allowed:
+                raise ValueError(f"mlpo.torch: {what} must be one of "
+                                 f"{', '.join(allowed)}, not {v!r}")
+        if value is not None and theirs is not None and value != theirs:
             raise ValueError(
-                f"mlpo.torch: durability={durability!r} contradicts the "
-                f"store config's durability {theirs!r}; drop one of them")
-        return durability or theirs or "tag"
+                f"mlpo.torch: {key}={value!r} contradicts the store config's "
+                f"{key} {theirs!r}; drop one of them")
+        return value or theirs or default
+
+    def _resolve_durability(self, durability):
+        return self._resolve_keyword("durability", durability, "tag")
 
     def _resolve_state_format(self, state_format):
-        theirs = self._config.get("state_format")
-        for what, v in (("state_format", state_format),
-                        ("the store config's state_format", theirs)):
-            if v is not None and v not in STATE_FORMATS:
-                raise ValueError(
-                    f"mlpo.torch: {what} must be one of "
-                    f"{', '.join(STATE_FORMATS)}, not {v!r}")
-        if state_format is not None and theirs is not None and \
-                state_format != theirs:
-            raise ValueError(
-                f"mlpo.torch: state_format={state_format!r} contradicts the "
-                f"store config's state_format {theirs!r}; drop one of them")
-        return state_format or theirs or "fp32"
+        return self._resolve_keyword("state_format", state_format, "fp32",
+                                     STATE_FORMATS)
 
     @property
     def state_format(self):

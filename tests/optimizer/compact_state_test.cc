@@ -220,12 +220,7 @@ INSTANTIATE_TEST_SUITE_P(
     Formats, CompactStateTest,
     ::testing::Values(StateFormat::kF32, StateFormat::kBF16Moments,
                       StateFormat::kInt8Moments),
-    [](const auto& info) {
-      std::string n = StateFormatName(info.param);
-      for (char& ch : n)
-        if (ch == '-') ch = '_';
-      return n;
-    });
+    StateFormatTestName);
 
 }  // namespace
 }  // namespace mlpo

@@ -214,8 +214,9 @@ std::string CrashName(const ::testing::TestParamInfo<CrashParam>& info) {
       ::testing::TestParamInfo<std::tuple<Durability, bool>>(
           {std::get<0>(info.param), std::get<1>(info.param)}, info.index));
   StateFormat f = std::get<2>(info.param);
-  if (f == StateFormat::kBF16Moments) n += "_bf16_moments";
-  if (f == StateFormat::kInt8Moments) n += "_int8_moments";
+  if (f != StateFormat::kF32)
+    n += "_" + StateFormatTestName(
+                   ::testing::TestParamInfo<StateFormat>(f, info.index));
   return n;
 }
 

@@ -3,12 +3,24 @@
 #ifndef MLPO_TESTS_OPTIMIZER_OPTIMIZER_TEST_UTIL_H_
 #define MLPO_TESTS_OPTIMIZER_OPTIMIZER_TEST_UTIL_H_
 
+#include <string>
 #include <vector>
+
+#include "gtest/gtest.h"
 
 #include "optimizer/optimizer.h"
 #include "tests/store/store_test_util.h"
 
 namespace mlpo {
+
+// Test names for StateFormat parameters: fp32, bf16_moments, int8_moments.
+inline std::string StateFormatTestName(
+    const ::testing::TestParamInfo<StateFormat>& info) {
+  std::string n = StateFormatName(info.param);
+  for (char& ch : n)
+    if (ch == '-') ch = '_';
+  return n;
+}
 
 inline float InitValue(int group, uint64_t i) {
   uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ (group + 7) * 0xBF58476D1CE4E5B9ull;

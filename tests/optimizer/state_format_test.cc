@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/optimizer/optimizer_test_util.h"
 #include "optimizer/adam_kernel.h"
 #include "store/meta/layout.h"
 
@@ -238,12 +239,7 @@ INSTANTIATE_TEST_SUITE_P(
     Formats, CompactKernelTest,
     ::testing::Values(StateFormat::kF32, StateFormat::kBF16Moments,
                       StateFormat::kInt8Moments),
-    [](const auto& info) {
-      std::string n = StateFormatName(info.param);
-      for (char& ch : n)
-        if (ch == '-') ch = '_';
-      return n;
-    });
+    StateFormatTestName);
 
 TEST(StateLayoutTest, BytesPerParameterAndBadNames) {
   auto f32 = StateLayout(StateFormat::kF32, 1024, 4);
