@@ -190,19 +190,34 @@ void AdamUpdateScalarFrom(const AdamSlice& s, const AdamStepConsts& c,
   AdamUpdateScalar(tail, c);
 }
 
-GradStats ComputeGradStats(const void* grad, DType dtype, size_t n) {
+GradStats FinishGradStats(const void* grad, DType dtype, size_t from,
+                          size_t n, double acc[16], uint64_t nonfinite) {
   GradStats st;
-  double acc[4] = {0, 0, 0, 0};
-  for (size_t i = 0; i < n; ++i) {
+  st.nonfinite = nonfinite;
+  for (size_t i = from; i < n; ++i) {
     float g = LoadAsFloat(grad, dtype, i);
     if (!std::isfinite(g)) {
       ++st.nonfinite;
       continue;
     }
-    acc[i & 3] += static_cast<double>(g) * g;
+    acc[i & 15] += static_cast<double>(g) * static_cast<double>(g);
   }
-  st.sum_sq = acc[0] + acc[1] + acc[2] + acc[3];
+  for (int w = 1; w < 16; w *= 2)
+    for (int k = 0; k < 16; k += 2 * w) acc[k] = acc[k] + acc[k + w];
+  st.sum_sq = acc[0];
   return st;
+}
+
+GradStats ComputeGradStats(const void* grad, DType dtype, size_t n,
+                           KernelIsa isa) {
+  switch (isa) {
+    case KernelIsa::kAvx512: return GradStatsAvx512(grad, dtype, n);
+    case KernelIsa::kAvx2: return GradStatsAvx2(grad, dtype, n);
+    default: {
+      double acc[16] = {};
+      return FinishGradStats(grad, dtype, 0, n, acc, 0);
+    }
+  }
 }
 
 void AdoptModelValues(float* p, const void* model, DType model_dtype,

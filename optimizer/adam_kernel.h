@@ -118,12 +118,25 @@ void AdoptModelValues(float* p, const void* model, DType model_dtype,
 void CastParams(const float* p, void* out, DType dtype, size_t n);
 
 // Sum of squares (in double) and count of non-finite values of a gradient
-// slice, for the global norm and the overflow check.
+// slice, for the global norm and the overflow check. Every square is exact
+// in double; element i is added to accumulator i % 16 in order, and the 16
+// are summed pairwise ((0+1)+(2+3))+... at the end, in every ISA, so all
+// agree bit for bit.
 struct GradStats {
   double sum_sq = 0;
   uint64_t nonfinite = 0;
 };
-GradStats ComputeGradStats(const void* grad, DType dtype, size_t n);
+GradStats ComputeGradStats(const void* grad, DType dtype, size_t n,
+                           KernelIsa isa);
+inline GradStats ComputeGradStats(const void* grad, DType dtype, size_t n) {
+  return ComputeGradStats(grad, dtype, n, BestKernelIsa());
+}
+// The scalar part from element `from` on, then the pairwise sum of the 16
+// accumulators (the vector paths' tails).
+GradStats FinishGradStats(const void* grad, DType dtype, size_t from,
+                          size_t n, double acc[16], uint64_t nonfinite);
+GradStats GradStatsAvx2(const void* grad, DType dtype, size_t n);
+GradStats GradStatsAvx512(const void* grad, DType dtype, size_t n);
 
 }  // namespace mlpo
 

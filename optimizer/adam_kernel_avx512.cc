@@ -188,6 +188,30 @@ void Int8Blocks(const AdamSlice& s, const AdamStepConsts& c) {
 
 }  // namespace
 
+GradStats GradStatsAvx512(const void* grad, DType dtype, size_t n) {
+  // Lanes 0..7 and 8..15 of the 16 accumulators (element i -> i % 16).
+  __m512d lo_acc = _mm512_setzero_pd(), hi_acc = _mm512_setzero_pd();
+  const __m512i exp_mask = _mm512_set1_epi32(0x7f800000);
+  uint64_t nonfinite = 0;
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 g = LoadGrad(grad, dtype, i);
+    __mmask16 bad = _mm512_cmpeq_epi32_mask(
+        _mm512_and_si512(_mm512_castps_si512(g), exp_mask), exp_mask);
+    nonfinite += static_cast<uint64_t>(__builtin_popcount(bad));
+    g = _mm512_maskz_mov_ps(static_cast<__mmask16>(~bad), g);
+    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(g));
+    __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(
+        _mm512_extractf64x4_pd(_mm512_castps_pd(g), 1)));
+    lo_acc = _mm512_add_pd(lo_acc, _mm512_mul_pd(lo, lo));
+    hi_acc = _mm512_add_pd(hi_acc, _mm512_mul_pd(hi, hi));
+  }
+  alignas(64) double lanes[16];
+  _mm512_store_pd(lanes, lo_acc);
+  _mm512_store_pd(lanes + 8, hi_acc);
+  return FinishGradStats(grad, dtype, i, n, lanes, nonfinite);
+}
+
 void AdamUpdateAvx512(const AdamSlice& s, const AdamStepConsts& c) {
   if (s.format == StateFormat::kInt8Moments) return Int8Blocks(s, c);
   const Consts k(c);

@@ -3,6 +3,7 @@
 #include "optimizer/adam_kernel.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -186,6 +187,44 @@ TEST(GradStatsTest, NormAndNonFinite) {
   s = ComputeGradStats(h.data(), DType::kF16, 2);
   EXPECT_DOUBLE_EQ(s.sum_sq, 2.25);
   EXPECT_EQ(s.nonfinite, 1u);
+}
+
+// Every ISA gives the scalar statistics bit for bit (the same 16
+// accumulators in the same order), and they match a long-double sum.
+TEST(GradStatsTest, EveryIsaAgreesBitForBitAndWithALongDoubleSum) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0, 1);
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
+    for (size_t n : {0u, 1u, 15u, 16u, 17u, 1000u, 100003u}) {
+      std::vector<float> g(n);
+      for (size_t i = 0; i < n; ++i)
+        g[i] = i % 777 == 5 ? INFINITY : i % 1001 == 7 ? NAN : nd(rng) * 3;
+      std::vector<uint16_t> h(n);
+      const void* p = g.data();
+      if (dt != DType::kF32) {
+        for (size_t i = 0; i < n; ++i) StoreFromFloat(h.data(), dt, i, g[i]);
+        p = h.data();
+      }
+      long double want = 0;
+      uint64_t bad = 0;
+      for (size_t i = 0; i < n; ++i) {
+        float x = LoadAsFloat(p, dt, i);
+        if (!std::isfinite(x)) ++bad;
+        else want += static_cast<long double>(x) * x;
+      }
+      GradStats s = ComputeGradStats(p, dt, n, KernelIsa::kScalar);
+      EXPECT_EQ(s.nonfinite, bad);
+      EXPECT_NEAR(s.sum_sq, static_cast<double>(want),
+                  1e-12 * static_cast<double>(want) + 1e-300);
+      for (KernelIsa isa : {KernelIsa::kAvx2, KernelIsa::kAvx512}) {
+        if (!KernelIsaSupported(isa)) continue;
+        GradStats v = ComputeGradStats(p, dt, n, isa);
+        EXPECT_EQ(v.nonfinite, s.nonfinite) << KernelIsaName(isa) << " " << n;
+        EXPECT_EQ(std::memcmp(&v.sum_sq, &s.sum_sq, sizeof(double)), 0)
+            << KernelIsaName(isa) << " n=" << n << " " << v.sum_sq << " vs "
+            << s.sum_sq;
+      }
+    }
 }
 
 TEST(DTypeTest, ConversionsRoundToNearestEven) {
