@@ -79,9 +79,7 @@ KernelRates MeasureKernelRates(size_t n, int threads, int reps,
   // Zero moments are zero in every format (zero codes, zero scales).
   std::memset(a.m.data(), 0, a.m.size());
   std::memset(a.v.data(), 0, a.v.size());
-  const size_t esize = format == StateFormat::kF32           ? 4
-                       : format == StateFormat::kBF16Moments ? 2
-                                                             : 1;
+  const size_t esize = MomentBytes(format);
   AdamHyper h;
   h.weight_decay = 0.01;
   AdamStepConsts c = MakeStepConsts(h, 10, 1.0 / 1024);

@@ -180,7 +180,7 @@ void AdamUpdateScalarFrom(const AdamSlice& s, const AdamStepConsts& c,
   if (from >= s.n) return;
   AdamSlice tail = s;
   tail.p += from;
-  size_t msize = s.format == StateFormat::kF32 ? 4 : 2;  // not for int8
+  const size_t msize = MomentBytes(s.format);  // not int8: whole blocks
   tail.m = static_cast<char*>(s.m) + from * msize;
   tail.v = static_cast<char*>(s.v) + from * msize;
   tail.grad = static_cast<const char*>(s.grad) + from * DTypeSize(s.grad_dtype);

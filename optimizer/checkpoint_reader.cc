@@ -105,8 +105,6 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
           e.what()));
     }
     AssignPieces(&rank.subgroups, starts);
-    for (const Subgroup& s : rank.subgroups)
-      rank.grids.emplace_back(s.pieces, s.numel);
     StateFormat format = StateFormat::kF32;
     if (auto f = rank.store->GetAttribute(kStateFormatAttribute); f.ok()) {
       auto parsed = ParseStateFormat(*f);
@@ -178,20 +176,15 @@ absl::Status CheckpointReader::Read(int g, uint64_t start, uint64_t n,
         std::memcpy(p + (a - start), l->Section<float>("p") + (a - lo),
                     (b - a) * sizeof(float));
       if (m || v) {
-        auto want = StateLayout(format_, s.numel, rank.grids[s.index].blocks());
+        auto want = StateLayout(format_, s.numel, s.grid.blocks());
         if (!want.ok() || !(l->layout() == *want))
           return absl::DataLossError(absl::StrCat(
               "store ", rank.store->options().meta_dir, ": object ", s.object,
               " is laid out as ", l->layout().DebugString(), ", not as its "
               "manifest and state format ", StateFormatName(format_),
               " say"));
-        MomentsRef ref;
-        ref.format = format_;
-        ref.m = l->SectionData("m");
-        ref.v = l->SectionData("v");
-        ref.ms = l->Section<float>("ms");
-        ref.vs = l->Section<float>("vs");
-        ref.grid = &rank.grids[s.index];
+        MLPO_ASSIGN_OR_RETURN(MomentsRef ref,
+                              MomentsIn(format_, l.get(), s.grid));
         std::vector<float> mt(m ? 0 : b - a), vt(v ? 0 : b - a);
         DecodeMoments(ref, a - lo, b - a, m ? m + (a - start) : mt.data(),
                       v ? v + (a - start) : vt.data());

@@ -68,7 +68,6 @@ class CheckpointReader {
     std::unique_ptr<ObjectStore> store;
     nlohmann::json manifest;
     std::vector<Subgroup> subgroups;
-    std::vector<QuantGrid> grids;  // per subgroup (int8-moments)
     std::map<std::string, uint64_t> versions;  // object -> version to read
     // Manifest parameter of each of the rank's optimizer parameters (the
     // pieces of its shard), and the version of its step counts, if kept.

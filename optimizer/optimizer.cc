@@ -94,10 +94,7 @@ absl::Status Optimizer::Init() {
     for (const Param& q : params_) starts[q.group].push_back(q.offset);
     AssignPieces(&subgroups_, starts);
   }
-  for (const Subgroup& s : subgroups_) {
-    by_object_[s.object] = &s;
-    grids_.emplace_back(s.pieces, s.numel);
-  }
+  for (const Subgroup& s : subgroups_) by_object_[s.object] = &s;
   if (format_ == StateFormat::kInt8Moments &&
       po.tile_elems % kQuantBlock != 0)
     return absl::InvalidArgumentError(absl::StrCat(
@@ -129,7 +126,7 @@ absl::Status Optimizer::Init() {
   for (const Subgroup& s : subgroups_) {
     MLPO_ASSIGN_OR_RETURN(
         ObjectLayout l, StateLayout(format_, s.numel,
-                                    grids_[s.index].blocks()));
+                                    s.grid.blocks()));
     MLPO_RETURN_IF_ERROR(store_->Declare(s.object, l));
     if (po.grad_offload) {
       MLPO_ASSIGN_OR_RETURN(ObjectLayout gl,
@@ -178,19 +175,6 @@ absl::Status Optimizer::CheckStateFormat() {
           "store ", store_->options().meta_dir, " holds its state as fp32, "
           "not ", want, ": a store's state format is fixed when it is created"));
   return store_->SetAttribute(kStateFormatAttribute, want);
-}
-
-MomentsRef Optimizer::Moments(const Subgroup& s, CheckoutLease* l) const {
-  MomentsRef r;
-  r.format = format_;
-  r.m = l->SectionData("m");
-  r.v = l->SectionData("v");
-  if (r.format == StateFormat::kInt8Moments) {
-    r.ms = l->Section<float>("ms");
-    r.vs = l->Section<float>("vs");
-    r.grid = &grids_[s.index];
-  }
-  return r;
 }
 
 absl::Status Optimizer::LoadStep() {
@@ -471,7 +455,8 @@ absl::Status Optimizer::ImportState(uint64_t t, const StateFill& fill,
               " has exp_avg ", m[i], ", exp_avg_sq ", v[i], ": state format ",
               StateFormatName(format_),
               " needs finite moments and exp_avg_sq >= 0"));
-      EncodeMoments(Moments(s, l.get()), s.numel, m.data(), v.data());
+      MLPO_ASSIGN_OR_RETURN(MomentsRef ref, MomentsIn(format_, l.get(), s.grid));
+      EncodeMoments(ref, s.numel, m.data(), v.data());
     }
     MLPO_RETURN_IF_ERROR(store_->Commit(l, t).get());
   }
@@ -595,7 +580,8 @@ absl::Status Optimizer::ReadRange(int group, uint64_t offset, uint64_t count,
     auto l = store_->Checkout(s.object).get();
     if (!l.ok()) return l.status();
     std::memcpy(p + at, (*l)->Section<float>("p") + a, n * 4);
-    DecodeMoments(Moments(s, l->get()), a, n, m + at, v + at);
+    MLPO_ASSIGN_OR_RETURN(MomentsRef ref, MomentsIn(format_, l->get(), s.grid));
+    DecodeMoments(ref, a, n, m + at, v + at);
     store_->Return(std::move(*l));  // a look keeps the DRAM tier warm
   }
   return absl::OkStatus();

@@ -198,7 +198,6 @@ class Optimizer {
   absl::Status CommitParamSteps(uint64_t t, const std::vector<uint64_t>& s);
   // Records the state format in a new store, or checks the one recorded.
   absl::Status CheckStateFormat();
-  MomentsRef Moments(const Subgroup& s, CheckoutLease* l) const;
   // The step's work per subgroup; false in `active` skips a parameter.
   StepPlan MakePlan(uint64_t t, double grad_scale,
                     const std::vector<bool>& active) const;
@@ -212,7 +211,6 @@ class Optimizer {
   std::vector<Subgroup> subgroups_;
   std::map<std::string, const Subgroup*> by_object_;
   std::vector<std::vector<int>> by_group_;  // group -> subgroup indices
-  std::vector<QuantGrid> grids_;            // per subgroup (int8-moments)
   // Declared before the pipeline, so destroyed after it.
   std::unique_ptr<ObjectStore> store_;
   std::unique_ptr<GradStage> grads_;

@@ -19,6 +19,7 @@ absl::StatusOr<std::vector<Subgroup>> PartitionParams(
       s.group_offset = off;
       s.numel = std::min(subgroup_numel, group_numel[g] - off);
       s.object = absl::StrFormat("g%d.s%06d", g, s.index);
+      s.grid = QuantGrid(s.pieces, s.numel);
       out.push_back(s);
     }
   }
@@ -29,10 +30,11 @@ void AssignPieces(std::vector<Subgroup>* subgroups,
                   const std::vector<std::vector<uint64_t>>& param_starts) {
   for (Subgroup& s : *subgroups) {
     s.pieces = {0};
-    if (static_cast<size_t>(s.group) >= param_starts.size()) continue;
-    for (uint64_t start : param_starts[s.group])
-      if (start > s.group_offset && start < s.group_offset + s.numel)
-        s.pieces.push_back(start - s.group_offset);
+    if (static_cast<size_t>(s.group) < param_starts.size())
+      for (uint64_t start : param_starts[s.group])
+        if (start > s.group_offset && start < s.group_offset + s.numel)
+          s.pieces.push_back(start - s.group_offset);
+    s.grid = QuantGrid(s.pieces, s.numel);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "optimizer/state_format.h"
 
 namespace mlpo {
 
@@ -19,8 +20,10 @@ struct Subgroup {
   uint64_t numel = 0;
   std::string object;         // store object name
   // Where each parameter's part of the subgroup starts (subgroup-relative,
-  // sorted, first 0): int8-moments' quantization blocks never span two.
+  // sorted, first 0), and the int8-moments blocks they give (never
+  // spanning two parameters).
   std::vector<uint64_t> pieces = {0};
+  QuantGrid grid;
 };
 
 // Groups of numel 0 are allowed and get no subgroup. InvalidArgument when
@@ -28,7 +31,7 @@ struct Subgroup {
 absl::StatusOr<std::vector<Subgroup>> PartitionParams(
     const std::vector<uint64_t>& group_numel, uint64_t subgroup_numel);
 
-// Sets each subgroup's pieces from where its group's parameters start
+// Sets each subgroup's pieces (and grid) from where its group's parameters start
 // (`param_starts[group]`: offsets within the group, sorted; a missing or
 // empty list is one parameter).
 void AssignPieces(std::vector<Subgroup>* subgroups,

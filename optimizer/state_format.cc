@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/dtype.h"
 #include "store/meta/layout.h"
+#include "store/object_store.h"
 
 namespace mlpo {
 
@@ -69,6 +70,24 @@ absl::StatusOr<ObjectLayout> StateLayout(StateFormat f, uint64_t numel,
                                  {"m", DType::kF32, numel},
                                  {"v", DType::kF32, numel}});
   }
+}
+
+absl::StatusOr<MomentsRef> MomentsIn(StateFormat f, CheckoutLease* lease,
+                                     const QuantGrid& grid) {
+  MomentsRef r;
+  r.format = f;
+  r.m = lease->SectionData("m");
+  r.v = lease->SectionData("v");
+  r.grid = &grid;
+  if (f == StateFormat::kInt8Moments) {
+    r.ms = lease->Section<float>("ms");
+    r.vs = lease->Section<float>("vs");
+  }
+  if (!r.m || !r.v || (f == StateFormat::kInt8Moments && (!r.ms || !r.vs)))
+    return absl::DataLossError(absl::StrCat(
+        "object ", lease->object(), " lacks the sections of state format ",
+        StateFormatName(f)));
+  return r;
 }
 
 void DecodeMoments(const MomentsRef& r, uint64_t from, uint64_t n, float* m,

@@ -46,6 +46,7 @@
 
 namespace mlpo {
 
+class CheckoutLease;
 class ObjectLayout;
 
 // Bytes of state per parameter (p, m, v and int8's scales) read and written
@@ -87,6 +88,14 @@ struct MomentsRef {
   float* vs = nullptr;
   const QuantGrid* grid = nullptr;  // int8
 };
+// The moments in a lease of a subgroup's object (laid out by StateLayout
+// for `grid`); DataLoss when a section the format needs is missing.
+absl::StatusOr<MomentsRef> MomentsIn(StateFormat f, CheckoutLease* lease,
+                                     const QuantGrid& grid);
+// Bytes of one element of m (or v) as `f` stores it (int8: the code).
+inline size_t MomentBytes(StateFormat f) {
+  return f == StateFormat::kF32 ? 4 : f == StateFormat::kBF16Moments ? 2 : 1;
+}
 // fp32 values of elements [from, from + n).
 void DecodeMoments(const MomentsRef& r, uint64_t from, uint64_t n, float* m,
                    float* v);

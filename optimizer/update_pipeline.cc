@@ -59,9 +59,7 @@ UpdatePipeline::UpdatePipeline(ObjectStore* store,
     : store_(store),
       subgroups_(subgroups),
       options_(options),
-      runner_(options.threads) {
-  for (const Subgroup& s : *subgroups) grids_.emplace_back(s.pieces, s.numel);
-}
+      runner_(options.threads) {}
 
 absl::Status UpdatePipeline::OffloadGrads(uint64_t t, const GradStage& grads) {
   CommitWindow commits(options_.max_commits_in_flight);
@@ -153,21 +151,15 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
         options_.grad_offload ? (*glease)->Section<float>("g") : nullptr;
     DType gdt = options_.grad_offload ? DType::kF32 : grads.dtype();
     float* p = lease->Section<float>("p");
-    char* m = static_cast<char*>(lease->SectionData("m"));
-    char* v = static_cast<char*>(lease->SectionData("v"));
-    const bool int8 = plan.format == StateFormat::kInt8Moments;
-    const size_t msize = plan.format == StateFormat::kF32 ? 4
-                         : plan.format == StateFormat::kBF16Moments ? 2
-                                                                    : 1;
-    float* ms = int8 ? lease->Section<float>("ms") : nullptr;
-    float* vs = int8 ? lease->Section<float>("vs") : nullptr;
-    if (m == nullptr || v == nullptr || (int8 && (ms == nullptr || vs == nullptr))) {
-      error = absl::DataLossError(absl::StrCat(
-          "object ", s.object, " lacks the sections of state format ",
-          StateFormatName(plan.format)));
+    absl::StatusOr<MomentsRef> mom = MomentsIn(plan.format, lease.get(), s.grid);
+    if (!mom.ok()) {
+      error = mom.status();
       break;
     }
-    const QuantGrid& grid = grids_[s.index];
+    char* m = static_cast<char*>(mom->m);
+    char* v = static_cast<char*>(mom->v);
+    const bool int8 = plan.format == StateFormat::kInt8Moments;
+    const size_t msize = MomentBytes(plan.format);
     void* out = sink ? sink->Buffer(s) : nullptr;
     DType odt = sink ? sink->dtype() : DType::kF32;
     if (plan.overrides) ApplyOverrides((*plan.overrides)[s.index], p);
@@ -222,8 +214,8 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
         sl.n = n;
         sl.format = plan.format;
         if (int8) {
-          sl.ms = ms + grid.Block(at);
-          sl.vs = vs + grid.Block(at);
+          sl.ms = mom->ms + s.grid.Block(at);
+          sl.vs = mom->vs + s.grid.Block(at);
         }
         return sl;
       };

@@ -131,7 +131,6 @@ class UpdatePipeline {
   ObjectStore* store_;
   const std::vector<Subgroup>* subgroups_;
   PipelineOptions options_;
-  std::vector<QuantGrid> grids_;  // per subgroup (int8-moments' blocks)
   ParallelRunner runner_;
 };
 
