@@ -72,6 +72,113 @@ std::string Resolve(const std::string& base, const std::string& p) {
   return (fs::path(base) / p).lexically_normal().string();
 }
 
+// A size as a user writes it: the largest binary unit that divides it.
+std::string SizeText(uint64_t bytes) {
+  const char* units[] = {"", "K", "M", "G", "T"};
+  int u = 0;
+  while (u < 4 && bytes != 0 && bytes % 1024 == 0) bytes /= 1024, ++u;
+  return u == 0 ? std::to_string(bytes)
+                : absl::StrCat("\"", bytes, units[u], "\"");
+}
+
+}  // namespace
+
+const std::vector<ConfigKey>& StoreConfigKeys() {
+  static const std::vector<ConfigKey>* keys = [] {
+    const std::string kSize = "size";
+    const std::string kInt = "integer";
+    return new std::vector<ConfigKey>{
+        {"name", "string", "\"mlpo\"", "", "",
+         "the store's name: its directory under every path "
+         "(`<root>/<name>/rank-<r>`); letters, digits, `._-`"},
+        {"rank", kInt, "0", "0", std::to_string(kMaxRank),
+         "this process's rank (one store per rank)"},
+        {"durability", "`\"step\"` or `\"tag\"`", "\"step\"", "", "",
+         "`step`: every commit durable when it completes; `tag`: only tags "
+         "are (fastest; a crash returns to the last tag)"},
+        {"state_format", "`\"fp32\"`, `\"bf16-moments\"` or `\"int8-moments\"`",
+         "(the optimizer's option; fp32)", "", "",
+         "how the optimizer holds Adam's moments; fixed when the store is "
+         "created, a contradicting option is an error"},
+        {"meta_dir", "path", "(`<first nvme root>/<name>/rank-<r>/meta`)", "",
+         "", "where the RocksDB index lives; relative to the TOML file"},
+        {"extent_bytes", kSize, SizeText(uint64_t{1} << 20),
+         SizeText(64 << 10), SizeText(64 << 20),
+         "largest extent, i.e. one I/O request; a multiple of 4K"},
+        {"buffer_pool_bytes", kSize, SizeText(uint64_t{2} << 30), "0",
+         SizeText(kMaxSize), "idle checkout buffers kept for reuse (0: none)"},
+        {"cache", "size or `\"N%\"`", "0", "0", SizeText(kMaxSize),
+         "the DRAM tier: a byte budget or a share of the declared state "
+         "(`\"25%\"`, 0..100%); 0 = off"},
+        {"adaptive", "`true` or `false`",
+         "(on unless a path has a `fraction`)", "", "",
+         "stripe fractions follow each path's observed rate every step; "
+         "`true` also adapts explicit fractions"},
+        {"path.root", "path", "(required)", "", "",
+         "the path's directory (must exist); relative to the TOML file; "
+         "each path a distinct directory"},
+        {"path.kind", "`\"nvme\"`, `\"pfs\"` or `\"other\"`", "\"nvme\"", "",
+         "", "the index goes on the first nvme path; pfs paths get one "
+         "node-wide I/O slot by default"},
+        {"path.fraction", "number", "0", "0", "1e18",
+         "share of each object striped here (a weight, normalised; all 0: "
+         "equal shares, or `mlpo profile --store`'s figures)"},
+        {"path.read_cap", kSize, "0", "0", SizeText(kMaxCapBytesPerS),
+         "bytes/s read from this path at most; 0 = uncapped"},
+        {"path.write_cap", kSize, "0", "0", SizeText(kMaxCapBytesPerS),
+         "bytes/s written to this path at most; 0 = uncapped"},
+        {"path.slots", kInt, "-1", "-1", std::to_string(kMaxSlots),
+         "processes of a node that transfer here at once; -1: 1 for pfs, "
+         "else no limit; 0: no limit"},
+        {"path.slot_turn_ms", kInt, "100", "0", "3600000",
+         "a busy rank hands its slot on after this long (0: keeps it until "
+         "idle)"},
+        {"path.capacity", kSize, "0", "0", SizeText(kMaxSize),
+         "most bytes of segment files here; 0 = what the filesystem has"},
+        {"path.segment_bytes", kSize, SizeText(uint64_t{256} << 20),
+         SizeText(64 << 10), SizeText(kMaxSegmentBytes),
+         "size of each preallocated segment file; a multiple of 4K, at "
+         "least `extent_bytes`"},
+        {"path.queue_depth", kInt, "32", "1", "4096",
+         "I/O requests in flight on this path"},
+        {"path.engine", "`\"auto\"`, `\"uring\"` or `\"threadpool\"`",
+         "\"auto\"", "", "",
+         "`auto`: io_uring, else the thread pool (said once on stderr)"},
+    };
+  }();
+  return *keys;
+}
+
+std::string StoreConfigMarkdown() {
+  std::string md = "| key | value | default | meaning |\n|---|---|---|---|\n";
+  for (const ConfigKey& k : StoreConfigKeys()) {
+    std::string value = k.takes;
+    if (!k.lo.empty()) absl::StrAppend(&value, " ", k.lo, "..", k.hi);
+    std::string def = k.default_value[0] == '(' ? k.default_value
+                                                : absl::StrCat("`", k.default_value, "`");
+    absl::StrAppend(&md, "| `", k.key, "` | ", value, " | ", def, " | ",
+                    k.meaning, " |\n");
+  }
+  return md;
+}
+
+namespace {
+
+// "unknown config key 'x'", with the keys there are.
+absl::Status UnknownKey(const std::string& key, bool in_path) {
+  std::string known;
+  for (const ConfigKey& k : StoreConfigKeys()) {
+    bool path_key = absl::StartsWith(k.key, "path.");
+    if (path_key != in_path) continue;
+    absl::StrAppend(&known, known.empty() ? "" : ", ",
+                    in_path ? k.key.substr(5) : k.key);
+  }
+  if (!in_path) absl::StrAppend(&known, ", [[path]]");
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown config key '", key, "' (", in_path ? "[[path]] keys" : "keys",
+      ": ", known, "; docs/configuration.md)"));
+}
+
 }  // namespace
 
 std::string StoreNamespace(const StoreOptions& o) {
@@ -290,8 +397,7 @@ absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
             MLPO_ASSIGN_OR_RETURN(int64_t i, IntValue(pv, key2, 1, 4096));
             pc.path.queue_depth = static_cast<int>(i);
           } else {
-            return absl::InvalidArgumentError(
-                absl::StrCat("unknown config key '", key2, "'"));
+            return UnknownKey(key2, true);
           }
         }
         if (pc.path.root.empty())
@@ -301,8 +407,7 @@ absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
         ++idx;
       }
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown config key '", key, "'"));
+      return UnknownKey(key, false);
     }
   }
   MLPO_RETURN_IF_ERROR(ValidateStoreOptions(o));

@@ -109,6 +109,21 @@ inline constexpr uint64_t kMaxSegmentBytes = uint64_t{1} << 40;  // 1 TiB
 inline constexpr uint64_t kMaxCapBytesPerS = uint64_t{1} << 50;  // 1 PiB/s
 inline constexpr double kMaxFraction = 1e18;  // weights, e.g. bytes/s
 
+// One key of the TOML config: the table docs/configuration.md shows (it is
+// StoreConfigMarkdown's output, checked by tests/store/store_config_test.cc,
+// which also checks each row's default and range against the parser). The
+// parser names these keys when it meets an unknown one.
+struct ConfigKey {
+  std::string key;      // "rank"; a [[path]] key as "path.read_cap"
+  std::string takes;    // what a value looks like: "size", "integer", ...
+  std::string default_value;  // TOML text, or "(...)" when it has none
+  std::string lo, hi;   // the range as TOML values; empty when not numeric
+  std::string meaning;
+};
+const std::vector<ConfigKey>& StoreConfigKeys();
+// The keys as a Markdown table (| key | value | default | meaning |).
+std::string StoreConfigMarkdown();
+
 absl::StatusOr<StoreOptions> LoadStoreOptions(const std::string& toml_file);
 absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& toml_text,
                                                const std::string& base_dir);

@@ -1,0 +1,169 @@
+// The store's TOML keys: docs/configuration.md shows exactly the code's
+// table (StoreConfigKeys), and every row's default and range are what the
+// parser does, so neither the page nor the table can drift from the code.
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/size_units.h"
+#include "gtest/gtest.h"
+#include "store/store_options.h"
+
+namespace mlpo {
+namespace {
+
+constexpr char kBegin[] = "<!-- BEGIN store config keys";
+constexpr char kEnd[] = "<!-- END store config keys -->";
+
+std::string ReadDoc() {
+  std::ifstream in(std::string(MLPO_SOURCE_DIR) + "/docs/configuration.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(StoreConfigTest, TheDocShowsTheCodesTable) {
+  std::string doc = ReadDoc();
+  ASSERT_FALSE(doc.empty()) << "docs/configuration.md is missing";
+  size_t b = doc.find(kBegin), e = doc.find(kEnd);
+  ASSERT_NE(b, std::string::npos) << "no '" << kBegin << "' marker";
+  ASSERT_NE(e, std::string::npos) << "no '" << kEnd << "' marker";
+  b = doc.find('\n', b) + 1;
+  std::string table = doc.substr(b, e - b);
+  std::string want = StoreConfigMarkdown();
+  if (table != want) {
+    const char* tmp = std::getenv("MLPO_TEST_TMPDIR");
+    std::string f = std::string(tmp ? tmp : "/tmp") + "/configuration-table.md";
+    std::ofstream(f) << want;
+    ADD_FAILURE() << "docs/configuration.md's key table differs from "
+                     "StoreConfigKeys() (store/store_options.cc); the table "
+                     "the code has is in "
+                  << f << ":\n"
+                  << want;
+  }
+}
+
+// Everything a TOML key can set, for comparing two parses.
+std::string Settings(const StoreOptions& o) {
+  std::string s = absl::StrCat(
+      o.name, "|", o.rank, "|", static_cast<int>(o.durability), "|",
+      o.state_format ? StateFormatName(*o.state_format) : "unset", "|",
+      o.meta_dir, "|", o.extent_bytes, "|", o.buffer_pool_bytes, "|",
+      o.cache_bytes, "|", o.cache_percent, "|", o.adaptive);
+  for (const StorePathConfig& p : o.paths)
+    absl::StrAppend(&s, "|", p.path.root, ",", static_cast<int>(p.path.kind),
+                    ",", p.fraction, ",", p.path.read_cap, ",",
+                    p.path.write_cap, ",", p.path.slots, ",",
+                    absl::ToInt64Milliseconds(p.path.slot_turn), ",",
+                    p.path.capacity, ",", p.path.segment_bytes, ",",
+                    p.path.queue_depth, ",", static_cast<int>(p.path.engine));
+  return s;
+}
+
+// A config with one path and `key = value` (a [[path]] key goes into the
+// path's table), plus `extra` top-level lines.
+absl::StatusOr<StoreOptions> ParseWith(const std::string& key,
+                                       const std::string& value,
+                                       const std::string& extra = "") {
+  std::string top = extra;
+  std::string path = key == "path.root" ? "" : "root = \"p0\"\n";
+  if (!key.empty()) {
+    if (absl::StartsWith(key, "path."))
+      absl::StrAppend(&path, key.substr(5), " = ", value, "\n");
+    else
+      absl::StrAppend(&top, key, " = ", value, "\n");
+  }
+  return ParseStoreOptions(absl::StrCat(top, "[[path]]\n", path), "/tmp");
+}
+
+// Keys whose default is not a TOML value: a value to show the parser knows
+// them.
+const std::map<std::string, std::string>& Samples() {
+  static const auto* m = new std::map<std::string, std::string>{
+      {"state_format", "\"int8-moments\""},
+      {"meta_dir", "\"m\""},
+      {"adaptive", "true"},
+      {"path.root", "\"p1\""},
+  };
+  return *m;
+}
+
+TEST(StoreConfigTest, EachDefaultIsWhatTheParserGivesWithoutTheKey) {
+  auto base = ParseWith("", "");
+  ASSERT_TRUE(base.ok()) << base.status();
+  for (const ConfigKey& k : StoreConfigKeys()) {
+    SCOPED_TRACE(k.key);
+    if (k.default_value[0] == '(') {
+      auto it = Samples().find(k.key);
+      ASSERT_NE(it, Samples().end()) << "no sample value for " << k.key;
+      auto o = ParseWith(k.key, it->second);
+      ASSERT_TRUE(o.ok()) << o.status();
+      EXPECT_NE(Settings(*o), Settings(*base)) << "the key changed nothing";
+      continue;
+    }
+    auto o = ParseWith(k.key, k.default_value);
+    ASSERT_TRUE(o.ok()) << o.status();
+    EXPECT_EQ(Settings(*o), Settings(*base))
+        << k.key << " = " << k.default_value << " is not the default";
+  }
+}
+
+// One past a range's end, as a TOML value.
+std::string Beyond(const ConfigKey& k, bool above) {
+  const std::string& v = above ? k.hi : k.lo;
+  if (k.takes == "number") return above ? "1e19" : "-0.5";
+  if (k.takes == "integer") return std::to_string(std::stoll(v) + (above ? 1 : -1));
+  // A size: its byte count as an integer.
+  std::string text = v.front() == '"' ? v.substr(1, v.size() - 2) : v;
+  auto bytes = ParseSize(text);
+  EXPECT_TRUE(bytes.ok()) << k.key << ": " << bytes.status();
+  if (!above && *bytes == 0) return "-1";
+  return std::to_string(*bytes + (above ? 1 : -1));
+}
+
+TEST(StoreConfigTest, EachRangeIsWhatTheParserAccepts) {
+  int ranged = 0;
+  for (const ConfigKey& k : StoreConfigKeys()) {
+    if (k.lo.empty()) continue;
+    ++ranged;
+    SCOPED_TRACE(k.key);
+    // segment_bytes must also hold one extent: its low end with the
+    // smallest extents.
+    std::string extra =
+        k.key == "path.segment_bytes" ? "extent_bytes = \"64K\"\n" : "";
+    for (const std::string& v : {k.lo, k.hi}) {
+      auto o = ParseWith(k.key, v, extra);
+      EXPECT_TRUE(o.ok()) << k.key << " = " << v << ": " << o.status();
+    }
+    std::string field = k.key.substr(k.key.rfind('.') + 1);
+    for (bool above : {false, true}) {
+      std::string v = Beyond(k, above);
+      auto o = ParseWith(k.key, v, extra);
+      ASSERT_FALSE(o.ok()) << k.key << " = " << v << " was accepted";
+      EXPECT_NE(o.status().message().find(field), std::string::npos)
+          << o.status();
+    }
+  }
+  EXPECT_GE(ranged, 10);
+}
+
+TEST(StoreConfigTest, AnUnknownKeyNamesItAndTheKeysThereAre) {
+  auto o = ParseWith("cahce", "\"4G\"");
+  ASSERT_FALSE(o.ok());
+  std::string m(o.status().message());
+  EXPECT_NE(m.find("'cahce'"), std::string::npos) << m;
+  EXPECT_NE(m.find("cache"), std::string::npos) << m;
+  EXPECT_NE(m.find("docs/configuration.md"), std::string::npos) << m;
+  o = ParseWith("path.rd_cap", "1");
+  ASSERT_FALSE(o.ok());
+  m = std::string(o.status().message());
+  EXPECT_NE(m.find("path[0].rd_cap"), std::string::npos) << m;
+  EXPECT_NE(m.find("read_cap"), std::string::npos) << m;
+  EXPECT_EQ(m.find("durability"), std::string::npos) << "top-level keys: " << m;
+}
+
+}  // namespace
+}  // namespace mlpo
