@@ -4,7 +4,7 @@ versioned object store striped over every storage path at once.
     import mlpo.torch
     opt = mlpo.torch.AdamW(model.named_parameters(), lr=1e-3, store="ckpt")
 
-See README.md ("The PyTorch adapter") for everything else.
+See docs/user-guide.md for everything else.
 """
 from . import _mlpo  # noqa: F401  (the C++ engine)
 
