@@ -8,7 +8,9 @@ PKGS=(build-essential cmake ninja-build pkg-config git
       nlohmann-json3-dev libtomlplusplus-dev fio clang
       # the PyTorch adapter, for Debian's own /usr/bin/python3
       python3-dev pybind11-dev python3-torch python3-numpy python3-pytest
-      python3-tqdm
+      python3-tqdm python3-hypothesis
+      # `pip install .` (pyproject.toml, setup.py) in a venv
+      python3-venv python3-pip python3-setuptools python3-wheel
       # `mlpo-bench step --plot`
       python3-matplotlib
       # an optimised BLAS for torch's CPU matmuls (the reference one is ~7x

@@ -55,6 +55,8 @@ echo "== tests (Release)"
 echo "== tests (PyTorch adapter, pytest, Debian's /usr/bin/python3)"
 PYTHONPATH=build/python /usr/bin/python3 -m pytest -q -p no:cacheprovider \
   python/tests || status=1
+echo "== pip install . in a fresh venv (the build above, reused)"
+MLPO_BUILD_DIR=$PWD/build scripts/check_pip_install.sh || status=1
 echo "== tests (ASan + UBSan)"
 (cd "$san" && ASAN_OPTIONS=detect_leaks=1 ctest -j "$(nproc)" \
   --output-on-failure --timeout 900 -L unit -LE slow) || status=1
