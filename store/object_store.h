@@ -36,6 +36,7 @@
 #include "store/meta/layout.h"
 #include "store/meta/meta_index.h"
 #include "store/path/storage_path.h"
+#include "store/placement/placement.h"
 #include "store/store_options.h"
 #include "base/work_queue.h"
 
@@ -415,9 +416,11 @@ class ObjectStore {
   // The normalised stripe fractions in use: the options' when any is set,
   // else the mixed bandwidths `mlpo profile --store` recorded, else equal.
   std::vector<double> fractions() const {
-    MutexLock l(&placement_mu_);
-    return fractions_;
+    return placement_ ? placement_->fractions() : std::vector<double>{};
   }
+  // Where new versions go (fractions, pins, rate estimates, degraded
+  // paths); null before the paths are open.
+  Placement* placement() { return placement_.get(); }
   // Adaptive placement, once a step: fractions f_k proportional to each
   // path's observed rate (UpdateBandwidthEstimates), water-filled over the
   // paths' free capacity for one step's bytes (every declared object).
@@ -554,16 +557,8 @@ class ObjectStore {
 
   StoreOptions options_;
   std::string store_uuid_;
-  mutable Mutex placement_mu_;
-  std::vector<double> fractions_ ABSL_GUARDED_BY(placement_mu_);
-  std::map<std::string, std::vector<double>> object_fractions_
-      ABSL_GUARDED_BY(placement_mu_);
-  // Paths that failed a write or sync since open (degraded mode); empty
-  // until one does.
-  std::vector<bool> degraded_ ABSL_GUARDED_BY(placement_mu_);
-  Mutex estimate_mu_;
-  std::vector<PathCounters> last_counters_ ABSL_GUARDED_BY(estimate_mu_);
-  std::vector<double> estimates_ ABSL_GUARDED_BY(estimate_mu_);
+  // Set once the paths are open (OpenPaths), never replaced after.
+  std::unique_ptr<Placement> placement_;
   std::vector<std::unique_ptr<StoragePath>> paths_;
   std::shared_ptr<BufferPool> pool_;
   // The DRAM tier; null when off (and always for read-only opens).

@@ -470,26 +470,6 @@ std::vector<PathCounters> ObjectStore::PathTraffic() const {
   return out;
 }
 
-std::vector<double> ObjectStore::UpdateBandwidthEstimates() {
-  MutexLock l(&estimate_mu_);
-  last_counters_.resize(paths_.size());
-  estimates_.resize(paths_.size(), 0.0);
-  for (size_t i = 0; i < paths_.size(); ++i) {
-    PathCounters now = paths_[i]->Counters();
-    const PathCounters& was = last_counters_[i];
-    double bytes = static_cast<double>(now.bytes_read + now.bytes_written) -
-                   static_cast<double>(was.bytes_read + was.bytes_written);
-    double busy = now.busy_s - was.busy_s;
-    if (busy > 0 && bytes > 0) {
-      double rate = bytes / busy;
-      estimates_[i] = estimates_[i] > 0 ? 0.5 * estimates_[i] + 0.5 * rate
-                                        : rate;
-    }
-    last_counters_[i] = now;
-  }
-  return estimates_;
-}
-
 absl::Status ObjectStore::SetAttribute(const std::string& key,
                                        const std::string& value) {
   MLPO_RETURN_IF_ERROR(CheckWritable("set attribute"));

@@ -34,13 +34,10 @@ absl::StatusOr<CopyReport> ObjectStore::CopyTagTo(
   StoragePath* target = paths_[path].get();
   const std::string where =
       absl::StrCat("copy of tag ", tag, " to ", target->root());
-  {
-    MutexLock l(&placement_mu_);
-    if (static_cast<size_t>(path) < degraded_.size() && degraded_[path])
-      return absl::FailedPreconditionError(
-          absl::StrCat(where, ": the path failed earlier (degraded mode); "
-                              "reopen the store once it is repaired"));
-  }
+  if (placement_->degraded(path))
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": the path failed earlier (degraded mode); "
+                            "reopen the store once it is repaired"));
   CopyReport rep;
   rep.tag = tag;
   rep.path_root = target->root();

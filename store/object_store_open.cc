@@ -441,6 +441,7 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
     if (!path.ok()) return path.status();
     paths_.push_back(std::move(*path));
   }
+  placement_ = std::make_unique<Placement>(paths_.size());
 
   std::vector<double> weights;
   bool any = false;
@@ -461,10 +462,7 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
       // A damaged figure is no reason to refuse the store: equal shares.
     }
   }
-  {
-    MutexLock l(&placement_mu_);
-    fractions_ = NormaliseFractions(weights);
-  }
+  placement_->SetWeights(weights);
 
   MutexLock l(&mu_);
   for (auto& [name, layout] : snap.objects) objects_[name].layout = layout;

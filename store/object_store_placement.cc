@@ -17,6 +17,15 @@ std::vector<uint64_t> ObjectStore::StripeBytes(uint64_t total) const {
   return SplitBytes(total, fractions());
 }
 
+std::vector<double> ObjectStore::UpdateBandwidthEstimates() {
+  std::vector<PathSample> now;
+  for (auto& p : paths_) {
+    PathCounters c = p->Counters();
+    now.push_back({c.bytes_read + c.bytes_written, c.busy_s});
+  }
+  return placement_->UpdateEstimates(now);
+}
+
 std::vector<double> ObjectStore::AdaptPlacement() {
   std::vector<double> rates = UpdateBandwidthEstimates();
   // Explicit fractions stay as written unless `adaptive = true`.
@@ -24,8 +33,6 @@ std::vector<double> ObjectStore::AdaptPlacement() {
   for (auto& pc : options_.paths) explicit_fractions |= pc.fraction > 0;
   if (options_.adaptive == 0 || (options_.adaptive < 0 && explicit_fractions))
     return fractions();
-  for (double r : rates)
-    if (!(r > 0)) return fractions();  // not measured yet: keep as is
   uint64_t demand = 0;
   {
     MutexLock l(&mu_);
@@ -35,24 +42,12 @@ std::vector<double> ObjectStore::AdaptPlacement() {
   for (size_t k = 0; k < paths_.size(); ++k)
     room.push_back(paths_[k]->options().capacity == 0 ? UINT64_MAX
                                               : paths_[k]->Usage().free);
-  std::vector<double> f = WaterFill(rates, room, demand);
-  MutexLock l(&placement_mu_);
-  fractions_ = f;
-  return f;
+  return placement_->Adapt(rates, room, demand);
 }
 
 absl::Status ObjectStore::SetObjectFractions(const std::string& object,
                                              std::vector<double> fractions) {
-  if (!fractions.empty() && fractions.size() != paths_.size())
-    return absl::InvalidArgumentError(absl::StrCat(
-        "fractions of ", object, ": ", fractions.size(), " given, the store has ",
-        paths_.size(), " paths"));
-  MutexLock l(&placement_mu_);
-  if (fractions.empty())
-    object_fractions_.erase(object);
-  else
-    object_fractions_[object] = NormaliseFractions(fractions);
-  return absl::OkStatus();
+  return placement_->SetObjectFractions(object, std::move(fractions));
 }
 
 absl::Status ObjectStore::AllocateStripes(
@@ -60,16 +55,10 @@ absl::Status ObjectStore::AllocateStripes(
     std::vector<std::vector<Range>>* ranges) {
   const size_t n = paths_.size();
   ranges->assign(n, {});
-  std::vector<bool> full(n, false);
+  std::vector<bool> full;
   std::vector<double> fractions;
-  {
-    MutexLock l(&placement_mu_);
-    auto it = object_fractions_.find(object);
-    fractions = it != object_fractions_.end() ? it->second : fractions_;
-    // A failed path takes nothing new (degraded mode).
-    for (size_t p = 0; p < degraded_.size(); ++p)
-      if (degraded_[p]) full[p] = true;
-  }
+  // A failed path takes nothing new (degraded mode): it counts as full.
+  placement_->ForObject(object, &fractions, &full);
   std::vector<uint64_t> want = SplitBytes(total, fractions, full);
   auto fail = [&](const absl::Status& st) {
     for (size_t p = 0; p < n; ++p)
@@ -123,14 +112,9 @@ bool ObjectStore::Degrade(int path, const absl::Status& why) {
   if (absl::IsResourceExhausted(why) || absl::IsFailedPrecondition(why) ||
       absl::IsInvalidArgument(why))
     return false;
-  MutexLock l(&placement_mu_);
-  if (degraded_.empty()) degraded_.assign(paths_.size(), false);
-  size_t healthy = 0;
-  for (size_t k = 0; k < paths_.size(); ++k)
-    healthy += !degraded_[k] && static_cast<int>(k) != path;
-  if (healthy == 0) return false;  // nowhere else to go
-  if (!degraded_[path]) {
-    degraded_[path] = true;
+  Placement::Degraded d = placement_->Degrade(path);
+  if (d == Placement::Degraded::kRefused) return false;  // nowhere else to go
+  if (d == Placement::Degraded::kNow) {
     std::fprintf(stderr,
                  "mlpo: WARNING: %s: path %s failed (%s); new versions go to "
                  "the remaining paths from now on (degraded). Objects whose "
@@ -143,9 +127,8 @@ bool ObjectStore::Degrade(int path, const absl::Status& why) {
 }
 
 std::vector<bool> ObjectStore::degraded_paths() const {
-  MutexLock l(&placement_mu_);
-  return degraded_.empty() ? std::vector<bool>(paths_.size(), false)
-                           : degraded_;
+  return placement_ ? placement_->degraded_paths()
+                    : std::vector<bool>(paths_.size(), false);
 }
 
 }  // namespace mlpo

@@ -3,6 +3,9 @@
 // while the optimizer steps.
 #include "store/placement/stripe.h"
 
+#include <atomic>
+#include <thread>
+
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -10,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "optimizer/optimizer.h"
+#include "store/placement/placement.h"
 #include "tests/optimizer/optimizer_test_util.h"
 
 namespace mlpo {
@@ -188,6 +192,89 @@ TEST(AdaptivePlacementTest, ExplicitFractionsStayFixedUnlessAdaptiveIsAsked) {
                                 "/tmp");
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_EQ(good->adaptive, 1);
+}
+
+// The Placement object on its own: estimates against the definition (half
+// the last interval's rate, half the estimate before), pins, degraded paths.
+TEST(PlacementTest, EstimatesFollowTheRunningMeanOfIntervalRates) {
+  Placement pl(2);
+  EXPECT_EQ(pl.fractions(), (std::vector<double>{0.5, 0.5}));
+  // Interval 1: path 0 moves 100 MB in 1 s, path 1 nothing.
+  auto e = pl.UpdateEstimates({{100'000'000, 1.0}, {0, 0}});
+  EXPECT_DOUBLE_EQ(e[0], 1e8);
+  EXPECT_EQ(e[1], 0);
+  // Unmeasured path 1: adaptation keeps the fractions as they are.
+  EXPECT_EQ(pl.Adapt(e, {UINT64_MAX, UINT64_MAX}, 1000),
+            (std::vector<double>{0.5, 0.5}));
+  // Interval 2: path 0 at 300 MB/s, path 1 at 100 MB/s (its first).
+  e = pl.UpdateEstimates({{400'000'000, 2.0}, {50'000'000, 0.5}});
+  EXPECT_DOUBLE_EQ(e[0], 0.5 * 1e8 + 0.5 * 3e8);
+  EXPECT_DOUBLE_EQ(e[1], 1e8);
+  auto f = pl.Adapt(e, {UINT64_MAX, UINT64_MAX}, 1000);
+  EXPECT_NEAR(f[0], 2.0 / 3, 1e-12);
+  EXPECT_EQ(pl.fractions(), f);
+  // An idle interval changes no estimate.
+  EXPECT_EQ(pl.UpdateEstimates({{400'000'000, 2.0}, {50'000'000, 0.5}}), e);
+  // Room bounds a share (WaterFill): path 0 holds 10% of the demand.
+  f = pl.Adapt(e, {100, UINT64_MAX}, 1000);
+  EXPECT_NEAR(f[0], 0.1, 1e-12);
+}
+
+TEST(PlacementTest, PinsAndDegradedPathsDecideAnObjectsSplit) {
+  Placement pl(3);
+  pl.SetWeights({3, 1, 0});
+  std::vector<double> f;
+  std::vector<bool> out;
+  pl.ForObject("a", &f, &out);
+  EXPECT_EQ(f, (std::vector<double>{0.75, 0.25, 0}));
+  EXPECT_EQ(out, (std::vector<bool>{false, false, false}));
+  ASSERT_TRUE(pl.SetObjectFractions("a", {0, 0, 2}).ok());
+  pl.ForObject("a", &f, &out);
+  EXPECT_EQ(f, (std::vector<double>{0, 0, 1}));
+  pl.ForObject("b", &f, &out);
+  EXPECT_EQ(f, (std::vector<double>{0.75, 0.25, 0}));
+  absl::Status st = pl.SetObjectFractions("a", {1, 1});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("fractions of a: 2 given"), std::string::npos);
+  ASSERT_TRUE(pl.SetObjectFractions("a", {}).ok());  // unpinned
+  pl.ForObject("a", &f, &out);
+  EXPECT_EQ(f, (std::vector<double>{0.75, 0.25, 0}));
+
+  EXPECT_EQ(pl.Degrade(3), Placement::Degraded::kRefused);  // no such path
+  EXPECT_EQ(pl.Degrade(0), Placement::Degraded::kNow);
+  EXPECT_EQ(pl.Degrade(0), Placement::Degraded::kAlready);
+  EXPECT_EQ(pl.Degrade(1), Placement::Degraded::kNow);
+  // The last healthy path stays in: there is nowhere else to go.
+  EXPECT_EQ(pl.Degrade(2), Placement::Degraded::kRefused);
+  EXPECT_EQ(pl.degraded_paths(), (std::vector<bool>{true, true, false}));
+  EXPECT_TRUE(pl.degraded(1));
+  EXPECT_FALSE(pl.degraded(2));
+  EXPECT_FALSE(pl.degraded(7));
+  pl.ForObject("b", &f, &out);
+  EXPECT_EQ(out, (std::vector<bool>{true, true, false}));
+}
+
+// Commits read the split while the pipeline adapts it once a step: every
+// split read is one of the fraction vectors that were in use (TSan checks
+// the locking in its build).
+TEST(PlacementTest, ReadersSeeWholeFractionVectorsWhileItAdapts) {
+  Placement pl(2);
+  std::atomic<bool> stop{false};
+  std::atomic<int> torn{0};
+  std::thread reader([&] {
+    std::vector<double> f;
+    std::vector<bool> out;
+    while (!stop) {
+      pl.ForObject("x", &f, &out);
+      if (std::abs(f[0] + f[1] - 1) > 1e-9) ++torn;
+    }
+  });
+  for (int i = 1; i <= 2000; ++i)
+    pl.Adapt({double(i), double(2001 - i)}, {UINT64_MAX, UINT64_MAX}, 1 << 20);
+  stop = true;
+  reader.join();
+  EXPECT_EQ(torn, 0);
+  EXPECT_NEAR(pl.fractions()[0], 2000.0 / 2001, 1e-12);
 }
 
 }  // namespace
