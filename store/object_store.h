@@ -1,5 +1,16 @@
 // ObjectStore: one rank's versioned, striped, checksummed object store.
 //
+// What a training step uses (the data plane): Open, Declare, Checkout,
+// Commit, Blank/Return, DeclareAccessOrder, Tag, Restore and WriteBack; the
+// placement they stripe by is placement() (store/placement/placement.h).
+// Everything else is maintenance that `mlpo` and the adapter's checkpoint
+// code call: Verify, CheckExtentMap, Gc, DropTag, CopyTagTo, and the static
+// Recover, Relocate and Salvage (implemented in object_store_recover.cc,
+// _relocate, _salvage, _copy, _admin), plus read-only inspection (List,
+// Tags, GetVersion, ReadVersion, PathTraffic). Moving maintenance behind a
+// narrow read-only view of the index and paths (store/admin/) is issue 21's
+// remaining step.
+//
 // Invariants (DESIGN.md "Store semantics"):
 //  1. Copy-on-write: a commit writes new extents, then one RocksDB WriteBatch
 //     moves the head. A crash at any instant leaves every committed version
