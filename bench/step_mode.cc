@@ -1,0 +1,292 @@
+// `mlpo-bench step`: one mode's run (see step_mode.h).
+#include "bench/step_mode.h"
+
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "base/trace.h"
+#include "bench/bench_common.h"
+#include "bench/kernel_rate.h"
+#include "nlohmann/json.hpp"
+#include "optimizer/optimizer.h"
+#include "tools/probe/bandwidth_probe.h"
+#include "tools/cli_util.h"
+
+namespace mlpo {
+namespace {
+
+[[noreturn]] void Die(const std::string& what, const absl::Status& s) {
+  BenchFail("step", what, s);
+}
+
+
+// A parameter sink that keeps nothing: one subgroup's buffer, read once per
+// publish (as a host-to-device copy would), like the GPU end of a real run.
+class StreamingSink final : public ParamSink {
+ public:
+  explicit StreamingSink(uint64_t max_numel) : buf_(max_numel * 2) {}
+  DType dtype() const override { return DType::kBF16; }
+  void* Buffer(const Subgroup&) override { return buf_.data(); }
+  absl::Status Publish(const Subgroup& s) override {
+    const uint64_t* w = reinterpret_cast<const uint64_t*>(buf_.data());
+    for (uint64_t i = 0; i < s.numel * 2 / 8; ++i) sum_ += w[i];
+    return absl::OkStatus();
+  }
+
+ private:
+  AlignedBuffer buf_;
+  uint64_t sum_ = 0;
+};
+
+// Peak resident memory of this process so far (VmHWM), bytes.
+uint64_t PeakRss() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+
+// What a mode turns on. The ablation rows add one idea at a time on top of
+// the baseline, in the order of the design card.
+struct ModeConfig {
+  bool all_paths = true;
+  bool grad_offload = false;  // fp32 gradients written in backward
+  bool alternate = true;
+  bool cache = false;         // the DRAM tier of --cache
+  bool declare_order = true;  // next-use eviction (else LRU)
+  bool adaptive = true;       // placement recomputed every step
+  int prefetch = 1, commits = 1;
+  int paper_ratio = 0;        // whole subgroups: i % r == 0 on path 2
+};
+
+
+
+ModeConfig ConfigFor(const std::string& mode, int prefetch, int commits,
+                     int paper_ratio) {
+  ModeConfig c;
+  if (mode == "baseline" || mode[0] == '+') {
+    c.all_paths = false;
+    c.grad_offload = true;
+    c.alternate = false;
+    c.adaptive = false;
+    int row = -1;
+    for (int i = 0; i < 5; ++i)
+      if (mode == kAblation[i]) row = i;
+    if (row >= 0) c.all_paths = true;
+    if (row >= 1) c.grad_offload = false;
+    if (row >= 2) c.alternate = c.cache = true;
+    if (row >= 3) c.adaptive = true;
+    if (row >= 4) {
+      c.prefetch = prefetch;
+      c.commits = commits;
+    }
+    return c;
+  }
+  if (mode == "paper") {
+    c.cache = true;
+    c.declare_order = false;
+    c.adaptive = false;
+    c.paper_ratio = paper_ratio;
+    return c;
+  }
+  c.prefetch = prefetch;
+  c.commits = commits;
+  c.cache = mode == "mlpo+cache";
+  return c;
+}
+
+}  // namespace
+
+const char* const kAblation[5] = {"+path2", "+fp16grad", "+order+cache",
+                                 "+adaptive", "+prefetch"};
+
+double ProbeMixed(const std::vector<PathSpec>& paths, double seconds) {
+  PathProbeOptions defaults;
+  if (paths.size() == 1) {
+    PathProbeOptions po;
+    po.read = po.write = false;
+    po.duration = absl::Seconds(seconds);
+    po.read_cap = po.write_cap = paths[0].cap;
+    auto r = ProbePath(paths[0].root, po);
+    if (!r.ok()) Die(paths[0].root, r.status());
+    return r->mixed_bps;
+  }
+  std::vector<ProbeJob> jobs(paths.size());
+  for (size_t i = 0; i < paths.size(); ++i) {
+    jobs[i].file = paths[i].root + "/.mlpo-step-probe.dat";
+    jobs[i].read_cap = jobs[i].write_cap = paths[i].cap;
+    jobs[i].options.load = ProbeLoad::kMixed;
+    jobs[i].options.block = defaults.block;
+    jobs[i].options.depth = defaults.depth;
+    jobs[i].options.file_bytes = defaults.file_bytes;
+    jobs[i].options.duration = absl::Seconds(seconds);
+    if (auto st = PrepareProbeFile(jobs[i].file, jobs[i].options.file_bytes);
+        !st.ok())
+      Die(paths[i].root, st);
+  }
+  auto res = RunProbesTogether(jobs);
+  for (auto& j : jobs) std::filesystem::remove(j.file);
+  if (!res.ok()) Die("probe", res.status());
+  return res->sum_of_rates();
+}
+
+ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
+                   const std::string& dir, uint64_t params, uint64_t subgroup,
+                   int steps, int prefetch, int commits, int threads,
+                   bool stream, bool keep,
+                   Durability durability, double u_scale,
+                   const std::string& cache, const CapChange& change,
+                   int paper_ratio, StateFormat format) {
+  const ModeConfig mc = ConfigFor(mode, prefetch, commits, paper_ratio);
+  const bool baseline = mc.grad_offload;
+  OptimizerOptions o;
+  o.state_format = format;
+  std::string store_name =
+      absl::StrCat("step-", mode, "-", StateFormatName(format));
+  for (char& ch : store_name)
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '-')
+      ch = '-';
+  o.store.name = store_name;
+  o.store.extent_bytes = 4 << 20;
+  o.store.durability = durability;
+  if (mc.cache &&
+      !ParseCacheBudget(cache, &o.store.cache_bytes, &o.store.cache_percent)
+           .ok())
+    Die("--cache", absl::InvalidArgumentError(cache));
+  size_t np = mc.all_paths ? paths.size() : 1;
+  for (size_t i = 0; i < np; ++i) {
+    StorePathConfig pc;
+    pc.path.root = paths[i].root;
+    pc.path.kind = i == 0 ? PathKind::kNvme : PathKind::kPfs;
+    // MLP-Offload: one PFS writer per node.
+    pc.path.slots = mode == "paper" && i > 0 ? 1 : 0;
+    pc.path.read_cap = pc.path.write_cap = paths[i].cap;
+    pc.path.queue_depth = 16;
+    pc.path.segment_bytes = uint64_t{1} << 30;
+    pc.fraction = paths[i].mixed_bps;  // f_k proportional to U_k
+    o.store.paths.push_back(pc);
+    std::filesystem::remove_all(paths[i].root + "/" + o.store.name);
+  }
+  ParamGroup g;
+  g.numel = params;
+  g.hyper.weight_decay = 0.01;
+  o.groups.push_back(g);
+  o.subgroup_numel = subgroup;
+  o.grad_dtype = DType::kF16;
+  o.param_dtype = DType::kBF16;
+  o.pipeline.threads = threads;
+  o.pipeline.grad_offload = mc.grad_offload;
+  o.pipeline.alternate_order = mc.alternate;
+  o.pipeline.prefetch_depth = mc.prefetch;
+  o.pipeline.max_commits_in_flight = mc.commits;
+  o.pipeline.adaptive_placement = mc.adaptive;
+  // The fractions start at U_k; +adaptive lets them follow the rates.
+  o.store.adaptive = mc.adaptive ? 1 : 0;
+  o.pipeline.declare_order = mc.declare_order;
+  // The paths' bandwidth as the bound sees it (scaled down when paths
+  // share a device); fractions stay proportional to U_k.
+  double scale = np > 1 ? u_scale : 1.0;
+  for (size_t i = 0; i < np; ++i)
+    o.pipeline.path_mixed_bps.push_back(paths[i].mixed_bps * scale);
+  o.init_params = [](int, uint64_t off, float* dst, uint64_t n) {
+    for (uint64_t i = 0; i < n; ++i)
+      dst[i] = 0.001f * static_cast<float>((off + i) % 1000) - 0.5f;
+  };
+  // --stream: new parameters go through one subgroup-sized buffer and are
+  // handed on (summed, as a copy to the device would read them) instead of
+  // kept: 2 bytes per parameter less resident memory.
+  StreamingSink sink(std::min(subgroup, params));
+  if (stream) o.param_sink = &sink;
+  auto opt = Optimizer::Open(o);
+  if (!opt.ok()) Die(mode, opt.status());
+  if (mc.paper_ratio > 0 && np > 1) {
+    // Whole subgroups: every r-th on the second path, the rest on the first.
+    for (const Subgroup& sg : (*opt)->subgroups()) {
+      std::vector<double> f(np, 0.0);
+      f[sg.index % mc.paper_ratio == 0 ? 1 : 0] = 1.0;
+      auto st = (*opt)->store()->SetObjectFractions(sg.object, f);
+      if (!st.ok()) Die(mode, st);
+    }
+  }
+  ModeResult r;
+  r.mode = mode;
+  // Step 0 (untimed) creates the state on the store; then `steps` timed.
+  for (int s = 0; s <= steps; ++s) {
+    if (!change.root.empty() && s == change.step)
+      for (size_t i = 0; i < np; ++i)
+        if (paths[i].root == change.root) {
+          auto st = (*opt)->store()->path(i)->SetCaps(change.cap, change.cap);
+          if (!st.ok()) Die("--cap-change", st);
+          Progress(absl::StrFormat("%s: cap of %s now %s", mode, change.root,
+                                   FormatRate(double(change.cap))));
+        }
+    absl::Time t0 = absl::Now();
+    // Deterministic fp16 gradients, generated a chunk at a time (as they
+    // would arrive from the device) so the bench holds no second copy.
+    {
+      const uint64_t chunk = uint64_t{16} << 20;
+      std::vector<uint16_t> buf(std::min(chunk, params));
+      for (uint64_t off = 0; off < params; off += chunk) {
+        uint64_t n = std::min(chunk, params - off);
+        uint32_t x = 12345u ^ static_cast<uint32_t>(off / chunk * 2654435761u);
+        for (uint64_t i = 0; i < n; ++i) {
+          x ^= x << 13;
+          x ^= x >> 17;
+          x ^= x << 5;
+          buf[i] = FloatToF16(
+              static_cast<float>(static_cast<int>(x % 2001) - 1000) * 1e-3f);
+        }
+        auto st = (*opt)->StageGrad(0, off, buf.data(), DType::kF16, n);
+        if (!st.ok()) Die(mode, st);
+      }
+    }
+    if (baseline)
+      if (auto e = (*opt)->OffloadGrads(); !e.ok()) Die(mode, e);
+    double bw = absl::ToDoubleSeconds(absl::Now() - t0);
+    auto rep = (*opt)->Step(1024.0);
+    if (!rep.ok()) Die(mode, rep.status());
+    std::string fr;
+    for (double x : rep->fractions) fr += absl::StrFormat(" %.2f", x);
+    Progress(absl::StrFormat(
+        "%s step %d/%d: %.2f s (read wait %.2f, compute %.2f, write wait "
+        "%.2f), %s moved; fractions now%s",
+        mode, s, steps, rep->total_s, rep->read_wait_s, rep->compute_s,
+        rep->write_wait_s,
+        FormatBytes(static_cast<double>(rep->bytes_read + rep->bytes_written)),
+        fr));
+    r.fractions_per_step.push_back(rep->fractions);
+    if (s == 0) continue;
+    r.step_s += rep->total_s / steps;
+    r.backward_s += bw / steps;
+    r.read_wait_s += rep->read_wait_s / steps;
+    r.compute_s += rep->compute_s / steps;
+    r.write_wait_s += rep->write_wait_s / steps;
+    r.bytes_read += static_cast<double>(rep->bytes_read) / steps;
+    r.bytes_written += static_cast<double>(rep->bytes_written) / steps;
+    r.cache_hit_bytes += static_cast<double>(rep->cache_hit_bytes) / steps;
+    if (r.paths.empty()) r.paths = rep->paths;
+  }
+  double sum_u = 0;
+  for (size_t i = 0; i < np; ++i) sum_u += paths[i].mixed_bps * scale;
+  r.lower_bound_s = (r.bytes_read + r.bytes_written) / sum_u;
+  r.peak_rss = PeakRss();
+  opt->reset();
+  if (!keep)
+    for (size_t i = 0; i < np; ++i)
+      std::filesystem::remove_all(paths[i].root + "/" + o.store.name);
+  return r;
+}
+
+}  // namespace mlpo

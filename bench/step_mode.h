@@ -1,0 +1,67 @@
+// `mlpo-bench step`: running one mode (bench/step_bench.cc has the
+// command, its flags and what it prints). A mode is the synthetic model's
+// update over its own store on the given paths; it measures step time,
+// waits, bytes per path and the fractions after each step.
+#ifndef MLPO_BENCH_STEP_MODE_H_
+#define MLPO_BENCH_STEP_MODE_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/state_format.h"
+#include "optimizer/optimizer.h"
+
+namespace mlpo {
+
+struct PathSpec {
+  std::pair<dev_t, ino_t> dev_ino{};
+  std::string root;
+  uint64_t cap = 0;
+  double mixed_bps = 0;  // U_k, measured
+};
+
+struct ModeResult {
+  std::string mode;
+  double step_s = 0, backward_s = 0, read_wait_s = 0, compute_s = 0,
+         write_wait_s = 0;
+  double bytes_read = 0, bytes_written = 0;
+  double cache_hit_bytes = 0;  // reads the DRAM tier saved, per step
+  uint64_t peak_rss = 0;       // of the process after this mode (VmHWM)
+  std::vector<std::vector<double>> fractions_per_step;  // after each step
+  std::vector<PathBytes> paths;
+  double lower_bound_s = 0;
+};
+
+// --cap-change ROOT@CAP:STEP: the path's cap becomes CAP from step STEP on.
+struct CapChange {
+  std::string root;
+  uint64_t cap = 0;
+  int step = 0;
+};
+
+// The ablation rows, in order: each adds one idea to the row before.
+extern const char* const kAblation[5];
+
+// Mixed read+write bytes/s of `paths`: one path by the probe `mlpo profile`
+// uses (ProbePath, same file size, block and depth), several driven at once
+// with the same settings, summed.
+double ProbeMixed(const std::vector<PathSpec>& paths, double seconds);
+
+// One mode (baseline, paper, mlpo, mlpo+cache or an ablation row) in one
+// state format: one untimed step that creates the state, then `steps`
+// timed ones. Exits the process (BenchFail) on an error.
+ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
+                   const std::string& dir, uint64_t params, uint64_t subgroup,
+                   int steps, int prefetch, int commits, int threads,
+                   bool stream, bool keep,
+                   Durability durability, double u_scale,
+                   const std::string& cache, const CapChange& change,
+                   int paper_ratio, StateFormat format);
+
+}  // namespace mlpo
+
+#endif  // MLPO_BENCH_STEP_MODE_H_
