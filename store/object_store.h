@@ -49,6 +49,7 @@
 #include "store/path/storage_path.h"
 #include "store/placement/placement.h"
 #include "store/store_options.h"
+#include "store/store_view.h"
 #include "base/work_queue.h"
 
 namespace mlpo {
@@ -126,40 +127,7 @@ class CheckoutLease {
 };
 using Lease = std::shared_ptr<CheckoutLease>;
 
-struct BadExtent {
-  std::string object;
-  uint64_t version = 0;
-  uint64_t step = 0;  // the step of that version (0 when unknown)
-  std::string path, file;  // path root; segment file
-  uint64_t file_offset = 0, length = 0;
-  std::string error;  // checksum mismatch or I/O error text
-  // DataLoss for a checksum mismatch; for an I/O error the errno's code
-  // (ENOENT -> NotFound, EACCES -> PermissionDenied, EIO -> Internal, ...).
-  absl::StatusCode code = absl::StatusCode::kDataLoss;
-};
 
-// The status for a bad extent, with its code (DataLoss for a checksum
-// mismatch, the errno's for an I/O error); the message names object,
-// version, path, file and offset. Checkout, ReadVersion and Verify all read
-// through one function and report through this one.
-absl::Status BadExtentStatus(const BadExtent& b);
-
-struct VerifyReport {
-  uint64_t objects = 0, extents = 0, bytes = 0;
-  uint64_t replicas = 0;  // versions with a second copy (tag --copy-to)
-  std::vector<BadExtent> bad;
-  // Extents of a first copy that failed while the version's replica read
-  // back whole: the version is readable, from the replica only.
-  std::vector<BadExtent> covered;
-  // Read-only opens only: extents that failed while a writer replaced their
-  // version (the index, re-read after the failure, no longer has it as the
-  // head or in the tag). Not corruption.
-  std::vector<BadExtent> superseded;
-  // Segment files that are gone, or shorter than their segment size (a
-  // read-only open looks past them; `deep` reads every version any head or
-  // tag holds, so that each one they cost is named).
-  std::vector<std::string> missing_segments, short_segments;
-};
 
 // What `ObjectStore::Salvage` kept and dropped.
 struct SalvageReport {
@@ -207,7 +175,8 @@ struct RecoverReport {
   uint64_t promoted = 0, replicas_dropped = 0;
   std::vector<std::string> lost_heads;
   std::vector<std::pair<std::string, uint64_t>> lost_tags;  // tag, objects
-  // After recovery: the heads and every tag, read back and checked.
+  // After recovery (filled by admin Recover): the heads and every tag,
+  // read back and checked.
   uint64_t objects = 0;
   std::vector<BadExtent> bad_heads;
   struct TagState {
@@ -252,25 +221,25 @@ struct ObjectInfo {
   std::vector<uint64_t> steps;     // the step of each of `versions`
 };
 
-class ObjectStore {
+class ObjectStore final : public StoreView {
  public:
   static absl::StatusOr<std::unique_ptr<ObjectStore>> Open(
       const StoreOptions& options);
-  // Makes a damaged store openable again, explicitly, and says what was
-  // lost: an index behind its seal is rolled back to its last consistent
-  // point; an index that is gone or cannot be opened, or whose rollback lost
-  // tags, is rebuilt from the index backup taken at the last tag; then every
-  // head and tag is read back and checked. Without a backup, a lost index
-  // cannot be re-indexed from its segments: FailedPrecondition, unless
-  // `discard`, which deletes the store's segments, descriptors, backups and
-  // index so that the next open starts afresh. Takes the writer lock.
+  // The index half of `mlpo recover` (store/admin/recover.h's Recover
+  // reads everything back after it): an index behind its seal is rolled
+  // back to its last consistent point; an index that is gone or cannot be
+  // opened, or whose rollback lost tags, is rebuilt from the index backup
+  // taken at the last tag. Without a backup, a lost index cannot be
+  // re-indexed from its segments: FailedPrecondition, unless `discard`,
+  // which deletes the store's segments, descriptors, backups and index so
+  // that the next open starts afresh. Takes the writer lock.
   // `lost_path` >= 0: that path's data is gone (a failed node-local device,
   // replaced and mounted empty at the same root): the index forgets it, as
   // RecoverReport says, and the path starts empty under a new identity.
   // Refused while the path still holds the store's segment files.
-  static absl::StatusOr<RecoverReport> Recover(const StoreOptions& options,
-                                               bool discard,
-                                               int lost_path = -1);
+  static absl::StatusOr<RecoverReport> RepairIndex(const StoreOptions& options,
+                                                   bool discard,
+                                                   int lost_path = -1);
   // Makes a moved or copied store a store at its new place. `options`
   // names the new roots and index (meta_dir), in the store's path order.
   // Each new root must hold the store's directory with a descriptor of this
@@ -368,18 +337,23 @@ class ObjectStore {
       const std::string& tag, int path,
       std::function<void(uint64_t, uint64_t)> progress = nullptr);
 
-  // Reads every extent of every head (or of `tag`) and checks its checksum.
-  // `progress(done_bytes, total_bytes)` is called as it goes.
-  absl::StatusOr<VerifyReport> Verify(
-      const std::string& tag = "",
-      std::function<void(uint64_t, uint64_t)> progress = nullptr,
-      bool deep = false);
-  // The index checked against the data, without reading extents (`deep`
-  // verify runs it first): every extent of every version record (heads,
-  // tags, and records awaiting gc) lies inside one segment file that exists
-  // and is long enough, a record's extents tile its blob exactly, and no
-  // two records' extents overlap. Each problem is a BadExtent (DataLoss).
-  std::vector<BadExtent> CheckExtentMap() const;
+  // Maintenance reads (Verify, CheckExtentMap: store/admin/verify.h) go
+  // through StoreView, which this class implements.
+  const StoreOptions& options() const override { return options_; }
+  FileSystem* fs() const override {
+    return options_.fs ? options_.fs : DefaultFileSystem();
+  }
+  size_t num_paths() const override { return paths_.size(); }
+  const StoragePath& path_at(size_t i) const override { return *paths_[i]; }
+  std::vector<RecordOf> AllVersions() const override;
+  absl::StatusOr<std::vector<RecordOf>> PinVersions(const std::string& tag,
+                                                    bool and_tags) override;
+  void UnpinVersion(const std::string& object, uint64_t version) override;
+  void ReadCopy(const std::string& object, const VersionRecord& rec,
+                char* buf, std::vector<BadExtent>* bad) override;
+  BadExtent DescribeExtent(const std::string& object, uint64_t version,
+                           const ExtentRef& e, const std::string& error,
+                           absl::StatusCode code) const override;
 
   // Small named values kept in the index with the store (e.g. the PyTorch
   // adapter's parameter manifest). Set is durable when it returns; Get of an
@@ -414,13 +388,9 @@ class ObjectStore {
   absl::StatusOr<Lease> ReadVersion(const std::string& object,
                                     uint64_t version);
 
-  // The options in force: meta_dir filled in, and each path's segment_bytes
-  // the store's own.
-  const StoreOptions& options() const { return options_; }
   // The store's identity (recorded in its index and descriptors).
   const std::string& store_uuid() const { return store_uuid_; }
   StoragePath* path(size_t i) { return paths_[i].get(); }
-  size_t num_paths() const { return paths_.size(); }
   // Bytes each path has read and written since open, and its busy time (in
   // path order): what the update pipeline reports per step.
   std::vector<PathCounters> PathTraffic() const;
@@ -487,9 +457,6 @@ class ObjectStore {
   absl::Status MoveHeads(const std::map<std::string, uint64_t>& want,
                          const std::string& what);
   absl::Status DropTagImpl(const std::string& name);
-  FileSystem* fs() const {
-    return options_.fs ? options_.fs : DefaultFileSystem();
-  }
   // "store N rank R (index DIR)", for messages.
   std::string Where() const;
   // Every root exists and no two are one directory.

@@ -165,3 +165,58 @@ std::map<ObjectStore::VKey, std::vector<BadExtent>> ObjectStore::CheckVersions(
 }
 
 }  // namespace mlpo
+
+namespace mlpo {
+
+// StoreView: what store/admin reads through.
+
+std::vector<RecordOf> ObjectStore::AllVersions() const {
+  std::vector<RecordOf> out;
+  MutexLock l(&mu_);
+  out.reserve(versions_.size());
+  for (auto& [key, vs] : versions_) out.push_back({key.first, vs.rec});
+  return out;
+}
+
+absl::StatusOr<std::vector<RecordOf>> ObjectStore::PinVersions(
+    const std::string& tag, bool and_tags) {
+  MutexLock l(&mu_);
+  std::set<VKey> keys;
+  if (tag.empty()) {
+    for (auto& [obj, st] : objects_)
+      if (st.has_head) keys.insert({obj, st.head});
+    if (and_tags)
+      for (auto& [t, objs] : tags_)
+        for (auto& [obj, v] : objs) keys.insert({obj, v});
+  } else {
+    auto t = tags_.find(tag);
+    if (t == tags_.end())
+      return absl::NotFoundError(absl::StrCat("no tag named ", tag));
+    for (auto& [obj, v] : t->second) keys.insert({obj, v});
+  }
+  std::vector<RecordOf> out;
+  for (auto& k : keys) {
+    VersionState& vs = versions_[k];
+    ++vs.pins;
+    out.push_back({k.first, vs.rec});
+  }
+  return out;
+}
+
+void ObjectStore::UnpinVersion(const std::string& object, uint64_t version) {
+  Unpin({object, version});
+}
+
+void ObjectStore::ReadCopy(const std::string& object, const VersionRecord& rec,
+                           char* buf, std::vector<BadExtent>* bad) {
+  ReadExtents(object, rec, buf, bad);
+}
+
+BadExtent ObjectStore::DescribeExtent(const std::string& object,
+                                      uint64_t version, const ExtentRef& e,
+                                      const std::string& error,
+                                      absl::StatusCode code) const {
+  return Describe(object, version, e, error, code);
+}
+
+}  // namespace mlpo

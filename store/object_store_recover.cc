@@ -1,4 +1,4 @@
-// ObjectStore::Recover: makes a damaged store openable again, explicitly,
+// ObjectStore::RepairIndex: makes a damaged store openable again, explicitly,
 // and says what was lost (see object_store.h and the README's identity and
 // recovery rules).
 #include <ctime>
@@ -166,9 +166,8 @@ static absl::Status ForgetLostPath(MetaIndex* m, const StoreOptions& o, int lost
   return absl::OkStatus();
 }
 
-absl::StatusOr<RecoverReport> ObjectStore::Recover(const StoreOptions& options,
-                                                   bool discard,
-                                                   int lost_path) {
+absl::StatusOr<RecoverReport> ObjectStore::RepairIndex(
+    const StoreOptions& options, bool discard, int lost_path) {
   MLPO_RETURN_IF_ERROR(ValidateStoreOptions(options));
   RecoverReport rep;
   {
@@ -293,16 +292,6 @@ absl::StatusOr<RecoverReport> ObjectStore::Recover(const StoreOptions& options,
       MLPO_RETURN_IF_ERROR(ForgetLostPath(m.get(), o, lost_path, &rep, fsys));
     }
   }  // releases the lock
-  StoreOptions o = options;
-  o.create_if_missing = false;
-  MLPO_ASSIGN_OR_RETURN(auto store, ObjectStore::Open(o));
-  MLPO_ASSIGN_OR_RETURN(VerifyReport heads, store->Verify());
-  rep.objects = heads.objects;
-  rep.bad_heads = heads.bad;
-  for (auto& [name, objs] : store->Tags()) {
-    MLPO_ASSIGN_OR_RETURN(VerifyReport t, store->Verify(name));
-    rep.tags.push_back({name, t.objects, t.bad.size()});
-  }
   return rep;
 }
 

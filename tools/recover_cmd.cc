@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "store/admin/recover.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
@@ -115,7 +116,7 @@ void AddRecoverCommand(CLI::App& app) {
                               "--lost-path ", *lost, " is not one of the "
                               "store's paths (", roots, ")")), 2);
       }
-      auto rep = ObjectStore::Recover(*o, *discard, lost_path);
+      auto rep = Recover(*o, *discard, lost_path);
       if (!rep.ok()) Fail("recover", rep.status());
       json tags = json::array();
       bool ok = rep->bad_heads.empty();

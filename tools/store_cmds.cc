@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "store/admin/verify.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include <sys/stat.h>
@@ -343,7 +344,7 @@ void AddStoreCommands(CLI::App& app) {
                 "extents overlapping");
     c->callback([a, tag, deep] {
       auto s = OpenTarget("verify", a->store, /*read_only=*/true);
-      auto rep = s->Verify(
+      auto rep = Verify(*s, 
           *tag,
           [](uint64_t done, uint64_t total) {
             Progress("verify " + FormatBytes(done) + " / " +

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "store/admin/verify.h"
 #include "store/fs/fault_injection_fs.h"
 #include "tests/optimizer/optimizer_test_util.h"
 
@@ -134,10 +135,10 @@ TEST_P(OptimizerCrashTest, RestoreNewestTagAndRerunIsBitIdentical) {
   RecordProperty("newest_tag", ro.restore_tag);
   {
     // Every checksum holds and no space leaked, after all the kills.
-    auto v = (*opt)->store()->Verify();
+    auto v = Verify(*(*opt)->store());
     ASSERT_TRUE(v.ok());
     EXPECT_TRUE(v->bad.empty());
-    EXPECT_TRUE((*opt)->store()->CheckExtentMap().empty());
+    EXPECT_TRUE(CheckExtentMap(*(*opt)->store()).empty());
     for (auto& ps : (*opt)->store()->Stats().paths)
       EXPECT_EQ(ps.usage.used, ps.referenced_bytes + ps.unreferenced_bytes);
   }
@@ -197,10 +198,10 @@ TEST_P(OptimizerCrashTest, PowerLossDuringStepsRestoresTheNewestTag) {
   ASSERT_FALSE(ro.restore_tag.empty());
   auto opt = Optimizer::Open(ro);
   ASSERT_TRUE(opt.ok()) << opt.status();
-  auto v = (*opt)->store()->Verify();
+  auto v = Verify(*(*opt)->store());
   ASSERT_TRUE(v.ok());
   EXPECT_TRUE(v->bad.empty());
-  EXPECT_TRUE((*opt)->store()->CheckExtentMap().empty());
+  EXPECT_TRUE(CheckExtentMap(*(*opt)->store()).empty());
   RunToTheEndLikeAnUninterruptedRun(opt->get());
   RecordProperty("power_cuts_mid_run", cuts);
   RecordProperty("torn_blocks", static_cast<int>(torn));

@@ -1,4 +1,5 @@
 #include "optimizer/optimizer.h"
+#include "store/admin/verify.h"
 
 #include <cmath>
 #include <cstring>
@@ -202,7 +203,7 @@ TEST(OptimizerCacheTest, WriteBackSavesWritesAndLosesNothing) {
   // A tag writes every dirty version back first.
   ASSERT_TRUE((*opt)->store()->Tag("after4").ok());
   EXPECT_EQ((*opt)->store()->cache_stats().dirty_entries, 0u);
-  auto verified = (*opt)->store()->Verify("after4");
+  auto verified = Verify(*(*opt)->store(), "after4");
   ASSERT_TRUE(verified.ok());
   EXPECT_TRUE(verified->bad.empty());
   ExpectStateEquals(opt->get(), ref, "after the tag");

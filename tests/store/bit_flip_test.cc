@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "gtest/gtest.h"
+#include "store/admin/verify.h"
 #include "optimizer/optimizer.h"
 #include "rocksdb/db.h"
 #include "tests/optimizer/optimizer_test_util.h"
@@ -67,7 +68,7 @@ TEST(BitFlipTest, EveryFlipInAnExtentIsReportedAndNoneIsRead) {
   ro.read_only = true;
   auto s = ObjectStore::Open(ro);
   ASSERT_TRUE(s.ok()) << s.status();
-  auto rep = (*s)->Verify();
+  auto rep = Verify(*(*s));
   ASSERT_TRUE(rep.ok());
   // Reported: exactly the flipped extents, each by object, version, path,
   // file and offset, as checksum mismatches.

@@ -1,4 +1,5 @@
 #include "store/object_store.h"
+#include "store/admin/verify.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -68,7 +69,7 @@ TEST_P(RoundTripTest, ManyObjectsAndVersionsReadBackExactly) {
     EXPECT_TRUE(Matches(**l, 4));
   }
   ExpectNoLeak(s->get());
-  auto rep = (*s)->Verify();
+  auto rep = Verify(*(*s));
   ASSERT_TRUE(rep.ok());
   EXPECT_TRUE(rep->bad.empty());
   EXPECT_EQ(rep->objects, static_cast<uint64_t>(kObjects));
@@ -115,7 +116,7 @@ TEST(ObjectStoreTest, CorruptByteIsDataLossNamingTheExtentAndOthersStayReadable)
   auto b = (*s)->Checkout("b").get();
   ASSERT_TRUE(b.ok());
   EXPECT_TRUE(Matches(**b, 3));
-  auto rep = (*s)->Verify();
+  auto rep = Verify(*(*s));
   ASSERT_TRUE(rep.ok());
   ASSERT_EQ(rep->bad.size(), 1u);
   EXPECT_EQ(rep->bad[0].object, "a");
@@ -242,7 +243,7 @@ TEST(ObjectStoreTest, AFullPathSpillsItsShareToThePathsWithRoom) {
   EXPECT_LE(on_path0, 8u << 20);      // path 0 never past its capacity
   EXPECT_LT(on_path0, total / 2);     // ... so it took less than its half
   ExpectNoLeak(s->get());
-  auto rep = (*s)->Verify();
+  auto rep = Verify(*(*s));
   ASSERT_TRUE(rep.ok());
   EXPECT_TRUE(rep->bad.empty());
   // Space frees up (a's old version goes); new versions fit on path 0 again.
@@ -310,7 +311,7 @@ TEST(ObjectStoreTest, ReadErrorsKeepTheErrnoCodeOnEveryReadPath) {
   EXPECT_NE(l.status().message().find(o.paths[1].path.root), std::string::npos);
   auto rv = (*s)->ReadVersion("r", 0);  // the head
   EXPECT_EQ(rv.status().code(), absl::StatusCode::kPermissionDenied);
-  auto rep = (*s)->Verify();
+  auto rep = Verify(*(*s));
   ASSERT_TRUE(rep.ok());
   ASSERT_FALSE(rep->bad.empty());
   EXPECT_EQ(rep->bad[0].code, absl::StatusCode::kPermissionDenied);
@@ -468,7 +469,7 @@ TEST(ObjectStoreTest, ReadOnlyOpenBesideAWriterReadsAndRefusesChanges) {
   EXPECT_EQ((*r)->Declare("new", TestLayout(10)).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE((*r)->Declare("a", TestLayout(5000)).ok());  // no change
-  auto rep = (*r)->Verify();
+  auto rep = Verify(*(*r));
   ASSERT_TRUE(rep.ok());
   EXPECT_TRUE(rep->bad.empty());
   r->reset();
@@ -566,8 +567,8 @@ TEST(ObjectStoreTest, DeepVerifyFindsATruncatedSegmentFromTheIndexAlone) {
       ASSERT_TRUE(CommitVersion(s->get(), "d" + std::to_string(i), 1).ok());
     }
     ASSERT_TRUE((*s)->Tag("t").ok());
-    EXPECT_TRUE((*s)->CheckExtentMap().empty());
-    auto clean = (*s)->Verify("", nullptr, /*deep=*/true);
+    EXPECT_TRUE(CheckExtentMap(*(*s)).empty());
+    auto clean = Verify(*(*s), "", nullptr, /*deep=*/true);
     ASSERT_TRUE(clean.ok());
     EXPECT_TRUE(clean->bad.empty());
   }
@@ -579,7 +580,7 @@ TEST(ObjectStoreTest, DeepVerifyFindsATruncatedSegmentFromTheIndexAlone) {
   ro.read_only = true;
   auto s = ObjectStore::Open(ro);
   ASSERT_TRUE(s.ok()) << s.status();
-  std::vector<BadExtent> bad = (*s)->CheckExtentMap();
+  std::vector<BadExtent> bad = CheckExtentMap(*(*s));
   ASSERT_FALSE(bad.empty());
   for (const BadExtent& b : bad) {
     EXPECT_EQ(b.path, o.paths[1].path.root);
@@ -587,7 +588,7 @@ TEST(ObjectStoreTest, DeepVerifyFindsATruncatedSegmentFromTheIndexAlone) {
     EXPECT_GE(b.file_offset + b.length, 100000u);
     EXPECT_NE(b.error.find("shorter"), std::string::npos) << b.error;
   }
-  auto rep = (*s)->Verify("t", nullptr, /*deep=*/true);
+  auto rep = Verify(*(*s), "t", nullptr, /*deep=*/true);
   ASSERT_TRUE(rep.ok());
   EXPECT_GT(rep->bad.size(), bad.size());  // the reads fail too
 }
@@ -626,7 +627,7 @@ TEST(ObjectStoreTest, DegradedModeStripesNewVersionsOverTheRemainingPaths) {
                  o.paths[1].path.root);
   auto b = (*s)->Checkout("b").get();
   EXPECT_FALSE(b.ok());
-  auto rep = (*s)->Verify();
+  auto rep = Verify(*(*s));
   ASSERT_TRUE(rep.ok());
   std::set<std::string> named;
   for (auto& x : rep->bad) named.insert(x.object);

@@ -7,6 +7,8 @@
 #include <set>
 
 #include "gtest/gtest.h"
+#include "store/admin/verify.h"
+#include "store/admin/recover.h"
 #include "store/fs/fault_injection_fs.h"
 #include "tests/store/store_test_util.h"
 
@@ -75,8 +77,8 @@ TEST(ReplicaTest, ACopiedTagReadsFromItsReplicaWhenTheFirstCopyFails) {
   ASSERT_TRUE(rec.ok());
   ASSERT_FALSE(rec->replica.empty());
   for (const ExtentRef& e : rec->replica) EXPECT_EQ(e.path, 1u);
-  EXPECT_TRUE((*s)->CheckExtentMap().empty());
-  auto v = (*s)->Verify("t1", nullptr, /*deep=*/true);
+  EXPECT_TRUE(CheckExtentMap(*(*s)).empty());
+  auto v = Verify(*(*s), "t1", nullptr, /*deep=*/true);
   ASSERT_TRUE(v.ok());
   EXPECT_TRUE(v->bad.empty());
   EXPECT_EQ(v->replicas, static_cast<uint64_t>(kObjects));
@@ -95,7 +97,7 @@ TEST(ReplicaTest, ACopiedTagReadsFromItsReplicaWhenTheFirstCopyFails) {
     ASSERT_TRUE(l.ok()) << Name(i) << ": " << l.status();
     EXPECT_TRUE(Matches(**l, 1)) << Name(i);
   }
-  v = (*s)->Verify("t1");
+  v = Verify(*(*s), "t1");
   ASSERT_TRUE(v.ok());
   EXPECT_TRUE(v->bad.empty());
   std::set<std::string> named;
@@ -107,7 +109,7 @@ TEST(ReplicaTest, ACopiedTagReadsFromItsReplicaWhenTheFirstCopyFails) {
   auto l0 = (*s)->Checkout(Name(0)).get();
   EXPECT_EQ(l0.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(l0.status().message().find(Name(0)), std::string::npos);
-  v = (*s)->Verify("t1");
+  v = Verify(*(*s), "t1");
   ASSERT_TRUE(v.ok());
   ASSERT_FALSE(v->bad.empty());
   for (auto& b : v->bad) EXPECT_EQ(b.object, Name(0));
@@ -238,9 +240,9 @@ TEST(ReplicaTest, ACopiedTagSurvivesTheLossOfTheOtherPath) {
     ASSERT_TRUE((*s)->Tag("t2").ok());
   }
   // Bad input first: the path still has its data; a path that is not one.
-  EXPECT_EQ(ObjectStore::Recover(o, false, 0).status().code(),
+  EXPECT_EQ(Recover(o, false, 0).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_FALSE(ObjectStore::Recover(o, false, 7).ok());
+  EXPECT_FALSE(Recover(o, false, 7).ok());
   {
     auto s = ObjectStore::Open(o);  // nothing was changed
     ASSERT_TRUE(s.ok()) << s.status();
@@ -251,7 +253,7 @@ TEST(ReplicaTest, ACopiedTagSurvivesTheLossOfTheOtherPath) {
   std::filesystem::remove_all(root0);
   std::filesystem::create_directories(root0);
   EXPECT_FALSE(ObjectStore::Open(o).ok());
-  auto rep = ObjectStore::Recover(o, false, 0);
+  auto rep = Recover(o, false, 0);
   ASSERT_TRUE(rep.ok()) << rep.status();
   EXPECT_FALSE(rep->rebuilt_from.empty());  // the index was on path 0
   EXPECT_EQ(rep->lost_path, 0);
@@ -270,7 +272,7 @@ TEST(ReplicaTest, ACopiedTagSurvivesTheLossOfTheOtherPath) {
     ASSERT_TRUE(l.ok()) << l.status();
     EXPECT_TRUE(Matches(**l, 1)) << Name(i);
   }
-  EXPECT_TRUE((*s)->CheckExtentMap().empty());
+  EXPECT_TRUE(CheckExtentMap(*(*s)).empty());
   ExpectStoreVerifies(s->get());
   // Training goes on over both paths, the new device included.
   for (int i = 0; i < kObjects; ++i) {

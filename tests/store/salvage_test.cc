@@ -9,6 +9,7 @@
 #include <set>
 
 #include "gtest/gtest.h"
+#include "store/admin/verify.h"
 #include "tests/store/store_test_util.h"
 
 namespace mlpo {
@@ -99,7 +100,7 @@ TEST(SalvageTest, AMissingAndAShortSegmentCostOnlyWhatTheyHeld) {
     r.read_only = true;
     auto s = ObjectStore::Open(r);
     ASSERT_TRUE(s.ok()) << s.status();
-    auto rep = (*s)->Verify("", nullptr, /*deep=*/true);
+    auto rep = Verify(*(*s), "", nullptr, /*deep=*/true);
     ASSERT_TRUE(rep.ok()) << rep.status();
     EXPECT_EQ(rep->missing_segments, std::vector<std::string>{gone});
     EXPECT_EQ(rep->short_segments, std::vector<std::string>{cut});
@@ -142,7 +143,7 @@ TEST(SalvageTest, AMissingAndAShortSegmentCostOnlyWhatTheyHeld) {
       ASSERT_TRUE((*s)->Commit(*l, step).get().ok());
     }
   ASSERT_TRUE((*s)->Gc().ok());
-  auto v = (*s)->Verify("", nullptr, /*deep=*/true);
+  auto v = Verify(*(*s), "", nullptr, /*deep=*/true);
   ASSERT_TRUE(v.ok());
   EXPECT_TRUE(v->bad.empty()) << v->bad.size() << " bad: " << v->bad[0].error;
   EXPECT_TRUE(v->missing_segments.empty());

@@ -11,6 +11,8 @@
 #include <fstream>
 
 #include "gtest/gtest.h"
+#include "store/admin/verify.h"
+#include "store/admin/recover.h"
 #include "store/fs/fault_injection_fs.h"
 #include "store/fs/file_util.h"
 #include "tests/store/store_test_util.h"
@@ -56,7 +58,7 @@ void ExpectIntact(const StoreOptions& o) {
   ASSERT_EQ(tags.count("t2"), 1u);
   EXPECT_EQ(tags["t2"]["a"], 2u);
   for (const std::string& t : {std::string(), std::string("t2")}) {
-    auto rep = (*s)->Verify(t);
+    auto rep = Verify(*(*s), t);
     ASSERT_TRUE(rep.ok());
     EXPECT_TRUE(rep->bad.empty()) << rep->bad[0].error;
     EXPECT_EQ(rep->objects, 2u);
@@ -136,7 +138,7 @@ TEST(StoreIdentityTest, AMissingIndexIsAnErrorNotAFreshStart) {
   EXPECT_TRUE(before == after);
   // Recover rebuilds it from the index backup taken at the last tag (t2):
   // heads are as they were then, version 3 is gone and said to be.
-  auto r = ObjectStore::Recover(o, /*discard=*/false);
+  auto r = Recover(o, /*discard=*/false);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_NE(r->rebuilt_from.find("meta-backup"), std::string::npos);
   EXPECT_TRUE(r->bad_heads.empty());
@@ -166,12 +168,12 @@ TEST(StoreIdentityTest, WithoutABackupOnlyDiscardStartsAfresh) {
   }
   std::string seg = o.paths[0].path.root + "/t/rank-0/seg-000000";
   fs::remove_all(MetaDir(o));
-  auto r = ObjectStore::Recover(o, /*discard=*/false);
+  auto r = Recover(o, /*discard=*/false);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(r.status().message().find("--discard"), std::string::npos)
       << r.status();
   EXPECT_TRUE(fs::exists(seg));
-  r = ObjectStore::Recover(o, /*discard=*/true);
+  r = Recover(o, /*discard=*/true);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->discarded);
   EXPECT_GT(r->discarded_files, 0u);
@@ -239,7 +241,7 @@ TEST_P(DamagedWalTest, IsDataLossUntilRecoverAcceptsAndReportsTheLoss) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss) << s.status();
   EXPECT_NE(s.status().message().find("mlpo recover"), std::string::npos);
-  auto r = ObjectStore::Recover(o, /*discard=*/false);
+  auto r = Recover(o, /*discard=*/false);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->rolled_back);
   EXPECT_GT(r->acknowledged_sequence, r->recovered_sequence);
@@ -288,7 +290,7 @@ TEST(StoreIdentityTest, AFailedOpenWithoutCurrentChangesNothing) {
   // Left without CURRENT, recover rebuilds the index from its backup and
   // keeps the damaged one aside.
   fs::remove(meta + "/CURRENT");
-  auto r = ObjectStore::Recover(o, /*discard=*/false);
+  auto r = Recover(o, /*discard=*/false);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->rebuilt_from.empty());
   EXPECT_TRUE(fs::is_directory(r->damaged_index_kept));
@@ -321,7 +323,7 @@ TEST(StoreIdentityTest, ReadOnlyOpenWorksForAUserWhoCanOnlyRead) {
       fprintf(stderr, "read-only open: %s\n", s.status().ToString().c_str());
       _exit(11);
     }
-    auto rep = (*s)->Verify();
+    auto rep = Verify(*(*s));
     if (!rep.ok() || !rep->bad.empty() || rep->objects != 2) _exit(12);
     s->reset();
     // A writer open must fail cleanly (no write access), not corrupt.
@@ -502,7 +504,7 @@ TEST(StoreIdentityTest, VerifyBesideAWriterReportsSupersededNotBad) {
   // v2 frees v1's extents; v3 reuses them.
   ASSERT_TRUE(CommitVersion(w->get(), "a", 2).ok());
   ASSERT_TRUE(CommitVersion(w->get(), "a", 3).ok());
-  auto rep = (*view)->Verify();
+  auto rep = Verify(*(*view));
   ASSERT_TRUE(rep.ok());
   EXPECT_TRUE(rep->bad.empty());
   ASSERT_FALSE(rep->superseded.empty());
@@ -518,7 +520,7 @@ TEST(StoreIdentityTest, VerifyBesideAWriterReportsSupersededNotBad) {
   ::close(fd);
   auto view2 = ObjectStore::Open(ro);
   ASSERT_TRUE(view2.ok());
-  rep = (*view2)->Verify();
+  rep = Verify(*(*view2));
   ASSERT_TRUE(rep.ok());
   EXPECT_EQ(rep->bad.size(), 1u);
   EXPECT_TRUE(rep->superseded.empty());

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "store/admin/verify.h"
 #include "store/object_store.h"
 #include "tests/test_util.h"
 
@@ -73,11 +74,11 @@ inline void ExpectNoLeak(ObjectStore* s) {
 // leaks: what the crash and power-loss loops check after each reopen.
 inline void ExpectStoreVerifies(ObjectStore* s) {
   ExpectNoLeak(s);
-  auto rep = s->Verify();
+  auto rep = Verify(*s);
   ASSERT_TRUE(rep.ok());
   EXPECT_TRUE(rep->bad.empty()) << rep->bad.size() << " bad extents";
   for (auto& [tag, objs] : s->Tags()) {
-    auto tr = s->Verify(tag);
+    auto tr = Verify(*s, tag);
     ASSERT_TRUE(tr.ok());
     EXPECT_TRUE(tr->bad.empty()) << "tag " << tag;
   }

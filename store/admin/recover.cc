@@ -1,0 +1,26 @@
+#include "store/admin/recover.h"
+
+#include "base/status_macros.h"
+#include "store/admin/verify.h"
+
+namespace mlpo {
+
+absl::StatusOr<RecoverReport> Recover(const StoreOptions& options,
+                                      bool discard, int lost_path) {
+  MLPO_ASSIGN_OR_RETURN(RecoverReport rep,
+                        ObjectStore::RepairIndex(options, discard, lost_path));
+  if (rep.discarded) return rep;
+  StoreOptions o = options;
+  o.create_if_missing = false;
+  MLPO_ASSIGN_OR_RETURN(auto store, ObjectStore::Open(o));
+  MLPO_ASSIGN_OR_RETURN(VerifyReport heads, Verify(*store));
+  rep.objects = heads.objects;
+  rep.bad_heads = heads.bad;
+  for (auto& [name, objs] : store->Tags()) {
+    MLPO_ASSIGN_OR_RETURN(VerifyReport t, Verify(*store, name));
+    rep.tags.push_back({name, t.objects, t.bad.size()});
+  }
+  return rep;
+}
+
+}  // namespace mlpo

@@ -1,0 +1,198 @@
+#include "store/admin/verify.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/aligned_buffer.h"
+#include "base/status_macros.h"
+#include "store/meta/meta_index.h"
+
+namespace mlpo {
+
+std::vector<BadExtent> CheckExtentMap(const StoreView& store) {
+  const size_t np = store.num_paths();
+  struct Placed {
+    uint64_t offset, length;
+    std::string object;
+    uint64_t version;
+  };
+  std::vector<std::vector<Placed>> by_path(np);
+  std::vector<BadExtent> bad;
+  auto problem = [&](const std::string& obj, uint64_t v, const ExtentRef& e,
+                     const std::string& what) {
+    if (e.path < np) {
+      bad.push_back(store.DescribeExtent(obj, v, e, "index: " + what,
+                             absl::StatusCode::kDataLoss));
+    } else {
+      BadExtent b;
+      b.object = obj;
+      b.version = v;
+      b.length = e.length;
+      b.error = "index: " + what;
+      bad.push_back(std::move(b));
+    }
+  };
+  // Each segment file's size, once.
+  std::map<std::string, uint64_t> sizes;
+  auto size_of = [&](const std::string& f) -> uint64_t {
+    auto it = sizes.find(f);
+    if (it != sizes.end()) return it->second;
+    auto st = store.fs()->Stat(f);
+    return sizes[f] = st.ok() ? st->size : 0;
+  };
+  for (const RecordOf& r : store.AllVersions()) {
+   const std::string& obj = r.object;
+   const VersionRecord& rec = r.rec;
+   uint64_t v = rec.version;
+   for (const std::vector<ExtentRef>* list : {&rec.extents, &rec.replica}) {
+    if (list->empty()) continue;
+    uint64_t covered = 0;
+    std::vector<std::pair<uint64_t, uint64_t>> blob;
+    for (const ExtentRef& e : *list) {
+      if (e.path >= np) {
+        problem(obj, v, e, absl::StrCat("extent on unknown path ", e.path));
+        continue;
+      }
+      const StoragePath* p = &store.path_at(e.path);
+      const uint64_t seg = p->options().segment_bytes;
+      if (e.length == 0 || e.offset % seg + e.length > seg) {
+        problem(obj, v, e, "extent crosses a segment boundary or is empty");
+        continue;
+      }
+      std::string file = p->SegmentFile(e.offset);
+      uint64_t have = size_of(file);
+      if (have < p->SegmentOffset(e.offset) + e.length)
+        problem(obj, v, e,
+                absl::StrCat("segment file is ", have, " bytes, shorter than "
+                             "the extent's end (missing or truncated)"));
+      by_path[e.path].push_back({e.offset, e.length, obj, v});
+      blob.emplace_back(e.blob_offset, e.length);
+      covered += e.length;
+    }
+    std::sort(blob.begin(), blob.end());
+    uint64_t at = 0;
+    bool tiles = covered == rec.blob_bytes;
+    for (auto& [off, len] : blob) {
+      tiles &= off == at;
+      at = off + len;
+    }
+    if (!tiles)
+      problem(obj, v, list->front(),
+              absl::StrCat("the record's ",
+                           list == &rec.replica ? "replica " : "",
+                           "extents do not tile its ", rec.blob_bytes,
+                           "-byte blob exactly"));
+   }
+  }
+  for (size_t p = 0; p < by_path.size(); ++p) {
+    auto& list = by_path[p];
+    std::sort(list.begin(), list.end(),
+              [](const Placed& a, const Placed& b) { return a.offset < b.offset; });
+    for (size_t i = 1; i < list.size(); ++i) {
+      const Placed& prev = list[i - 1];
+      const Placed& cur = list[i];
+      if (cur.offset < prev.offset + prev.length) {
+        ExtentRef e;
+        e.path = static_cast<uint32_t>(p);
+        e.offset = cur.offset;
+        e.length = cur.length;
+        problem(cur.object, cur.version, e,
+                absl::StrCat("extent overlaps one of object ", prev.object,
+                             " version ", prev.version));
+      }
+    }
+  }
+  return bad;
+}
+
+absl::StatusOr<VerifyReport> Verify(
+    StoreView& store, const std::string& tag,
+    std::function<void(uint64_t, uint64_t)> progress, bool deep) {
+  std::vector<BadExtent> structural;
+  if (deep) structural = CheckExtentMap(store);
+  MLPO_ASSIGN_OR_RETURN(std::vector<RecordOf> todo,
+                        store.PinVersions(tag, /*and_tags=*/deep));
+  VerifyReport rep;
+  rep.bad = std::move(structural);
+  for (size_t p = 0; p < store.num_paths(); ++p) {
+    const StoragePath& path = store.path_at(p);
+    for (auto& f : path.MissingSegments()) rep.missing_segments.push_back(f);
+    if (deep)
+      for (auto& f : path.ShortSegments()) rep.short_segments.push_back(f);
+  }
+  uint64_t total = 0;
+  for (auto& [obj, rec] : todo) total += rec.blob_bytes;
+  for (auto& [obj, rec] : todo) {
+    AlignedBuffer buf(rec.blob_bytes);
+    // Each copy on its own: a bad extent of the first copy whose replica
+    // reads back whole is "covered" (named, not lost); a bad replica is bad
+    // even when the first copy is good (the copy a user counts on).
+    VersionRecord first = rec, second = rec;
+    first.replica.clear();
+    second.extents = rec.replica;
+    second.replica.clear();
+    std::vector<BadExtent> bad, bad2;
+    store.ReadCopy(obj, first, buf.data(), &bad);
+    if (!rec.replica.empty()) {
+      store.ReadCopy(obj, second, buf.data(), &bad2);
+      for (BadExtent& b : bad2) b.error = "replica: " + b.error;
+      ++rep.replicas;
+      if (!bad.empty() && bad2.empty()) {
+        rep.covered.insert(rep.covered.end(), bad.begin(), bad.end());
+        bad.clear();
+      }
+    }
+    rep.bad.insert(rep.bad.end(), bad.begin(), bad.end());
+    rep.bad.insert(rep.bad.end(), bad2.begin(), bad2.end());
+    store.UnpinVersion(obj, rec.version);
+    ++rep.objects;
+    rep.extents += rec.extents.size() + rec.replica.size();
+    rep.bytes += rec.blob_bytes;
+    if (progress) progress(rep.bytes, total);
+  }
+  if (store.options().read_only && !rep.bad.empty()) {
+    // A writer may have replaced a version (and reused its space) after this
+    // view was opened: read the index again, and a version that is no longer
+    // the head (or no longer in the tag) was superseded, not corrupted.
+    auto now = MetaIndex::Open(store.options().meta_dir,
+                               MetaIndex::Mode::kSecondary, store.fs());
+    absl::StatusOr<MetaSnapshot> snap =
+        now.ok() ? (*now)->Load() : absl::StatusOr<MetaSnapshot>(now.status());
+    if (snap.ok()) {
+      std::vector<BadExtent> still_bad;
+      for (BadExtent& b : rep.bad) {
+        const std::map<std::string, uint64_t>* set = &snap->heads;
+        if (!tag.empty()) {
+          auto t = snap->tags.find(tag);
+          set = t == snap->tags.end() ? nullptr : &t->second;
+        }
+        bool moved = true;
+        if (set != nullptr) {
+          auto cur = set->find(b.object);
+          moved = cur == set->end() || cur->second != b.version;
+        }
+        // Deep: a version any tag still holds was not replaced either.
+        if (deep && tag.empty())
+          for (auto& [t, objs] : snap->tags) {
+            auto cur = objs.find(b.object);
+            if (cur != objs.end() && cur->second == b.version) moved = false;
+          }
+        // Structural problems (index: ...) are about the index as loaded.
+        if (absl::StartsWith(b.error, "index: ")) moved = false;
+        (moved ? rep.superseded : still_bad).push_back(std::move(b));
+      }
+      rep.bad = std::move(still_bad);
+    }
+  }
+  std::sort(rep.bad.begin(), rep.bad.end(), [](auto& a, auto& b) {
+    return std::tie(a.object, a.path, a.file, a.file_offset) <
+           std::tie(b.object, b.path, b.file, b.file_offset);
+  });
+  return rep;
+}
+
+}  // namespace mlpo

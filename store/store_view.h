@@ -1,0 +1,86 @@
+// StoreView: what maintenance reads of a store (store/admin/: verify, the
+// extent-map check), and nothing more: the options in force, the paths, the
+// version records the index holds, pinned while they are read, and each
+// copy of a version read and checked. ObjectStore implements it; nothing
+// through it changes the store. Tools over it need no access to the
+// store's internals (RocksDB's utilities over its DB interface, likewise).
+//
+// Thread-safety: as the implementation's (ObjectStore: thread-safe).
+// Layer store/: may include base/ and store's own folders.
+#ifndef MLPO_STORE_STORE_VIEW_H_
+#define MLPO_STORE_STORE_VIEW_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "store/fs/file_system.h"
+#include "store/meta/layout.h"
+#include "store/path/storage_path.h"
+#include "store/store_options.h"
+
+namespace mlpo {
+
+// One extent that failed its read or its checksum, or an index problem
+// (the error then starts with "index: ").
+struct BadExtent {
+  std::string object;
+  uint64_t version = 0;
+  uint64_t step = 0;  // the step of that version (0 when unknown)
+  std::string path, file;  // path root; segment file
+  uint64_t file_offset = 0, length = 0;
+  std::string error;  // checksum mismatch or I/O error text
+  // DataLoss for a checksum mismatch; for an I/O error the errno's code
+  // (ENOENT -> NotFound, EACCES -> PermissionDenied, EIO -> Internal, ...).
+  absl::StatusCode code = absl::StatusCode::kDataLoss;
+};
+
+// The status for a bad extent, with its code (DataLoss for a checksum
+// mismatch, the errno's for an I/O error); the message names object,
+// version, path, file and offset. Checkout, ReadVersion and Verify all read
+// through one function and report through this one.
+absl::Status BadExtentStatus(const BadExtent& b);
+
+// A version record and the object it belongs to.
+struct RecordOf {
+  std::string object;
+  VersionRecord rec;
+};
+
+class StoreView {
+ public:
+  virtual ~StoreView() = default;
+  // The options in force: meta_dir filled in, and each path's segment_bytes
+  // the store's own.
+  virtual const StoreOptions& options() const = 0;
+  // The file system of the store's files and its index.
+  virtual FileSystem* fs() const = 0;
+  virtual size_t num_paths() const = 0;
+  virtual const StoragePath& path_at(size_t i) const = 0;
+  // Every version record the index holds: heads, tags' versions, and the
+  // records awaiting gc. A copy, as of the call.
+  virtual std::vector<RecordOf> AllVersions() const = 0;
+  // The versions of every head (with `and_tags`, of every tag too), or of
+  // `tag` when it is not empty (NotFound naming it when there is none),
+  // each pinned (its extents stay allocated) until UnpinVersion.
+  virtual absl::StatusOr<std::vector<RecordOf>> PinVersions(
+      const std::string& tag, bool and_tags) = 0;
+  virtual void UnpinVersion(const std::string& object, uint64_t version) = 0;
+  // Reads the version `rec` describes into `buf` (rec.blob_bytes), checking
+  // each extent's checksum; failing ones are appended to `bad`. When
+  // `rec.replica` is set, the replica stands in for a bad first copy (only
+  // what both lose is bad); clear it to read one copy alone.
+  virtual void ReadCopy(const std::string& object, const VersionRecord& rec,
+                        char* buf, std::vector<BadExtent>* bad) = 0;
+  // A BadExtent naming `e`'s path, segment file and offset.
+  virtual BadExtent DescribeExtent(const std::string& object,
+                                   uint64_t version, const ExtentRef& e,
+                                   const std::string& error,
+                                   absl::StatusCode code) const = 0;
+};
+
+}  // namespace mlpo
+
+#endif  // MLPO_STORE_STORE_VIEW_H_
