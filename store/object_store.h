@@ -3,13 +3,13 @@
 // What a training step uses (the data plane): Open, Declare, Checkout,
 // Commit, Blank/Return, DeclareAccessOrder, Tag, Restore and WriteBack; the
 // placement they stripe by is placement() (store/placement/placement.h).
-// Everything else is maintenance that `mlpo` and the adapter's checkpoint
-// code call: Verify, CheckExtentMap, Gc, DropTag, CopyTagTo, and the static
-// Recover, Relocate and Salvage (implemented in object_store_recover.cc,
-// _relocate, _salvage, _copy, _admin), plus read-only inspection (List,
-// Tags, GetVersion, ReadVersion, PathTraffic). Moving maintenance behind a
-// narrow read-only view of the index and paths (store/admin/) is issue 21's
-// remaining step.
+// Maintenance that needs the index's internals stays here: Gc, DropTag,
+// DropHeads, BackupIndex, CopyTagTo (a tag's replica) and the static
+// RepairIndex and Relocate. Maintenance that does not lives in store/admin/
+// as functions over StoreView (store/store_view.h, which this class
+// implements) and the public methods: Verify, CheckExtentMap, Recover,
+// Salvage. Read-only inspection: List, Tags, GetVersion, ReadVersion,
+// Stats, PathTraffic.
 //
 // Invariants (DESIGN.md "Store semantics"):
 //  1. Copy-on-write: a commit writes new extents, then one RocksDB WriteBatch
@@ -129,7 +129,7 @@ using Lease = std::shared_ptr<CheckoutLease>;
 
 
 
-// What `ObjectStore::Salvage` kept and dropped.
+// What Salvage (store/admin/salvage.h) kept and dropped.
 struct SalvageReport {
   uint64_t versions_checked = 0;
   std::vector<BadExtent> bad;  // every unreadable extent found
@@ -252,16 +252,6 @@ class ObjectStore final : public StoreView {
   // never opened or changed.
   static absl::StatusOr<RelocateReport> Relocate(const StoreOptions& options,
                                                  bool new_identity);
-  // Keeps every tag and head whose extents all read back (a replica
-  // standing in for a bad first copy) and drops the rest: a tag whole (a
-  // checkpoint is never restored in part), a head leaving its object with
-  // no committed version (restore a kept tag). Nothing that still reads is
-  // changed: dropped versions wait for `gc`. Then missing segment files are
-  // created again and short ones extended, so the store opens for writing.
-  // Takes the writer lock.
-  static absl::StatusOr<SalvageReport> Salvage(
-      const StoreOptions& options,
-      std::function<void(uint64_t, uint64_t)> progress = nullptr);
   // The pid holding the writer lock of the store in `meta_dir`, or 0.
   static int WriterPid(const std::string& meta_dir,
                        FileSystem* fs = nullptr);
@@ -318,6 +308,14 @@ class ObjectStore final : public StoreView {
   // only the heads held are freed. For a fresh run in an existing store.
   absl::Status ResetHeads();
   absl::Status DropTag(const std::string& name);
+  // Drops the heads of `objects` (each is left without a committed version,
+  // as before its first commit; its records stay until `Gc`) in one durable
+  // index write. Salvage drops the heads that no longer read back with it.
+  absl::Status DropHeads(const std::set<std::string>& objects);
+  // Copies the index into <store dir>/meta-backup on every path (after each
+  // tag and drop-tag), so that `Recover` can rebuild a lost or damaged index
+  // with every tag. A failure is reported on stderr; the tag stands.
+  void BackupIndex();
   std::map<std::string, std::map<std::string, uint64_t>> Tags() const;
   // Deletes version records no head or tag references and frees their
   // extents. Returns bytes freed.
@@ -502,10 +500,6 @@ class ObjectStore final : public StoreView {
   absl::Status AllocateStripes(const std::string& where,
                                const std::string& object, uint64_t total,
                                std::vector<std::vector<Range>>* ranges);
-  // Copies the index into <store dir>/meta-backup on every path (after each
-  // tag and drop-tag), so that `Recover` can rebuild a lost or damaged index
-  // with every tag. A failure is reported on stderr; the tag stands.
-  void BackupIndex();
   void Unpin(const VKey& k);
   // Returns buffers the cache let go to the pool.
   void Recycle(std::vector<AlignedBuffer>* released);

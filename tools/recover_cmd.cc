@@ -5,10 +5,11 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
-#include "store/admin/recover.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "store/admin/recover.h"
+#include "store/admin/salvage.h"
 #include "store/object_store.h"
 #include "tools/cli_util.h"
 #include "tools/store_cmd_util.h"
@@ -54,7 +55,7 @@ void AddRecoverCommand(CLI::App& app) {
       auto o = StoreOptionsForTarget(a->store);
       if (!o.ok()) Fail("recover", o.status());
       if (*salvage) {
-        auto rep = ObjectStore::Salvage(*o, [](uint64_t d, uint64_t t) {
+        auto rep = Salvage(*o, [](uint64_t d, uint64_t t) {
           Progress("salvage: read " + FormatBytes(d) + " / " + FormatBytes(t));
         });
         Progress("");

@@ -8,15 +8,15 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
-#include "store/admin/verify.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include <sys/stat.h>
 #include "nlohmann/json.hpp"
+#include "store/admin/verify.h"
 #include "store/object_store.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/store_cmd_util.h"
+#include <sys/stat.h>
 
 namespace mlpo {
 

@@ -12,9 +12,9 @@
 #include <tuple>
 
 #include "gtest/gtest.h"
-#include "store/admin/verify.h"
 #include "optimizer/optimizer.h"
 #include "rocksdb/db.h"
+#include "store/admin/verify.h"
 #include "tests/optimizer/optimizer_test_util.h"
 #include "tests/store/store_test_util.h"
 

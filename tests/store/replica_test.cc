@@ -7,8 +7,8 @@
 #include <set>
 
 #include "gtest/gtest.h"
-#include "store/admin/verify.h"
 #include "store/admin/recover.h"
+#include "store/admin/verify.h"
 #include "store/fs/fault_injection_fs.h"
 #include "tests/store/store_test_util.h"
 

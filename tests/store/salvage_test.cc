@@ -9,6 +9,7 @@
 #include <set>
 
 #include "gtest/gtest.h"
+#include "store/admin/salvage.h"
 #include "store/admin/verify.h"
 #include "tests/store/store_test_util.h"
 
@@ -113,7 +114,7 @@ TEST(SalvageTest, AMissingAndAShortSegmentCostOnlyWhatTheyHeld) {
       EXPECT_EQ(bad_tags.count(t) == 0, want_kept.count(t) == 1) << t;
   }
 
-  auto rep = ObjectStore::Salvage(o);
+  auto rep = Salvage(o);
   ASSERT_TRUE(rep.ok()) << rep.status();
   EXPECT_EQ(std::set<std::string>(rep->kept_tags.begin(), rep->kept_tags.end()),
             want_kept);

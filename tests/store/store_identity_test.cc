@@ -11,8 +11,8 @@
 #include <fstream>
 
 #include "gtest/gtest.h"
-#include "store/admin/verify.h"
 #include "store/admin/recover.h"
+#include "store/admin/verify.h"
 #include "store/fs/fault_injection_fs.h"
 #include "store/fs/file_util.h"
 #include "tests/store/store_test_util.h"
