@@ -152,7 +152,7 @@ struct CopyReport {
   std::string bandwidth_source;  // "write_cap", "profile" or ""
 };
 
-// What `ObjectStore::Recover` found and did.
+// What Recover (store/admin/recover.h) found and did.
 struct RecoverReport {
   std::string meta_dir;
   // The index had lost acknowledged writes and was rolled back to its last

@@ -7,7 +7,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
-#include "store/checksum.h"
+#include "store/checksum/checksum.h"
 #include "store/object_store.h"
 
 namespace mlpo {

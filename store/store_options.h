@@ -97,7 +97,7 @@ struct StoreOptions {
   // Tests pass a FaultInjectionFileSystem. Not owned; not in TOML.
   FileSystem* fs = nullptr;
   ObjectInitializer initializer;  // not in TOML
-  // Open although segment files are missing (ObjectStore::Salvage sets it;
+  // Open although segment files are missing (store/admin/salvage.h sets it;
   // read-only opens always may). Not in TOML.
   bool salvage = false;
 };

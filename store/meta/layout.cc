@@ -9,7 +9,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "store/checksum.h"
+#include "store/checksum/checksum.h"
 #include "store/io/io_engine.h"
 
 namespace mlpo {

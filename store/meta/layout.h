@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "store/checksum.h"
+#include "store/checksum/checksum.h"
 #include "base/dtype.h"
 
 namespace mlpo {

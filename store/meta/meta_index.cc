@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "store/checksum.h"
+#include "store/checksum/checksum.h"
 #include "store/fs/file_util.h"
 #include "base/status_macros.h"
 

@@ -3,8 +3,10 @@
 // hashing every byte an update moves at that speed costs as much CPU as the
 // optimizer itself. The Debian header compiled inline with AVX2 or AVX-512
 // computes the same values at ~10-12 GB/s.
-#ifndef MLPO_STORE_CHECKSUM_H_
-#define MLPO_STORE_CHECKSUM_H_
+//
+// Layer store/checksum: may include base/ only.
+#ifndef MLPO_STORE_CHECKSUM_CHECKSUM_H_
+#define MLPO_STORE_CHECKSUM_CHECKSUM_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -21,4 +23,4 @@ uint64_t ChecksumAvx512(const void* data, size_t n);
 
 }  // namespace mlpo
 
-#endif  // MLPO_STORE_CHECKSUM_H_
+#endif  // MLPO_STORE_CHECKSUM_CHECKSUM_H_

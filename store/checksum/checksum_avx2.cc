@@ -2,7 +2,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "store/checksum.h"
+#include "store/checksum/checksum.h"
 
 namespace mlpo {
 

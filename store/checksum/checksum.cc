@@ -1,4 +1,4 @@
-#include "store/checksum.h"
+#include "store/checksum/checksum.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
