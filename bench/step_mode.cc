@@ -216,7 +216,7 @@ ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
     for (const Subgroup& sg : (*opt)->subgroups()) {
       std::vector<double> f(np, 0.0);
       f[sg.index % mc.paper_ratio == 0 ? 1 : 0] = 1.0;
-      auto st = (*opt)->store()->SetObjectFractions(sg.object, f);
+      auto st = (*opt)->store()->placement()->SetObjectFractions(sg.object, f);
       if (!st.ok()) Die(mode, st);
     }
   }

@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/probe/bandwidth_probe.h"
 #include "store/object_store.h"
+#include "store/placement/stripe.h"
 #include "tools/cli_util.h"
 
 namespace mlpo {
@@ -190,8 +191,9 @@ void AddStoreBench(CLI::App& app) {
                                  n, size, 4);
         Progress(absl::StrFormat("raw engine: %d path(s), %s", npaths,
                                  FormatBytes(double(n) * size)));
-        auto shares = (*s)->StripeBytes(uint64_t(n) * size / kIoAlignment *
-                                        kIoAlignment);
+        auto shares = SplitBytes(
+            uint64_t(n) * size / kIoAlignment * kIoAlignment,
+            (*s)->placement()->fractions());
         Throughput raw = RunRaw(o, shares);
         double ratio = (st.read_bps + st.write_bps) /
                        (raw.read_bps + raw.write_bps);

@@ -285,7 +285,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
     rep.paths.push_back(b);
   }
   rep.fractions = options_.adaptive_placement ? store_->AdaptPlacement()
-                                             : store_->fractions();
+                                             : store_->placement()->fractions();
   CacheStats cache_after = store_->cache_stats();
   rep.cache_hits = cache_after.hits - cache_before.hits;
   rep.cache_hit_bytes = cache_after.hit_bytes - cache_before.hit_bytes;

@@ -335,23 +335,10 @@ class ObjectStore final : public StoreView {
       const std::string& tag, int path,
       std::function<void(uint64_t, uint64_t)> progress = nullptr);
 
-  // Maintenance reads (Verify, CheckExtentMap: store/admin/verify.h) go
-  // through StoreView, which this class implements.
+  // The options in force: meta_dir filled in, and each path's segment_bytes
+  // the store's own.
   const StoreOptions& options() const override { return options_; }
-  FileSystem* fs() const override {
-    return options_.fs ? options_.fs : DefaultFileSystem();
-  }
   size_t num_paths() const override { return paths_.size(); }
-  const StoragePath& path_at(size_t i) const override { return *paths_[i]; }
-  std::vector<RecordOf> AllVersions() const override;
-  absl::StatusOr<std::vector<RecordOf>> PinVersions(const std::string& tag,
-                                                    bool and_tags) override;
-  void UnpinVersion(const std::string& object, uint64_t version) override;
-  void ReadCopy(const std::string& object, const VersionRecord& rec,
-                char* buf, std::vector<BadExtent>* bad) override;
-  BadExtent DescribeExtent(const std::string& object, uint64_t version,
-                           const ExtentRef& e, const std::string& error,
-                           absl::StatusCode code) const override;
 
   // Small named values kept in the index with the store (e.g. the PyTorch
   // adapter's parameter manifest). Set is durable when it returns; Get of an
@@ -392,14 +379,13 @@ class ObjectStore final : public StoreView {
   // Bytes each path has read and written since open, and its busy time (in
   // path order): what the update pipeline reports per step.
   std::vector<PathCounters> PathTraffic() const;
-  // The normalised stripe fractions in use: the options' when any is set,
-  // else the mixed bandwidths `mlpo profile --store` recorded, else equal.
-  std::vector<double> fractions() const {
-    return placement_ ? placement_->fractions() : std::vector<double>{};
-  }
-  // Where new versions go (fractions, pins, rate estimates, degraded
-  // paths); null before the paths are open.
-  Placement* placement() { return placement_.get(); }
+  // Where new versions go: the fractions in use (the options' when any is
+  // set, else the mixed bandwidths `mlpo profile --store` recorded, else
+  // equal), objects pinned to their own (paper mode), and the paths taken
+  // out after a failure (degraded mode: a path whose write or sync failed
+  // takes no new versions until the store is reopened; the commit that hit
+  // the failure is written again on the others, with a warning on stderr).
+  Placement* placement() const { return placement_.get(); }
   // Adaptive placement, once a step: fractions f_k proportional to each
   // path's observed rate (UpdateBandwidthEstimates), water-filled over the
   // paths' free capacity for one step's bytes (every declared object).
@@ -407,27 +393,30 @@ class ObjectStore final : public StoreView {
   // moved nothing yet keep the fractions as they are. Returns the fractions
   // now in use.
   std::vector<double> AdaptPlacement();
-  // Degraded mode: a path whose write or sync failed takes no new versions
-  // until the store is reopened; a commit that hit the failure is written
-  // again on the others (with a warning on stderr), so training goes on.
-  // Which paths are out (in path order).
-  std::vector<bool> degraded_paths() const;
-  // Pins `object`'s new versions to its own fractions (e.g. MLP-Offload's
-  // whole-subgroup split: {1, 0} or {0, 1}); an empty vector unpins it.
-  // Adaptive placement leaves pinned objects alone. In memory only.
-  absl::Status SetObjectFractions(const std::string& object,
-                                  std::vector<double> fractions);
   // Each path's observed transfer rate (bytes moved / busy time) over the
   // interval since the last call, exponentially weighted (alpha 0.5, so a
   // path whose speed changes shows within a few steps) with the earlier
   // intervals; call once a step (AdaptPlacement does). 0 for a path that moved nothing
   // yet.
   std::vector<double> UpdateBandwidthEstimates();
-  // Bytes of a blob of `total` bytes placed on each path when every path
-  // has room (a full path's share spills over to the others at commit).
-  std::vector<uint64_t> StripeBytes(uint64_t total) const;
 
  private:
+  // StoreView: what store/admin/ reads through (Verify, CheckExtentMap,
+  // Salvage), reached through a StoreView& only.
+  FileSystem* fs() const override {
+    return options_.fs ? options_.fs : DefaultFileSystem();
+  }
+  const StoragePath& path_at(size_t i) const override { return *paths_[i]; }
+  std::vector<RecordOf> AllVersions() const override;
+  absl::StatusOr<std::vector<RecordOf>> PinVersions(const std::string& tag,
+                                                    bool and_tags) override;
+  void UnpinVersion(const std::string& object, uint64_t version) override;
+  void ReadCopy(const std::string& object, const VersionRecord& rec,
+                char* buf, std::vector<BadExtent>* bad) override;
+  BadExtent DescribeExtent(const std::string& object, uint64_t version,
+                           const ExtentRef& e, const std::string& error,
+                           absl::StatusCode code) const override;
+
   struct VersionState {
     VersionRecord rec;
     int refs = 0;  // head + tags

@@ -13,10 +13,6 @@
 
 namespace mlpo {
 
-std::vector<uint64_t> ObjectStore::StripeBytes(uint64_t total) const {
-  return SplitBytes(total, fractions());
-}
-
 std::vector<double> ObjectStore::UpdateBandwidthEstimates() {
   std::vector<PathSample> now;
   for (auto& p : paths_) {
@@ -32,7 +28,7 @@ std::vector<double> ObjectStore::AdaptPlacement() {
   bool explicit_fractions = false;
   for (auto& pc : options_.paths) explicit_fractions |= pc.fraction > 0;
   if (options_.adaptive == 0 || (options_.adaptive < 0 && explicit_fractions))
-    return fractions();
+    return placement_->fractions();
   uint64_t demand = 0;
   {
     MutexLock l(&mu_);
@@ -43,11 +39,6 @@ std::vector<double> ObjectStore::AdaptPlacement() {
     room.push_back(paths_[k]->options().capacity == 0 ? UINT64_MAX
                                               : paths_[k]->Usage().free);
   return placement_->Adapt(rates, room, demand);
-}
-
-absl::Status ObjectStore::SetObjectFractions(const std::string& object,
-                                             std::vector<double> fractions) {
-  return placement_->SetObjectFractions(object, std::move(fractions));
 }
 
 absl::Status ObjectStore::AllocateStripes(
@@ -124,11 +115,6 @@ bool ObjectStore::Degrade(int path, const absl::Status& why) {
                  std::string(why.message()).c_str());
   }
   return true;
-}
-
-std::vector<bool> ObjectStore::degraded_paths() const {
-  return placement_ ? placement_->degraded_paths()
-                    : std::vector<bool>(paths_.size(), false);
 }
 
 }  // namespace mlpo

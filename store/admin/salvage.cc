@@ -20,20 +20,21 @@ absl::StatusOr<SalvageReport> Salvage(
   o.cache_percent = 0;
   o.create_if_missing = false;
   MLPO_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> s, ObjectStore::Open(o));
+  StoreView& view = *s;
   SalvageReport rep;
 
   // Every version a head or a tag holds, read and checked once (a replica
   // stands in for a bad first copy).
   MLPO_ASSIGN_OR_RETURN(std::vector<RecordOf> todo,
-                        s->PinVersions("", /*and_tags=*/true));
+                        view.PinVersions("", /*and_tags=*/true));
   uint64_t total = 0, done = 0;
   for (const RecordOf& r : todo) total += r.rec.blob_bytes;
   std::set<std::pair<std::string, uint64_t>> bad;
   for (const RecordOf& r : todo) {
     AlignedBuffer buf(r.rec.blob_bytes);
     std::vector<BadExtent> found;
-    s->ReadCopy(r.object, r.rec, buf.data(), &found);
-    s->UnpinVersion(r.object, r.rec.version);
+    view.ReadCopy(r.object, r.rec, buf.data(), &found);
+    view.UnpinVersion(r.object, r.rec.version);
     if (!found.empty()) {
       bad.insert({r.object, r.rec.version});
       rep.bad.insert(rep.bad.end(), found.begin(), found.end());

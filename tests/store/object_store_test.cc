@@ -56,7 +56,7 @@ TEST_P(RoundTripTest, ManyObjectsAndVersionsReadBackExactly) {
     ASSERT_TRUE(rec.ok());
     std::vector<uint64_t> per(GetParam().size(), 0);
     for (auto& e : rec->extents) per[e.path] += e.length;
-    auto want = (*s)->StripeBytes(rec->blob_bytes);
+    auto want = SplitBytes(rec->blob_bytes, (*s)->placement()->fractions());
     EXPECT_EQ(per, want);
     ExpectNoLeak(s->get());
   }
@@ -260,7 +260,7 @@ TEST(ObjectStoreTest, RecordedBandwidthSetsTheFractionsWhenNoneAreGiven) {
   {
     auto s = ObjectStore::Open(o);
     ASSERT_TRUE(s.ok());
-    EXPECT_EQ((*s)->fractions(), (std::vector<double>{0.5, 0.5}));
+    EXPECT_EQ((*s)->placement()->fractions(), (std::vector<double>{0.5, 0.5}));
     ASSERT_TRUE((*s)->SetAttribute(kBandwidthAttribute,
                                    R"([{"path":"a","mixed_bps":3e9},)"
                                    R"({"path":"b","mixed_bps":1e9}])")
@@ -268,7 +268,7 @@ TEST(ObjectStoreTest, RecordedBandwidthSetsTheFractionsWhenNoneAreGiven) {
   }
   auto s = ObjectStore::Open(o);
   ASSERT_TRUE(s.ok());
-  EXPECT_EQ((*s)->fractions(), (std::vector<double>{0.75, 0.25}));
+  EXPECT_EQ((*s)->placement()->fractions(), (std::vector<double>{0.75, 0.25}));
   ASSERT_TRUE((*s)->Declare("w", TestLayout(100000)).ok());
   ASSERT_TRUE(CommitVersion(s->get(), "w", 1).ok());
   auto rec = (*s)->GetVersion("w", 0);
@@ -285,7 +285,7 @@ TEST(ObjectStoreTest, RecordedBandwidthSetsTheFractionsWhenNoneAreGiven) {
   o.paths[1].fraction = 1;
   s = ObjectStore::Open(o);
   ASSERT_TRUE(s.ok());
-  EXPECT_EQ((*s)->fractions(), (std::vector<double>{0.5, 0.5}));
+  EXPECT_EQ((*s)->placement()->fractions(), (std::vector<double>{0.5, 0.5}));
 }
 
 // One read path, one error mapping: a read that fails with an errno keeps
@@ -611,7 +611,7 @@ TEST(ObjectStoreTest, DegradedModeStripesNewVersionsOverTheRemainingPaths) {
   fsys.FailWhile(FaultInjectionFileSystem::Op::kWrite, EIO,
                  o.paths[1].path.root);
   ASSERT_TRUE(CommitVersion(s->get(), "a", 2).ok());
-  EXPECT_EQ((*s)->degraded_paths(), (std::vector<bool>{false, true}));
+  EXPECT_EQ((*s)->placement()->degraded_paths(), (std::vector<bool>{false, true}));
   auto rec = (*s)->GetVersion("a", 0);  // the head: step 2
   ASSERT_TRUE(rec.ok());
   for (const ExtentRef& e : rec->extents) EXPECT_EQ(e.path, 0u);
@@ -642,7 +642,7 @@ TEST(ObjectStoreTest, DegradedModeStripesNewVersionsOverTheRemainingPaths) {
   // Reopened (the disk back): every path is in use again, nothing lost.
   auto r = ObjectStore::Open(o);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ((*r)->degraded_paths(), (std::vector<bool>{false, false}));
+  EXPECT_EQ((*r)->placement()->degraded_paths(), (std::vector<bool>{false, false}));
   auto a = (*r)->Checkout("a").get();
   ASSERT_TRUE(a.ok());
   EXPECT_EQ((*a)->step(), 3u);
@@ -663,7 +663,7 @@ TEST(ObjectStoreTest, ADirectoryRemovedWhileOpenIsNoticedAtTheNextSync) {
   ASSERT_TRUE(CommitVersion(s->get(), "a", 1).ok());
   std::filesystem::remove_all(o.paths[1].path.root + "/t");
   ASSERT_TRUE(CommitVersion(s->get(), "a", 2).ok());
-  EXPECT_EQ((*s)->degraded_paths(), (std::vector<bool>{false, true}));
+  EXPECT_EQ((*s)->placement()->degraded_paths(), (std::vector<bool>{false, true}));
   auto rec = (*s)->GetVersion("a", 0);  // the head: step 2
   ASSERT_TRUE(rec.ok());
   for (const ExtentRef& e : rec->extents) EXPECT_EQ(e.path, 0u);

@@ -188,7 +188,7 @@ TEST_F(CliTest, ProfileStoreRecordsBandwidthThatSetsTheFractions) {
   for (auto& p : o.paths) p.fraction = 0;
   auto s = ObjectStore::Open(o);
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_NEAR((*s)->fractions()[0], u0 / (u0 + u1), 1e-9);
+  EXPECT_NEAR((*s)->placement()->fractions()[0], u0 / (u0 + u1), 1e-9);
   // Both modes at once, or neither, is a usage error.
   EXPECT_EQ(Mlpo("profile").code, 2);
 }
