@@ -41,7 +41,14 @@ are all-gathered. A checkpoint written by W ranks loads into W' ranks
 import math
 import warnings
 
-import torch
+try:
+    import torch
+except ImportError as e:  # a venv without --system-site-packages, or pyenv
+    raise ImportError(
+        "mlpo.torch needs PyTorch, which is not importable from "
+        f"{__import__('sys').executable}: use Debian's /usr/bin/python3 "
+        "(python3-torch), or a venv made with `python3 -m venv "
+        "--system-site-packages`") from e
 import torch.distributed as dist
 
 from . import store_config
