@@ -44,11 +44,16 @@ class CMakeBuild(build_ext):
         dst = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         shutil.copy2(built[0], dst)
-        bin_dir = os.path.join(self.build_lib, "mlpo", "bin")
-        os.makedirs(bin_dir, exist_ok=True)
-        shutil.copy2(os.path.join(build_dir, "tools", "mlpo"),
-                     os.path.join(bin_dir, "mlpo"))
-
+        # The command: beside the extension in the wheel, and for `pip
+        # install -e .` (editable: the package is the source tree) in the
+        # source tree too.
+        bin_dirs = [os.path.join(os.path.dirname(dst), "bin")]
+        if getattr(self, "editable_mode", False) or self.inplace:
+            bin_dirs.append(os.path.join(ROOT, "python", "mlpo", "bin"))
+        for bin_dir in bin_dirs:
+            os.makedirs(bin_dir, exist_ok=True)
+            shutil.copy2(os.path.join(build_dir, "tools", "mlpo"),
+                         os.path.join(bin_dir, "mlpo"))
 
 setup(
     ext_modules=[Extension("mlpo._mlpo", sources=[])],
