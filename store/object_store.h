@@ -194,33 +194,6 @@ struct RelocateReport {
   std::vector<bool> new_path_identity;  // per path: a new .mlpo/uuid
 };
 
-struct StorePathStats {
-  std::string root, kind, uuid;
-  PathUsage usage;
-  uint64_t referenced_bytes = 0;  // by heads and tags
-  // Held by version records that no head or tag references any more (a
-  // dropped tag's): `gc` frees them.
-  uint64_t unreferenced_bytes = 0;
-  PathCounters counters;
-};
-
-struct StoreStats {
-  uint64_t objects = 0, objects_with_head = 0, versions = 0, tags = 0;
-  uint64_t commits = 0, checkouts = 0;
-  CacheStats cache;  // all zero when the DRAM tier is off
-  std::vector<StorePathStats> paths;
-};
-
-struct ObjectInfo {
-  std::string name;
-  ObjectLayout layout;
-  bool has_head = false;
-  uint64_t head = 0;       // the head's sequence number
-  uint64_t head_step = 0;  // the step the head was committed at
-  std::vector<uint64_t> versions;  // with a record (head and tagged)
-  std::vector<uint64_t> steps;     // the step of each of `versions`
-};
-
 class ObjectStore final : public StoreView {
  public:
   static absl::StatusOr<std::unique_ptr<ObjectStore>> Open(
@@ -316,7 +289,7 @@ class ObjectStore final : public StoreView {
   // tag and drop-tag), so that `Recover` can rebuild a lost or damaged index
   // with every tag. A failure is reported on stderr; the tag stands.
   void BackupIndex();
-  std::map<std::string, std::map<std::string, uint64_t>> Tags() const;
+  std::map<std::string, std::map<std::string, uint64_t>> Tags() const override;
   // Deletes version records no head or tag references and frees their
   // extents. Returns bytes freed.
   absl::StatusOr<uint64_t> Gc();
@@ -344,7 +317,8 @@ class ObjectStore final : public StoreView {
   // adapter's parameter manifest). Set is durable when it returns; Get of an
   // unknown key is NotFound.
   absl::Status SetAttribute(const std::string& key, const std::string& value);
-  absl::StatusOr<std::string> GetAttribute(const std::string& key) const;
+  absl::StatusOr<std::string> GetAttribute(
+      const std::string& key) const override;
 
   // Pins the buffer pool's buffers (those idle now and every one made from
   // now on) with `r`, a GPU backend: lease buffers then serve O_DIRECT I/O
@@ -360,15 +334,14 @@ class ObjectStore final : public StoreView {
   AlignedBuffer BorrowBuffer(size_t size) { return pool_->Get(size); }
   void ReturnBuffer(AlignedBuffer b) { pool_->Put(std::move(b)); }
 
-  StoreStats Stats() const;
+  StoreStats Stats() const override;
   // The DRAM tier's counters alone (cheap; all zero when it is off).
   CacheStats cache_stats() const {
     return cache_ ? cache_->stats() : CacheStats{};
   }
-  std::vector<ObjectInfo> List() const;
-  // The record of one version (head when version == 0).
+  std::vector<ObjectInfo> List() const override;
   absl::StatusOr<VersionRecord> GetVersion(const std::string& object,
-                                           uint64_t version) const;
+                                           uint64_t version) const override;
   // Reads a version's blob (head when version == 0), verifying checksums.
   absl::StatusOr<Lease> ReadVersion(const std::string& object,
                                     uint64_t version);

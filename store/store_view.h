@@ -1,9 +1,12 @@
-// StoreView: what maintenance reads of a store (store/admin/: verify, the
-// extent-map check), and nothing more: the options in force, the paths, the
-// version records the index holds, pinned while they are read, and each
-// copy of a version read and checked. ObjectStore implements it; nothing
-// through it changes the store. Tools over it need no access to the
-// store's internals (RocksDB's utilities over its DB interface, likewise).
+// StoreView: everything that reads a store without changing it goes
+// through this view: inspection (objects, tags, version records, statistics,
+// attributes: `mlpo inspect`, `ls`, `tags`) and maintenance's reads
+// (store/admin/: verify, the extent-map check, salvage's check): the
+// options in force, the paths, the version records the index holds, pinned
+// while they are read, and each copy of a version read and checked.
+// ObjectStore implements it; nothing through it changes the store. Tools
+// over it need no access to the store's internals (as RocksDB's utilities
+// work over its DB interface).
 //
 // Thread-safety: as the implementation's (ObjectStore: thread-safe).
 // Layer store/: may include base/ and store's own folders.
@@ -11,11 +14,13 @@
 #define MLPO_STORE_STORE_VIEW_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "store/cache/object_cache.h"
 #include "store/fs/file_system.h"
 #include "store/meta/layout.h"
 #include "store/path/storage_path.h"
@@ -42,6 +47,33 @@ struct BadExtent {
 // version, path, file and offset. Checkout, ReadVersion and Verify all read
 // through one function and report through this one.
 absl::Status BadExtentStatus(const BadExtent& b);
+
+struct StorePathStats {
+  std::string root, kind, uuid;
+  PathUsage usage;
+  uint64_t referenced_bytes = 0;  // by heads and tags
+  // Held by version records that no head or tag references any more (a
+  // dropped tag's): `gc` frees them.
+  uint64_t unreferenced_bytes = 0;
+  PathCounters counters;
+};
+
+struct StoreStats {
+  uint64_t objects = 0, objects_with_head = 0, versions = 0, tags = 0;
+  uint64_t commits = 0, checkouts = 0;
+  CacheStats cache;  // all zero when the DRAM tier is off
+  std::vector<StorePathStats> paths;
+};
+
+struct ObjectInfo {
+  std::string name;
+  ObjectLayout layout;
+  bool has_head = false;
+  uint64_t head = 0;       // the head's sequence number
+  uint64_t head_step = 0;  // the step the head was committed at
+  std::vector<uint64_t> versions;  // with a record (head and tagged)
+  std::vector<uint64_t> steps;     // the step of each of `versions`
+};
 
 // A version record and the object it belongs to.
 struct RecordOf {
@@ -74,6 +106,21 @@ class StoreView {
   // what both lose is bad); clear it to read one copy alone.
   virtual void ReadCopy(const std::string& object, const VersionRecord& rec,
                         char* buf, std::vector<BadExtent>* bad) = 0;
+  // Inspection. Every object with its head and kept versions.
+  virtual std::vector<ObjectInfo> List() const = 0;
+  // Every tag: object -> the version it holds.
+  virtual std::map<std::string, std::map<std::string, uint64_t>> Tags()
+      const = 0;
+  // The record of one version (the head when version == 0).
+  virtual absl::StatusOr<VersionRecord> GetVersion(const std::string& object,
+                                                   uint64_t version) const = 0;
+  // Objects, versions, tags, counters, and per path its usage and the bytes
+  // heads and tags reference (and what only gc-able records hold).
+  virtual StoreStats Stats() const = 0;
+  // A small named value kept with the store; NotFound when there is none.
+  virtual absl::StatusOr<std::string> GetAttribute(
+      const std::string& key) const = 0;
+
   // A BadExtent naming `e`'s path, segment file and offset.
   virtual BadExtent DescribeExtent(const std::string& object,
                                    uint64_t version, const ExtentRef& e,

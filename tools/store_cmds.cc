@@ -56,10 +56,17 @@ std::unique_ptr<ObjectStore> OpenTarget(const std::string& cmd,
   return std::move(*s);
 }
 
+// The read-only commands (inspect, ls, tags, verify) see a store only
+// through its read-only view.
+std::unique_ptr<StoreView> OpenView(const std::string& cmd,
+                                    const std::string& target) {
+  return OpenTarget(cmd, target, /*read_only=*/true);
+}
+
 
 // The optimizer state format the store records (a store from before
 // formats, or one no optimizer opened: fp32).
-std::string StateFormatOf(const ObjectStore& s) {
+std::string StateFormatOf(const StoreView& s) {
   auto f = s.GetAttribute(kStateFormatAttribute);
   return f.ok() ? *f : "fp32";
 }
@@ -96,7 +103,7 @@ json SectionStats(const CheckoutLease& l) {
 
 // The step a tag's versions were committed at: one number when all agree
 // (every optimizer tag), else null; "mixed" in text.
-json TagStep(const ObjectStore& s,
+json TagStep(const StoreView& s,
              const std::map<std::string, uint64_t>& objs) {
   json step = nullptr;
   for (auto& [obj, v] : objs) {
@@ -117,10 +124,10 @@ std::string StepText(const json& step) {
   return std::to_string(step.get<uint64_t>());
 }
 
-json ExtentsJson(ObjectStore* s, const std::vector<ExtentRef>& list) {
+json ExtentsJson(const StoreView& s, const std::vector<ExtentRef>& list) {
   json ext = json::array();
   for (auto& e : list) {
-    StoragePath* p = s->path(e.path);
+    const StoragePath* p = &s.path_at(e.path);
     ext.push_back({{"path", p->root()},
                    {"file", p->SegmentFile(e.offset)},
                    {"offset", p->SegmentOffset(e.offset)},
@@ -154,7 +161,7 @@ void AddStoreCommands(CLI::App& app) {
                           "Summary: objects, versions, bytes per path, tags, "
                           "free space", a.get());
     c->callback([a] {
-      auto s = OpenTarget("inspect", a->store, /*read_only=*/true);
+      auto s = OpenView("inspect", a->store);
       StoreStats st = s->Stats();
       auto tags = s->Tags();
       const auto& o = s->options();
@@ -206,7 +213,7 @@ void AddStoreCommands(CLI::App& app) {
                                      "sequence number), size and kept "
                                      "versions", a.get());
     c->callback([a] {
-      auto s = OpenTarget("ls", a->store, /*read_only=*/true);
+      auto s = OpenView("ls", a->store);
       json j = json::array();
       for (auto& i : s->List())
         j.push_back({{"name", i.name},
@@ -277,7 +284,7 @@ void AddStoreCommands(CLI::App& app) {
         lease = s->ReadVersion(*obj, rec->version);
       }
       if (!lease.ok()) Fail("show", lease.status());
-      json ext = ExtentsJson(s.get(), rec->extents);
+      json ext = ExtentsJson(*s, rec->extents);
       json j = {{"object", *obj},
                 {"version", rec->version},
                 {"step", rec->step},
@@ -285,7 +292,7 @@ void AddStoreCommands(CLI::App& app) {
                 {"state_format", StateFormatOf(*s)},
                 {"sections", SectionStats(**lease)},
                 {"extents", ext},
-                {"replica", ExtentsJson(s.get(), rec->replica)}};
+                {"replica", ExtentsJson(*s, rec->replica)}};
       if (a->json) {
         std::cout << j.dump(2) << "\n";
         return;
@@ -343,7 +350,7 @@ void AddStoreCommands(CLI::App& app) {
                 "enough, records' extents tiling their blobs, no two "
                 "extents overlapping");
     c->callback([a, tag, deep] {
-      auto s = OpenTarget("verify", a->store, /*read_only=*/true);
+      auto s = OpenView("verify", a->store);
       auto rep = Verify(*s, 
           *tag,
           [](uint64_t done, uint64_t total) {
@@ -459,7 +466,7 @@ void AddStoreCommands(CLI::App& app) {
     auto a = std::make_shared<CommonArgs>();
     auto* c = AddStoreSub(app, "tags", "List tags", a.get());
     c->callback([a] {
-      auto s = OpenTarget("tags", a->store, /*read_only=*/true);
+      auto s = OpenView("tags", a->store);
       json j = json::array();
       for (auto& [t, objs] : s->Tags()) {
         json o = json::object();
