@@ -389,6 +389,10 @@ class ObjectStore final : public StoreView {
   BadExtent DescribeExtent(const std::string& object, uint64_t version,
                            const ExtentRef& e, const std::string& error,
                            absl::StatusCode code) const override;
+  // Restore decides with it too.
+  std::map<VersionKey, std::vector<BadExtent>> CheckVersions(
+      const std::set<VersionKey>& keys,
+      std::function<void(uint64_t, uint64_t)> progress) override;
 
   struct VersionState {
     VersionRecord rec;
@@ -406,7 +410,7 @@ class ObjectStore final : public StoreView {
     uint64_t dirty = 0;
     uint64_t dirty_step = 0;
   };
-  using VKey = std::pair<std::string, uint64_t>;
+  using VKey = VersionKey;
   struct CommitOp;
 
   explicit ObjectStore(const StoreOptions& o) : options_(o) {}
@@ -476,18 +480,6 @@ class ObjectStore final : public StoreView {
   // use it.
   void ReadRecord(const std::string& object, const VersionRecord& rec,
                   char* buf, std::function<void(std::vector<BadExtent>)> done);
-  // Reads every version in `keys` whole (pinned meanwhile; a replica
-  // stands in for a bad first copy): the bad extents of each version that
-  // failed. Restore and Salvage decide with it.
-  std::map<VKey, std::vector<BadExtent>> CheckVersions(
-      const std::set<VKey>& keys,
-      std::function<void(uint64_t, uint64_t)> progress = nullptr);
-  // ReadRecord, waited for; failing extents are appended to `bad`.
-  void ReadExtents(const std::string& object, const VersionRecord& rec,
-                   char* buf, std::vector<BadExtent>* bad);
-  BadExtent Describe(const std::string& object, uint64_t version,
-                     const ExtentRef& e, const std::string& error,
-                     absl::StatusCode code) const;
 
   StoreOptions options_;
   std::string store_uuid_;

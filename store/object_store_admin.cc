@@ -128,7 +128,7 @@ absl::Status ObjectStore::Restore(const std::string& name) {
     for (auto& [obj, v] : tags_[name]) keys.insert({obj, v});
   }
   std::vector<BadExtent> bad;
-  for (auto& [k, found] : CheckVersions(keys))
+  for (auto& [k, found] : CheckVersions(keys, nullptr))
     bad.insert(bad.end(), found.begin(), found.end());
   if (!bad.empty()) {
     std::string first = std::string(BadExtentStatus(bad.front()).message());
@@ -383,7 +383,7 @@ absl::StatusOr<Lease> ObjectStore::ReadVersion(const std::string& object,
   lease->buf_ = pool_->Get(rec.blob_bytes);
   lease->pool_ = pool_;
   std::vector<BadExtent> bad;
-  ReadExtents(object, rec, lease->buf_.data(), &bad);
+  ReadCopy(object, rec, lease->buf_.data(), &bad);
   Unpin({object, version});
   if (!bad.empty()) return BadExtentStatus(bad.front());
   return lease;

@@ -76,7 +76,7 @@ absl::StatusOr<CopyReport> ObjectStore::CopyTagTo(
   for (Item& it : todo) {
     AlignedBuffer buf = pool_->Get(it.rec.blob_bytes);
     std::vector<BadExtent> bad;
-    ReadExtents(it.object, it.rec, buf.data(), &bad);  // verified
+    ReadCopy(it.object, it.rec, buf.data(), &bad);  // verified
     if (!bad.empty()) {
       st = BadExtentStatus(bad.front());
       pool_->Put(std::move(buf));

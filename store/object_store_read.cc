@@ -11,7 +11,7 @@
 
 namespace mlpo {
 
-BadExtent ObjectStore::Describe(const std::string& object, uint64_t version,
+BadExtent ObjectStore::DescribeExtent(const std::string& object, uint64_t version,
                                 const ExtentRef& e, const std::string& error,
                                 absl::StatusCode code) const {
   BadExtent b;
@@ -108,7 +108,7 @@ void ObjectStore::ReadRecord(const std::string& object,
           hasher_->Post([this, e, dst, object, pending, v, step, s] {
             ExtentCheck c = CheckExtent(e, dst, s);
             if (!c.error.empty()) {
-              BadExtent b = Describe(object, v, e, c.error, c.code);
+              BadExtent b = DescribeExtent(object, v, e, c.error, c.code);
               b.step = step;
               MutexLock l(&pending->mu);
               pending->bad.push_back(std::move(b));
@@ -125,7 +125,7 @@ void ObjectStore::ReadRecord(const std::string& object,
   }
 }
 
-void ObjectStore::ReadExtents(const std::string& object,
+void ObjectStore::ReadCopy(const std::string& object,
                               const VersionRecord& rec, char* buf,
                               std::vector<BadExtent>* bad) {
   std::promise<std::vector<BadExtent>> p;
@@ -154,7 +154,7 @@ std::map<ObjectStore::VKey, std::vector<BadExtent>> ObjectStore::CheckVersions(
   for (auto& [k, rec] : todo) {
     AlignedBuffer buf = pool_->Get(rec.blob_bytes);
     std::vector<BadExtent> found;
-    ReadExtents(k.first, rec, buf.data(), &found);  // replica fallback
+    ReadCopy(k.first, rec, buf.data(), &found);  // replica fallback
     pool_->Put(std::move(buf));
     Unpin(k);
     if (!found.empty()) bad[k] = std::move(found);
@@ -164,11 +164,8 @@ std::map<ObjectStore::VKey, std::vector<BadExtent>> ObjectStore::CheckVersions(
   return bad;
 }
 
-}  // namespace mlpo
-
-namespace mlpo {
-
-// StoreView: what store/admin reads through.
+// StoreView: what store/admin reads through (ReadCopy, DescribeExtent
+// and CheckVersions are the read path's own, above).
 
 std::vector<RecordOf> ObjectStore::AllVersions() const {
   std::vector<RecordOf> out;
@@ -205,18 +202,6 @@ absl::StatusOr<std::vector<RecordOf>> ObjectStore::PinVersions(
 
 void ObjectStore::UnpinVersion(const std::string& object, uint64_t version) {
   Unpin({object, version});
-}
-
-void ObjectStore::ReadCopy(const std::string& object, const VersionRecord& rec,
-                           char* buf, std::vector<BadExtent>* bad) {
-  ReadExtents(object, rec, buf, bad);
-}
-
-BadExtent ObjectStore::DescribeExtent(const std::string& object,
-                                      uint64_t version, const ExtentRef& e,
-                                      const std::string& error,
-                                      absl::StatusCode code) const {
-  return Describe(object, version, e, error, code);
 }
 
 }  // namespace mlpo

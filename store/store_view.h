@@ -14,8 +14,11 @@
 #define MLPO_STORE_STORE_VIEW_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -75,6 +78,9 @@ struct ObjectInfo {
   std::vector<uint64_t> steps;     // the step of each of `versions`
 };
 
+// An object's version: (object, sequence number).
+using VersionKey = std::pair<std::string, uint64_t>;
+
 // A version record and the object it belongs to.
 struct RecordOf {
   std::string object;
@@ -121,6 +127,13 @@ class StoreView {
   virtual absl::StatusOr<std::string> GetAttribute(
       const std::string& key) const = 0;
 
+  // Reads every version in `keys` whole, each pinned meanwhile (a replica
+  // stands in for a bad first copy): the bad extents of each version that
+  // failed; versions that read back are absent. `progress(done_bytes,
+  // total_bytes)` when not null.
+  virtual std::map<VersionKey, std::vector<BadExtent>> CheckVersions(
+      const std::set<VersionKey>& keys,
+      std::function<void(uint64_t, uint64_t)> progress) = 0;
   // A BadExtent naming `e`'s path, segment file and offset.
   virtual BadExtent DescribeExtent(const std::string& object,
                                    uint64_t version, const ExtentRef& e,

@@ -5,7 +5,6 @@
 #include <utility>
 #include <vector>
 
-#include "base/aligned_buffer.h"
 #include "base/status_macros.h"
 
 namespace mlpo {
@@ -25,24 +24,17 @@ absl::StatusOr<SalvageReport> Salvage(
 
   // Every version a head or a tag holds, read and checked once (a replica
   // stands in for a bad first copy).
-  MLPO_ASSIGN_OR_RETURN(std::vector<RecordOf> todo,
-                        view.PinVersions("", /*and_tags=*/true));
-  uint64_t total = 0, done = 0;
-  for (const RecordOf& r : todo) total += r.rec.blob_bytes;
-  std::set<std::pair<std::string, uint64_t>> bad;
-  for (const RecordOf& r : todo) {
-    AlignedBuffer buf(r.rec.blob_bytes);
-    std::vector<BadExtent> found;
-    view.ReadCopy(r.object, r.rec, buf.data(), &found);
-    view.UnpinVersion(r.object, r.rec.version);
-    if (!found.empty()) {
-      bad.insert({r.object, r.rec.version});
-      rep.bad.insert(rep.bad.end(), found.begin(), found.end());
-    }
-    done += r.rec.blob_bytes;
-    if (progress) progress(done, total);
+  std::set<VersionKey> keys;
+  for (const ObjectInfo& i : view.List())
+    if (i.has_head) keys.insert({i.name, i.head});
+  for (auto& [t, objs] : view.Tags())
+    for (auto& [obj, v] : objs) keys.insert({obj, v});
+  std::set<VersionKey> bad;
+  for (auto& [k, found] : view.CheckVersions(keys, progress)) {
+    bad.insert(k);
+    rep.bad.insert(rep.bad.end(), found.begin(), found.end());
   }
-  rep.versions_checked = todo.size();
+  rep.versions_checked = keys.size();
 
   // Tags whole; heads one by one. Records stay (for gc): nothing that
   // still reads is touched.

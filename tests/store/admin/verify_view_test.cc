@@ -73,6 +73,19 @@ class FakeView final : public StoreView {
     b.code = code;
     return b;
   }
+  // Not used by Verify; as the store's: each version's bad extents.
+  std::map<VersionKey, std::vector<BadExtent>> CheckVersions(
+      const std::set<VersionKey>& keys,
+      std::function<void(uint64_t, uint64_t)>) override {
+    std::map<VersionKey, std::vector<BadExtent>> out;
+    for (auto& r : records_)
+      if (keys.count({r.object, r.rec.version})) {
+        std::vector<BadExtent> bad;
+        ReadCopy(r.object, r.rec, nullptr, &bad);
+        if (!bad.empty()) out[{r.object, r.rec.version}] = bad;
+      }
+    return out;
+  }
   std::vector<ObjectInfo> List() const override { return {}; }
   std::map<std::string, std::map<std::string, uint64_t>> Tags()
       const override {
