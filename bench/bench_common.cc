@@ -57,4 +57,16 @@ void BenchFail(const std::string& cmd, const std::string& what,
   throw CLI::RuntimeError(1);
 }
 
+void SetSyntheticModel(OptimizerOptions* o, uint64_t params,
+                       uint64_t subgroup, int threads) {
+  ParamGroup g;
+  g.numel = params;
+  g.hyper.weight_decay = 0.01;
+  o->groups.push_back(g);
+  o->subgroup_numel = subgroup;
+  o->grad_dtype = DType::kF16;
+  o->param_dtype = DType::kBF16;
+  o->pipeline.threads = threads;
+}
+
 }  // namespace mlpo

@@ -9,6 +9,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "optimizer/optimizer.h"
 #include "tools/cli_util.h"  // Progress
 
 namespace mlpo {
@@ -39,6 +40,12 @@ void AddStepBench(CLI::App& app);
 void AddKernelBench(CLI::App& app);
 void AddSlotsBench(CLI::App& app);
 void AddGpuBench(CLI::App& app);
+
+// The synthetic model the step benches update (step, gpu): one AdamW group
+// of `params` elements (weight decay 0.01) in subgroups of `subgroup`, fp16
+// gradients in, bf16 parameters out, on `threads` kernel threads.
+void SetSyntheticModel(OptimizerOptions* o, uint64_t params,
+                       uint64_t subgroup, int threads);
 
 }  // namespace mlpo
 

@@ -101,14 +101,7 @@ void OpenSide(Side* s, const std::string& dir, uint64_t n, uint64_t subgroup,
   pc.path.queue_depth = 16;
   o.store.paths.push_back(pc);
   std::filesystem::remove_all(dir + "/" + o.store.name);
-  ParamGroup g;
-  g.numel = n;
-  g.hyper.weight_decay = 0.01;
-  o.groups.push_back(g);
-  o.subgroup_numel = subgroup;
-  o.grad_dtype = DType::kF16;
-  o.param_dtype = DType::kBF16;
-  o.pipeline.threads = threads;
+  SetSyntheticModel(&o, n, subgroup, threads);
   o.param_sink = s->sink.get();
   o.init_params = [](int, uint64_t off, float* dst, uint64_t k) {
     for (uint64_t i = 0; i < k; ++i)

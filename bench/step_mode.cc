@@ -179,14 +179,7 @@ ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
     o.store.paths.push_back(pc);
     std::filesystem::remove_all(paths[i].root + "/" + o.store.name);
   }
-  ParamGroup g;
-  g.numel = params;
-  g.hyper.weight_decay = 0.01;
-  o.groups.push_back(g);
-  o.subgroup_numel = subgroup;
-  o.grad_dtype = DType::kF16;
-  o.param_dtype = DType::kBF16;
-  o.pipeline.threads = threads;
+  SetSyntheticModel(&o, params, subgroup, threads);
   o.pipeline.grad_offload = mc.grad_offload;
   o.pipeline.alternate_order = mc.alternate;
   o.pipeline.prefetch_depth = mc.prefetch;
