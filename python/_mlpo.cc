@@ -22,6 +22,7 @@
 #include "optimizer/optimizer.h"
 #include "optimizer/param_sink.h"
 #include "python/binding_util.h"
+#include "store/admin/gc.h"
 #include "store/store_options.h"
 
 namespace py = pybind11;
@@ -345,7 +346,7 @@ class Engine {
     Check(st);
   }
   void DropTag(const std::string& name) { Check(opt()->store()->DropTag(name)); }
-  uint64_t Gc() { return Value(opt()->store()->Gc()); }
+  uint64_t Gc() { return Value(::mlpo::Gc(*opt()->store())); }
   std::vector<std::string> Tags() {
     std::vector<std::string> out;
     for (auto& [t, objs] : opt()->store()->Tags()) out.push_back(t);

@@ -59,7 +59,7 @@ ObjectStore::~ObjectStore() {
   finalizer_.reset();
   paths_.clear();  // closes engines: drains any reads in flight
   meta_.reset();
-  if (lock_fd_ >= 0) ::close(lock_fd_);
+  lock_.Release();
   // Unpin while every pinned buffer is alive (the DRAM tier frees its own
   // when its members go, after this body).
   if (pool_) pool_->ClearRegistrar();

@@ -3,13 +3,14 @@
 // What a training step uses (the data plane): Open, Declare, Checkout,
 // Commit, Blank/Return, DeclareAccessOrder, Tag, Restore and WriteBack; the
 // placement they stripe by is placement() (store/placement/placement.h).
-// Maintenance that needs the index's internals stays here: Gc, DropTag,
-// DropHeads, BackupIndex, CopyTagTo (a tag's replica) and the static
-// RepairIndex and Relocate. Maintenance that does not lives in store/admin/
-// as functions over StoreView (store/store_view.h, which this class
-// implements) and the public methods: Verify, CheckExtentMap, Recover,
-// Salvage. Read-only inspection: List, Tags, GetVersion, ReadVersion,
-// Stats, PathTraffic.
+// Maintenance is not here: store/admin/ holds it as functions over two
+// narrow interfaces this class implements, StoreView (store/store_view.h:
+// reads) and StoreMaintenance (store/store_maintenance.h: a replica's
+// extents written and recorded, unreferenced versions deleted): Verify,
+// CheckExtentMap, Gc, CopyTagTo, Salvage, and, on a store that is not
+// open, RepairIndex/Recover and Relocate. What stays is what changes the
+// lineage: DropTag, DropHeads (salvage's) and BackupIndex. Read-only
+// inspection: List, Tags, GetVersion, ReadVersion, Stats, PathTraffic.
 //
 // Invariants (DESIGN.md "Store semantics"):
 //  1. Copy-on-write: a commit writes new extents, then one RocksDB WriteBatch
@@ -48,7 +49,9 @@
 #include "store/meta/meta_index.h"
 #include "store/path/storage_path.h"
 #include "store/placement/placement.h"
+#include "store/store_files.h"
 #include "store/store_options.h"
+#include "store/store_maintenance.h"
 #include "store/store_view.h"
 #include "base/work_queue.h"
 
@@ -60,9 +63,6 @@ struct StoreSurvey;  // what of a store exists on disk (object_store_open.cc)
 // Attribute holding `mlpo profile --store`'s figures: a JSON array, one
 // {"path", "read_bps", "write_bps", "mixed_bps"} per path in order.
 inline constexpr char kBandwidthAttribute[] = "bandwidth";
-
-// The index copy in each store directory, refreshed after every tag.
-inline constexpr char kIndexBackupDir[] = "meta-backup";
 
 // Where a checkout lent a dirty version's only copy returns it when the
 // lease is dropped without a commit (ObjectCache::PutBack); detached when
@@ -129,105 +129,10 @@ using Lease = std::shared_ptr<CheckoutLease>;
 
 
 
-// What Salvage (store/admin/salvage.h) kept and dropped.
-struct SalvageReport {
-  uint64_t versions_checked = 0;
-  std::vector<BadExtent> bad;  // every unreadable extent found
-  std::vector<std::string> kept_tags, dropped_tags;
-  uint64_t kept_heads = 0;
-  std::vector<std::string> dropped_heads;  // objects left without a head
-  std::vector<std::string> repaired_segments;  // recreated or extended
-};
-
-// What `ObjectStore::CopyTagTo` did.
-struct CopyReport {
-  std::string tag, path_root;
-  uint64_t copied = 0;   // versions given a copy on the path now
-  uint64_t already = 0;  // versions that had a whole copy there already
-  uint64_t bytes = 0;    // bytes written
-  double seconds = 0;
-  // The path's write bandwidth: its write cap, else what `mlpo profile
-  // --store` measured; 0 when neither is known.
-  double path_write_bps = 0;
-  std::string bandwidth_source;  // "write_cap", "profile" or ""
-};
-
-// What Recover (store/admin/recover.h) found and did.
-struct RecoverReport {
-  std::string meta_dir;
-  // The index had lost acknowledged writes and was rolled back to its last
-  // consistent point: index writes (acknowledged - recovered) are gone.
-  bool rolled_back = false;
-  uint64_t acknowledged_sequence = 0, recovered_sequence = 0;
-  // The index was rebuilt from the backup in this directory (taken at the
-  // last tag: heads are as they were then, later commits are gone); what
-  // was there before is kept in damaged_index_kept.
-  std::string rebuilt_from, damaged_index_kept;
-  // The store's data was discarded (only with `discard`).
-  bool discarded = false;
-  uint64_t discarded_files = 0, discarded_bytes = 0;
-  // With a lost path (`mlpo recover --lost-path`): versions whose first
-  // copy was there and whose replica survives now read from the replica
-  // (promoted); replicas that were there are forgotten; versions with no
-  // copy elsewhere are gone, with the heads ("object@version") and the
-  // tags (whole: never restored in part) that held them.
-  int lost_path = -1;
-  uint64_t promoted = 0, replicas_dropped = 0;
-  std::vector<std::string> lost_heads;
-  std::vector<std::pair<std::string, uint64_t>> lost_tags;  // tag, objects
-  // After recovery (filled by admin Recover): the heads and every tag,
-  // read back and checked.
-  uint64_t objects = 0;
-  std::vector<BadExtent> bad_heads;
-  struct TagState {
-    std::string name;
-    uint64_t objects = 0, bad_extents = 0;
-  };
-  std::vector<TagState> tags;
-};
-
-// What `ObjectStore::Relocate` did.
-struct RelocateReport {
-  std::string old_uuid, new_uuid;  // equal unless given a new identity
-  std::vector<std::string> old_roots, new_roots;
-  std::string old_meta_dir, new_meta_dir;
-  std::vector<bool> new_path_identity;  // per path: a new .mlpo/uuid
-};
-
-class ObjectStore final : public StoreView {
+class ObjectStore final : public StoreMaintenance {
  public:
   static absl::StatusOr<std::unique_ptr<ObjectStore>> Open(
       const StoreOptions& options);
-  // The index half of `mlpo recover` (store/admin/recover.h's Recover
-  // reads everything back after it): an index behind its seal is rolled
-  // back to its last consistent point; an index that is gone or cannot be
-  // opened, or whose rollback lost tags, is rebuilt from the index backup
-  // taken at the last tag. Without a backup, a lost index cannot be
-  // re-indexed from its segments: FailedPrecondition, unless `discard`,
-  // which deletes the store's segments, descriptors, backups and index so
-  // that the next open starts afresh. Takes the writer lock.
-  // `lost_path` >= 0: that path's data is gone (a failed node-local device,
-  // replaced and mounted empty at the same root): the index forgets it, as
-  // RecoverReport says, and the path starts empty under a new identity.
-  // Refused while the path still holds the store's segment files.
-  static absl::StatusOr<RecoverReport> RepairIndex(const StoreOptions& options,
-                                                   bool discard,
-                                                   int lost_path = -1);
-  // Makes a moved or copied store a store at its new place. `options`
-  // names the new roots and index (meta_dir), in the store's path order.
-  // Each new root must hold the store's directory with a descriptor of this
-  // store. The index's path records and every descriptor are rewritten to
-  // the new roots; when `new_identity` (a copy: the original is still
-  // there), the store gets a new uuid (index, descriptors, seal) and each
-  // root whose identity file is the original's a new one, so the copy and
-  // the original never mistake each other's directories. The index backups
-  // are refreshed. Takes the writer lock of the new index; the original is
-  // never opened or changed.
-  static absl::StatusOr<RelocateReport> Relocate(const StoreOptions& options,
-                                                 bool new_identity);
-  // The pid holding the writer lock of the store in `meta_dir`, or 0.
-  static int WriterPid(const std::string& meta_dir,
-                       FileSystem* fs = nullptr);
   ~ObjectStore();  // waits for commits in flight
 
   // Declares an object's layout. Idempotent; a different layout for an
@@ -288,26 +193,8 @@ class ObjectStore final : public StoreView {
   // Copies the index into <store dir>/meta-backup on every path (after each
   // tag and drop-tag), so that `Recover` can rebuild a lost or damaged index
   // with every tag. A failure is reported on stderr; the tag stands.
-  void BackupIndex();
+  void BackupIndex() override;
   std::map<std::string, std::map<std::string, uint64_t>> Tags() const override;
-  // Deletes version records no head or tag references and frees their
-  // extents. Returns bytes freed.
-  absl::StatusOr<uint64_t> Gc();
-
-  // Gives every version in `tag` a whole second copy on path `path` (a
-  // replica in its version record), so that the tag survives the loss of
-  // the data on the other paths (a node's NVMe): reads fall back to it when
-  // an extent of the first copy fails, `mlpo verify` checks both, and
-  // `mlpo recover --lost-path` promotes it. Versions whose first copy (or
-  // replica) is wholly on `path` already are skipped; a replica elsewhere
-  // is replaced. Blobs are read verified, written, the path synced, then
-  // recorded in one index write: a failure or a crash before that leaves
-  // the tag as it was (the new extents are free again). The index backups
-  // are refreshed. `progress(done_bytes, total_bytes)`.
-  absl::StatusOr<CopyReport> CopyTagTo(
-      const std::string& tag, int path,
-      std::function<void(uint64_t, uint64_t)> progress = nullptr);
-
   // The options in force: meta_dir filled in, and each path's segment_bytes
   // the store's own.
   const StoreOptions& options() const override { return options_; }
@@ -393,6 +280,23 @@ class ObjectStore final : public StoreView {
   std::map<VersionKey, std::vector<BadExtent>> CheckVersions(
       const std::set<VersionKey>& keys,
       std::function<void(uint64_t, uint64_t)> progress) override;
+  // StoreMaintenance: the writes store/admin/'s gc and tag copy make
+  // (object_store_maintenance.cc), reached through a StoreMaintenance& only.
+  absl::Status CheckWritable(absl::string_view what) const override;
+  bool PathDegraded(size_t i) const override {
+    return placement_->degraded(i);
+  }
+  absl::StatusOr<std::vector<ExtentRef>> WriteUnrecorded(
+      size_t path, const char* buf, uint64_t bytes) override;
+  absl::Status SyncPath(size_t path) override;
+  void FreeUnrecorded(const std::vector<ExtentRef>& extents) override {
+    FreeExtents(extents);
+  }
+  absl::StatusOr<uint64_t> RecordReplicas(
+      std::vector<ReplicaCopy> copies) override;
+  absl::StatusOr<uint64_t> DeleteVersions(
+      const std::set<VersionKey>& versions) override;
+
 
   struct VersionState {
     VersionRecord rec;
@@ -415,19 +319,15 @@ class ObjectStore final : public StoreView {
 
   explicit ObjectStore(const StoreOptions& o) : options_(o) {}
   absl::Status OpenImpl();
-  absl::Status LockStore();
   absl::Status TagImpl(const std::string& name);
   // Moves every head to `want`'s version (no entry: no head), all at once.
   absl::Status MoveHeads(const std::map<std::string, uint64_t>& want,
                          const std::string& what);
   absl::Status DropTagImpl(const std::string& name);
   // "store N rank R (index DIR)", for messages.
-  std::string Where() const;
-  // Every root exists and no two are one directory.
-  absl::Status CheckRoots() const;
+  std::string Where() const { return StoreWhere(options_); }
   // Path identities, store directories and descriptors for a new store.
   absl::Status PreparePaths(const std::string& uuid);
-  absl::Status WriteDescriptors(const std::string& uuid);
   // The first records of a new index: its identity and its paths.
   absl::Status InitializeIndex(MetaIndex* m, const std::string& uuid);
   absl::Status CheckIndex(const MetaSnapshot& snap, uint64_t seq,
@@ -437,8 +337,6 @@ class ObjectStore final : public StoreView {
   absl::Status OpenReadOnly();
   // Opens the paths and builds the in-memory state from the index.
   absl::Status LoadState(const MetaSnapshot& snap);
-  // FailedPrecondition naming `what` when the store is open read-only.
-  absl::Status CheckWritable(absl::string_view what) const;
   void FinalizeCommit(std::shared_ptr<CommitOp> op);
   // Allocates `op`'s extents (failed paths left out), hashes them and
   // starts their writes; the last completion posts FinalizeCommit.
@@ -491,7 +389,7 @@ class ObjectStore final : public StoreView {
   std::unique_ptr<ObjectCache> cache_;
   std::shared_ptr<DirtyHome> dirty_home_;  // with cache_
   std::unique_ptr<MetaIndex> meta_;
-  int lock_fd_ = -1;
+  WriterLock lock_;  // held by a writable open
 
   mutable Mutex mu_;
   std::map<std::string, ObjectState> objects_ ABSL_GUARDED_BY(mu_);

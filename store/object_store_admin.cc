@@ -232,35 +232,6 @@ std::map<std::string, std::map<std::string, uint64_t>> ObjectStore::Tags()
   return tags_;
 }
 
-absl::StatusOr<uint64_t> ObjectStore::Gc() {
-  MLPO_RETURN_IF_ERROR(CheckWritable("gc"));
-  std::vector<ExtentRef> to_free;
-  uint64_t freed = 0;
-  {
-    MutexLock l(&mu_);
-    MetaIndex::Batch b = meta_->NewBatch();
-    std::vector<VKey> garbage;
-    for (auto& [k, vs] : versions_)
-      if (vs.refs == 0 && !vs.deleted) {
-        b.DeleteVersion(k.first, k.second);
-        garbage.push_back(k);
-      }
-    if (garbage.empty()) return 0;
-    MLPO_RETURN_IF_ERROR(meta_->Apply(&b, true));
-    for (auto& k : garbage) {
-      VersionState& vs = versions_[k];
-      vs.deleted = true;
-      if (vs.pins > 0) continue;
-      std::vector<ExtentRef> all = vs.rec.AllExtents();
-      for (auto& e : all) freed += e.length;
-      to_free.insert(to_free.end(), all.begin(), all.end());
-      versions_.erase(k);
-    }
-  }
-  FreeExtents(to_free);
-  return freed;
-}
-
 std::vector<PathCounters> ObjectStore::PathTraffic() const {
   std::vector<PathCounters> out;
   for (auto& p : paths_) out.push_back(p->Counters());
@@ -352,7 +323,9 @@ absl::StatusOr<VersionRecord> ObjectStore::GetVersion(const std::string& object,
     version = o->second.head;
   }
   auto it = versions_.find({object, version});
-  if (it == versions_.end())
+  // A record gc deleted is gone, though a read in progress keeps its
+  // extents until it ends.
+  if (it == versions_.end() || it->second.deleted)
     return absl::NotFoundError(
         absl::StrCat("object ", object, " has no version ", version));
   return it->second.rec;

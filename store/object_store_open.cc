@@ -33,12 +33,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "store/fs/file_util.h"
 #include "store/object_store.h"
-#include "store/store_survey.h"
 #include "store/placement/stripe.h"
-#include "base/status_macros.h"
+#include "store/store_files.h"
+#include "store/store_survey.h"
 
 namespace mlpo {
 namespace fs = std::filesystem;
@@ -68,73 +69,6 @@ absl::StatusOr<std::unique_ptr<ObjectStore>> ObjectStore::Open(
     s->options_.meta_dir = DefaultMetaDir(s->options_);
   MLPO_RETURN_IF_ERROR(s->OpenImpl());
   return s;
-}
-
-int ObjectStore::WriterPid(const std::string& meta_dir, FileSystem* fsys) {
-  if (fsys == nullptr) fsys = DefaultFileSystem();
-  std::string file = absl::StrCat(meta_dir, "/", kLockFile);
-  auto opened = fsys->OpenLockFile(file, /*create=*/false);
-  if (!opened.ok()) return 0;
-  int fd = *opened;
-  int pid = 0;
-  auto got = fsys->TryLock(fd, file, /*exclusive=*/false);
-  if (got.ok() && !*got) {
-    char buf[32] = {0};
-    if (::pread(fd, buf, sizeof(buf) - 1, 0) > 0) pid = std::atoi(buf);
-    if (pid == 0) pid = -1;  // held, holder unknown
-  }
-  ::close(fd);
-  return pid;
-}
-
-absl::Status ObjectStore::LockStore() {
-  std::string file = absl::StrCat(options_.meta_dir, "/", kLockFile);
-  MLPO_ASSIGN_OR_RETURN(lock_fd_, fs()->OpenLockFile(file, /*create=*/true));
-  auto got = fs()->TryLock(lock_fd_, file, /*exclusive=*/true);
-  if (!got.ok() || !*got) {
-    char buf[64] = {0};
-    ssize_t n = ::pread(lock_fd_, buf, sizeof(buf) - 1, 0);
-    ::close(lock_fd_);
-    lock_fd_ = -1;
-    if (got.ok())
-      return absl::FailedPreconditionError(absl::StrCat(
-          "store ", options_.meta_dir, " is already open by ",
-          n > 0 ? absl::StrCat("pid ", std::string(buf, strcspn(buf, "\n")))
-                : "another process",
-          " (one writer per store)"));
-    return got.status();
-  }
-  // Who holds it, for the message above; padded so no older pid's digits
-  // outlive it.
-  std::string me = absl::StrCat(getpid(), "\n");
-  me.resize(32, ' ');
-  return fs()->WriteAt(lock_fd_, file, me, 0);
-}
-
-std::string ObjectStore::Where() const {
-  return absl::StrCat("store ", options_.name, " rank ", options_.rank,
-                      " (index ", options_.meta_dir, ")");
-}
-
-absl::Status ObjectStore::CheckRoots() const {
-  std::vector<std::pair<uint64_t, uint64_t>> ids;
-  for (size_t i = 0; i < options_.paths.size(); ++i) {
-    const std::string& root = options_.paths[i].path.root;
-    auto st = fs()->Stat(root);
-    if (!st.ok() || !st->is_dir)
-      return absl::NotFoundError(absl::StrCat(
-          "store ", options_.name, ": path[", i, "] ", root,
-          " does not exist or is not a directory"));
-    for (size_t j = 0; j < ids.size(); ++j)
-      if (ids[j] == std::make_pair(st->dev, st->ino))
-        return absl::InvalidArgumentError(absl::StrCat(
-            "store ", options_.name, ": path[", j, "] ",
-            options_.paths[j].path.root, " and path[", i, "] ", root,
-            " are the same directory (a link or bind mount?); each path must "
-            "be a distinct directory"));
-    ids.emplace_back(st->dev, st->ino);
-  }
-  return absl::OkStatus();
 }
 
 // Refuses to create an index when the store's directories show that one
@@ -172,18 +106,7 @@ absl::Status ObjectStore::PreparePaths(const std::string& uuid) {
     MLPO_RETURN_IF_ERROR(fs()->CreateDirs(
         absl::StrCat(pc.path.root, "/", StoreNamespace(options_))));
   }
-  return WriteDescriptors(uuid);
-}
-
-absl::Status ObjectStore::WriteDescriptors(const std::string& uuid) {
-  std::string text = StoreDescriptorJson(options_, uuid) + "\n";
-  for (auto& pc : options_.paths) {
-    std::string dir = absl::StrCat(pc.path.root, "/", StoreNamespace(options_));
-    auto old = fs()->ReadFile(dir + "/STORE", kMaxConfigBytes);
-    if (old.ok() && *old == text) continue;
-    MLPO_RETURN_IF_ERROR(fs()->WriteFileAtomic(dir + "/STORE", text));
-  }
-  return absl::OkStatus();
+  return WriteStoreDescriptors(options_, uuid, fs());
 }
 
 absl::Status ObjectStore::InitializeIndex(MetaIndex* m,
@@ -250,7 +173,7 @@ absl::Status ObjectStore::CheckIndex(const MetaSnapshot& snap, uint64_t seq,
 // unless writes were really lost. What looks damaged is looked at again
 // (a fresh survey, seal and index) before it is reported.
 absl::Status ObjectStore::OpenReadOnly() {
-  MLPO_RETURN_IF_ERROR(CheckRoots());
+  MLPO_RETURN_IF_ERROR(CheckStoreRoots(options_, fs()));
   for (auto& pc : options_.paths) pc.path.read_only = true;
   absl::Status st;
   MetaSnapshot snap;
@@ -306,10 +229,11 @@ absl::Status ObjectStore::OpenReadOnly() {
 absl::Status ObjectStore::OpenImpl() {
   const bool ro = options_.read_only;
   if (ro) return OpenReadOnly();
-  MLPO_RETURN_IF_ERROR(CheckRoots());
+  MLPO_RETURN_IF_ERROR(CheckStoreRoots(options_, fs()));
   for (auto& pc : options_.paths) pc.path.read_only = ro;
-  if (!ro && fs()->IsDirectory(options_.meta_dir))
-    MLPO_RETURN_IF_ERROR(LockStore());
+  if (!ro && fs()->IsDirectory(options_.meta_dir)) {
+    MLPO_ASSIGN_OR_RETURN(lock_, WriterLock::Acquire(options_.meta_dir, fs()));
+  }
   Survey sv = SurveyStore(options_);
   if (sv.index == IndexState::kAbsent) {
     MLPO_RETURN_IF_ERROR(CheckNoStoreData(options_, sv, Where(), fs()));
@@ -317,9 +241,9 @@ absl::Status ObjectStore::OpenImpl() {
       return absl::NotFoundError(absl::StrCat(
           "store ", options_.name, " rank ", options_.rank,
           " has no index in ", options_.meta_dir));
-    if (lock_fd_ < 0) {
+    if (!lock_.held()) {
       MLPO_RETURN_IF_ERROR(fs()->CreateDirs(options_.meta_dir));
-      MLPO_RETURN_IF_ERROR(LockStore());
+      MLPO_ASSIGN_OR_RETURN(lock_, WriterLock::Acquire(options_.meta_dir, fs()));
       sv = SurveyStore(options_);  // someone may have created it meanwhile
     }
     if (sv.index == IndexState::kAbsent) {
@@ -431,7 +355,7 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
       MLPO_RETURN_IF_ERROR(meta_->Apply(&upgrade, true));
     }
     MLPO_RETURN_IF_ERROR(meta_->SetSealUuid(store_uuid_));
-    MLPO_RETURN_IF_ERROR(WriteDescriptors(store_uuid_));
+    MLPO_RETURN_IF_ERROR(WriteStoreDescriptors(options_, store_uuid_, fs()));
   }
   for (size_t i = 0; i < options_.paths.size(); ++i) {
     options_.paths[i].path.fs = options_.fs;

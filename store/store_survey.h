@@ -1,7 +1,7 @@
 // What of a store exists on disk, read without changing anything: the
 // index directory's state and, per path, the store directory's descriptor
 // and segment files. Shared by ObjectStore's open (object_store_open.cc) and
-// recovery (object_store_recover.cc); not a public interface.
+// repair (store/admin/repair.cc); not a public interface.
 #ifndef MLPO_STORE_STORE_SURVEY_H_
 #define MLPO_STORE_STORE_SURVEY_H_
 

@@ -1,5 +1,5 @@
 // `mlpo relocate DIR`: a moved or copied store becomes a store at its new
-// place (ObjectStore::Relocate). The new roots are worked out from DIR (one
+// place (store/admin/relocate.h). The new roots are worked out from DIR (one
 // of the store's directories at the new place) by replacing the prefix the
 // old roots share; --root and --meta-dir say it where that guess fails.
 #include <filesystem>
@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "store/admin/relocate.h"
 #include "store/object_store.h"
 #include "tools/commands.h"
 #include "tools/store_cmd_util.h"
@@ -159,7 +160,7 @@ void AddRelocateCommand(CLI::App& app) {
     StoreOptions o = *old;
     for (size_t i = 0; i < roots.size(); ++i) o.paths[i].path.root = roots[i];
     o.meta_dir = meta;
-    auto rep = ObjectStore::Relocate(o, copy);
+    auto rep = Relocate(o, copy);
     if (!rep.ok()) Fail("relocate", rep.status());
     if (a->json) {
       std::cout << json{{"copy", copy},

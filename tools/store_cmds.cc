@@ -11,8 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "store/admin/gc.h"
 #include "store/admin/verify.h"
 #include "store/object_store.h"
+#include "store/store_files.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/store_cmd_util.h"
@@ -44,7 +46,7 @@ std::unique_ptr<ObjectStore> OpenTarget(const std::string& cmd,
   if (!o.ok()) Fail(cmd, o.status());
   o->read_only = read_only;
   if (read_only) {
-    int pid = ObjectStore::WriterPid(o->meta_dir);
+    int pid = WriterLock::HolderPid(o->meta_dir);
     if (pid != 0)
       std::cerr << "mlpo " << cmd << ": note: store is open by "
                 << (pid > 0 ? "pid " + std::to_string(pid) : "another process")
@@ -489,7 +491,7 @@ void AddStoreCommands(CLI::App& app) {
                                      "and free their extents", a.get());
     c->callback([a] {
       auto s = OpenTarget("gc", a->store);
-      auto freed = s->Gc();
+      auto freed = Gc(*s);
       if (!freed.ok()) Fail("gc", freed.status());
       if (a->json)
         std::cout << json{{"freed_bytes", *freed}}.dump(2) << "\n";

@@ -10,6 +10,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "store/admin/copy.h"
 #include "tools/cli_util.h"
 #include "tools/store_cmd_util.h"
 
@@ -49,7 +50,7 @@ void TagCopy(ObjectStore* s, const std::string& tag, const std::string& to,
     absl::Status st = s->Tag(tag);
     if (!st.ok()) Fail("tag", st);
   }
-  auto rep = s->CopyTagTo(tag, index, [](uint64_t done, uint64_t total) {
+  auto rep = CopyTagTo(*s, tag, index, [](uint64_t done, uint64_t total) {
     Progress("copy " + FormatBytes(done) + " / " + FormatBytes(total));
   });
   Progress("");

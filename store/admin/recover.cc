@@ -2,13 +2,14 @@
 
 #include "base/status_macros.h"
 #include "store/admin/verify.h"
+#include "store/object_store.h"
 
 namespace mlpo {
 
 absl::StatusOr<RecoverReport> Recover(const StoreOptions& options,
                                       bool discard, int lost_path) {
   MLPO_ASSIGN_OR_RETURN(RecoverReport rep,
-                        ObjectStore::RepairIndex(options, discard, lost_path));
+                        RepairIndex(options, discard, lost_path));
   if (rep.discarded) return rep;
   StoreOptions o = options;
   o.create_if_missing = false;

@@ -9,11 +9,23 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "store/object_store.h"
 
 namespace mlpo {
+
+// What Salvage kept and dropped.
+struct SalvageReport {
+  uint64_t versions_checked = 0;
+  std::vector<BadExtent> bad;  // every unreadable extent found
+  std::vector<std::string> kept_tags, dropped_tags;
+  uint64_t kept_heads = 0;
+  std::vector<std::string> dropped_heads;  // objects left without a head
+  std::vector<std::string> repaired_segments;  // recreated or extended
+};
 
 // Keeps every tag and head whose extents all read back (a replica
 // standing in for a bad first copy) and drops the rest: a tag whole (a

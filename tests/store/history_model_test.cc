@@ -18,6 +18,8 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "store/admin/copy.h"
+#include "store/admin/gc.h"
 #include "store/fs/fault_injection_fs.h"
 #include "tests/store/store_test_util.h"
 
@@ -152,13 +154,13 @@ TEST_P(HistoryModelTest, RandomWorkflowsReadBackWhatTheModelSays) {
       model_.tags.erase(it);
     } else if (what < 85) {
       name = "gc";
-      ASSERT_TRUE(s_->Gc().ok());
+      ASSERT_TRUE(Gc(*s_).ok());
     } else if (what < 88) {
       name = "copy-to";
       if (model_.tags.empty()) continue;
       auto it = model_.tags.begin();
       std::advance(it, rng() % model_.tags.size());
-      auto rep = s_->CopyTagTo(it->first, static_cast<int>(rng() % 2));
+      auto rep = CopyTagTo(*s_, it->first, static_cast<int>(rng() % 2));
       ASSERT_TRUE(rep.ok()) << rep.status();
     } else if (what < 94) {
       name = "reopen";

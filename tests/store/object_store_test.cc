@@ -1,5 +1,6 @@
-#include "store/object_store.h"
+#include "store/admin/gc.h"
 #include "store/admin/verify.h"
+#include "store/object_store.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -162,7 +163,7 @@ TEST(ObjectStoreTest, TagCommitRestoreAndDropTagGcFreesSpace) {
   uint64_t before = (*s)->Stats().paths[0].usage.used;
   ASSERT_TRUE((*s)->DropTag("ckpt1").ok());
   EXPECT_EQ((*s)->Stats().paths[0].usage.used, before);
-  auto freed = (*s)->Gc();
+  auto freed = Gc(**s);
   ASSERT_TRUE(freed.ok());
   EXPECT_GT(*freed, 0u);
   EXPECT_LT((*s)->Stats().paths[0].usage.used, before);
@@ -465,7 +466,7 @@ TEST(ObjectStoreTest, ReadOnlyOpenBesideAWriterReadsAndRefusesChanges) {
   EXPECT_EQ((*r)->Commit(*l, 3).get().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ((*r)->Tag("x").code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ((*r)->Gc().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Gc(**r).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ((*r)->Declare("new", TestLayout(10)).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE((*r)->Declare("a", TestLayout(5000)).ok());  // no change

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "store/admin/gc.h"
 #include "store/fs/fault_injection_fs.h"
 #include "tests/store/store_test_util.h"
 
@@ -94,7 +95,7 @@ TEST_P(PowerLossTest, AcknowledgedStateSurvivesEveryCut) {
           auto tags = (*s)->Tags();
           if (!tags.empty() && tags.begin()->first != acked_tag)
             (void)(*s)->DropTag(tags.begin()->first);
-          (void)(*s)->Gc();
+          (void)Gc(**s);
         }
       }
       cutter.join();

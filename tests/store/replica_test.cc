@@ -7,6 +7,8 @@
 #include <set>
 
 #include "gtest/gtest.h"
+#include "store/admin/copy.h"
+#include "store/admin/gc.h"
 #include "store/admin/recover.h"
 #include "store/admin/verify.h"
 #include "store/fs/fault_injection_fs.h"
@@ -55,7 +57,7 @@ TEST(ReplicaTest, ACopiedTagReadsFromItsReplicaWhenTheFirstCopyFails) {
     ASSERT_TRUE(s.ok()) << s.status();
     Populate(s->get());
     path1_before = (*s)->Stats().paths[1].usage.used;
-    auto rep = (*s)->CopyTagTo("t1", 1);
+    auto rep = CopyTagTo(**s, "t1", 1);
     ASSERT_TRUE(rep.ok()) << rep.status();
     EXPECT_EQ(rep->copied, static_cast<uint64_t>(kObjects));
     EXPECT_EQ(rep->already, 0u);
@@ -65,7 +67,7 @@ TEST(ReplicaTest, ACopiedTagReadsFromItsReplicaWhenTheFirstCopyFails) {
     EXPECT_EQ((*s)->Stats().paths[1].usage.used, path1_before + blobs);
     ExpectNoLeak(s->get());
     // Again: every version has its copy there already.
-    auto again = (*s)->CopyTagTo("t1", 1);
+    auto again = CopyTagTo(**s, "t1", 1);
     ASSERT_TRUE(again.ok());
     EXPECT_EQ(again->copied, 0u);
     EXPECT_EQ(again->already, static_cast<uint64_t>(kObjects));
@@ -121,7 +123,7 @@ TEST(ReplicaTest, ACopiedTagReadsFromItsReplicaWhenTheFirstCopyFails) {
     ASSERT_TRUE((*s)->Commit(*l, 2).get().ok());
   }
   ASSERT_TRUE((*s)->DropTag("t1").ok());
-  ASSERT_TRUE((*s)->Gc().ok());
+  ASSERT_TRUE(Gc(**s).ok());
   ExpectNoLeak(s->get());
   uint64_t live1 = 0;
   for (int i = 1; i < kObjects; ++i) {
@@ -143,13 +145,13 @@ TEST(ReplicaTest, BadCopiesAreRefusedAndAFailedCopyLeavesTheTagAsItWas) {
   auto s = ObjectStore::Open(o);
   ASSERT_TRUE(s.ok()) << s.status();
   Populate(s->get(), 100000);
-  EXPECT_EQ((*s)->CopyTagTo("nope", 1).status().code(),
+  EXPECT_EQ(CopyTagTo(**s, "nope", 1).status().code(),
             absl::StatusCode::kNotFound);
-  auto bad_path = (*s)->CopyTagTo("t1", 2);
+  auto bad_path = CopyTagTo(**s, "t1", 2);
   EXPECT_EQ(bad_path.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad_path.status().message().find("0..1"), std::string::npos);
   const StoreStats before = (*s)->Stats();
-  auto full = (*s)->CopyTagTo("t1", 1);
+  auto full = CopyTagTo(**s, "t1", 1);
   ASSERT_FALSE(full.ok());
   EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(full.status().message().find("the tag is as it was"),
@@ -170,7 +172,7 @@ TEST(ReplicaTest, BadCopiesAreRefusedAndAFailedCopyLeavesTheTagAsItWas) {
   ro.read_only = true;
   auto r = ObjectStore::Open(ro);
   ASSERT_TRUE(r.ok());
-  EXPECT_FALSE((*r)->CopyTagTo("t1", 0).ok());
+  EXPECT_FALSE(CopyTagTo(**r, "t1", 0).ok());
 }
 
 // Issue 17: a failed --copy-to left a segment file behind for good. The
@@ -195,7 +197,7 @@ TEST(ReplicaTest, AFailedCopysSegmentSpaceIsReused) {
   const uint64_t used_before = (*s)->Stats().paths[1].usage.used;
   fsys.FailWhile(FaultInjectionFileSystem::Op::kWrite, EIO,
                  o.paths[1].path.root);
-  auto failed = (*s)->CopyTagTo("t1", 1);
+  auto failed = CopyTagTo(**s, "t1", 1);
   ASSERT_FALSE(failed.ok());
   fsys.ClearFaults();
   const int grown = segments();
@@ -213,7 +215,7 @@ TEST(ReplicaTest, AFailedCopysSegmentSpaceIsReused) {
   EXPECT_EQ(segments(), grown);
   // And a copy that succeeds uses it too.
   ASSERT_TRUE((*s)->Tag("t2").ok());
-  auto ok = (*s)->CopyTagTo("t2", 0);
+  auto ok = CopyTagTo(**s, "t2", 0);
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(segments(), grown);
   ExpectStoreVerifies(s->get());
@@ -230,7 +232,7 @@ TEST(ReplicaTest, ACopiedTagSurvivesTheLossOfTheOtherPath) {
     auto s = ObjectStore::Open(o);
     ASSERT_TRUE(s.ok()) << s.status();
     Populate(s->get());
-    ASSERT_TRUE((*s)->CopyTagTo("t1", 1).ok());
+    ASSERT_TRUE(CopyTagTo(**s, "t1", 1).ok());
     for (int i = 0; i < kObjects; ++i) {
       auto l = (*s)->Checkout(Name(i)).get();
       ASSERT_TRUE(l.ok());

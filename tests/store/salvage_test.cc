@@ -9,6 +9,7 @@
 #include <set>
 
 #include "gtest/gtest.h"
+#include "store/admin/gc.h"
 #include "store/admin/salvage.h"
 #include "store/admin/verify.h"
 #include "tests/store/store_test_util.h"
@@ -143,7 +144,7 @@ TEST(SalvageTest, AMissingAndAShortSegmentCostOnlyWhatTheyHeld) {
       FillFor(l->get(), step * 10 + i);
       ASSERT_TRUE((*s)->Commit(*l, step).get().ok());
     }
-  ASSERT_TRUE((*s)->Gc().ok());
+  ASSERT_TRUE(Gc(**s).ok());
   auto v = Verify(*(*s), "", nullptr, /*deep=*/true);
   ASSERT_TRUE(v.ok());
   EXPECT_TRUE(v->bad.empty()) << v->bad.size() << " bad: " << v->bad[0].error;

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "store/admin/gc.h"
 #include "tests/store/store_test_util.h"
 
 namespace mlpo {
@@ -35,7 +36,7 @@ constexpr int kObjects = 6;
     if (v % 11 == 0) {
       auto tags = (*s)->Tags();
       if (!tags.empty()) (void)(*s)->DropTag(tags.begin()->first);
-      (void)(*s)->Gc();
+      (void)Gc(**s);
     }
   }
 }

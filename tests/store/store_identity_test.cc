@@ -11,7 +11,9 @@
 #include <fstream>
 
 #include "gtest/gtest.h"
+#include "store/admin/gc.h"
 #include "store/admin/recover.h"
+#include "store/admin/relocate.h"
 #include "store/admin/verify.h"
 #include "store/fs/fault_injection_fs.h"
 #include "store/fs/file_util.h"
@@ -455,7 +457,7 @@ TEST(StoreIdentityTest, DropTagThenGcInLaterOpensFreesTheTagsSpace) {
   }
   auto s = ObjectStore::Open(o);
   ASSERT_TRUE(s.ok());
-  auto freed = (*s)->Gc();
+  auto freed = Gc(**s);
   ASSERT_TRUE(freed.ok());
   // ...until gc frees exactly the two tagged versions.
   EXPECT_EQ(*freed, 2 * TestLayout(30000).total_bytes());
@@ -636,13 +638,13 @@ TEST(StoreIdentityTest, ARelocationCutShortFinishesWhenRunAgain) {
                  copy + "/p1/t/rank-0");
   StoreOptions cf = c;
   cf.fs = &fsys;
-  auto cut = ObjectStore::Relocate(cf, /*new_identity=*/true);
+  auto cut = Relocate(cf, /*new_identity=*/true);
   ASSERT_FALSE(cut.ok());
   EXPECT_FALSE(ObjectStore::Open(c).ok());  // neither here nor there yet
   ExpectIntact(o);
 
   // Run again (as a move, even: the first run's decision stands).
-  auto done = ObjectStore::Relocate(c, /*new_identity=*/false);
+  auto done = Relocate(c, /*new_identity=*/false);
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_NE(done->new_uuid, uuid);
   auto s = ObjectStore::Open(c);

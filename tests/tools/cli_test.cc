@@ -11,6 +11,8 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "store/admin/gc.h"
+#include "store/store_files.h"
 #include "tests/store/store_test_util.h"
 
 namespace mlpo {
@@ -133,7 +135,7 @@ TEST_F(CliTest, ReadingCommandsWorkWhileAWriterHoldsTheStore) {
   EXPECT_EQ(Mlpo("show " + store_dir_ + " w0").code, 0);
   // Mutating commands need the lock and say who holds it.
   EXPECT_EQ(Mlpo("tag " + store_dir_ + " busy").code, 1);
-  EXPECT_EQ(ObjectStore::WriterPid(o_.meta_dir.empty() ? DefaultMetaDir(o_)
+  EXPECT_EQ(WriterLock::HolderPid(o_.meta_dir.empty() ? DefaultMetaDir(o_)
                                                         : o_.meta_dir),
             getpid());
 }
@@ -369,7 +371,7 @@ TEST_F(CliTest, ReadOnlyCommandsBesideAWritingJobRaiseNoFalseAlarm) {
       if (st.ok() && step % 2 == 0) st = (*s)->Tag("s" + std::to_string(step));
       if (st.ok() && step % 2 == 0 && step >= 14)
         st = (*s)->DropTag("s" + std::to_string(step - 6));
-      if (st.ok() && step % 6 == 0) st = (*s)->Gc().status();
+      if (st.ok() && step % 6 == 0) st = Gc(**s).status();
       if (!st.ok()) {
         writer_error = std::string(st.message());
         return;

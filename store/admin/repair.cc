@@ -1,14 +1,17 @@
-// ObjectStore::RepairIndex: makes a damaged store openable again, explicitly,
-// and says what was lost (see object_store.h and the README's identity and
-// recovery rules).
+// RepairIndex: makes a damaged store openable again, explicitly, and says
+// what was lost (see recover.h and docs/operations.md). Works on a store
+// that is not open, under its writer lock.
 #include <ctime>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "store/admin/recover.h"
 #include "store/fs/file_util.h"
-#include "store/object_store.h"
+#include "store/meta/meta_index.h"
+#include "store/path/storage_path.h"
+#include "store/store_files.h"
 #include "store/store_survey.h"
 
 namespace mlpo {
@@ -166,18 +169,20 @@ static absl::Status ForgetLostPath(MetaIndex* m, const StoreOptions& o, int lost
   return absl::OkStatus();
 }
 
-absl::StatusOr<RecoverReport> ObjectStore::RepairIndex(
+absl::StatusOr<RecoverReport> RepairIndex(
     const StoreOptions& options, bool discard, int lost_path) {
   MLPO_RETURN_IF_ERROR(ValidateStoreOptions(options));
   RecoverReport rep;
   {
-    std::unique_ptr<ObjectStore> s(new ObjectStore(options));
-    StoreOptions& o = s->options_;
+    StoreOptions o = options;
     if (o.meta_dir.empty()) o.meta_dir = DefaultMetaDir(o);
     rep.meta_dir = o.meta_dir;
-    MLPO_RETURN_IF_ERROR(s->CheckRoots());
-    FileSystem* fsys = s->fs();
-    if (fsys->IsDirectory(o.meta_dir)) MLPO_RETURN_IF_ERROR(s->LockStore());
+    FileSystem* fsys = StoreFileSystem(o);
+    MLPO_RETURN_IF_ERROR(CheckStoreRoots(o, fsys));
+    WriterLock lock;
+    if (fsys->IsDirectory(o.meta_dir)) {
+      MLPO_ASSIGN_OR_RETURN(lock, WriterLock::Acquire(o.meta_dir, fsys));
+    }
     Survey sv = SurveyStore(o);
     absl::Status unrecoverable;
     std::set<std::string> recovered_tags;
@@ -237,7 +242,7 @@ absl::StatusOr<RecoverReport> ObjectStore::RepairIndex(
         (!unrecoverable.ok() || (rep.rolled_back && lost_tags))) {
       if (!fsys->IsDirectory(o.meta_dir)) {
         MLPO_RETURN_IF_ERROR(fsys->CreateDirs(o.meta_dir));
-        MLPO_RETURN_IF_ERROR(s->LockStore());
+        MLPO_ASSIGN_OR_RETURN(lock, WriterLock::Acquire(o.meta_dir, fsys));
       }
       MLPO_RETURN_IF_ERROR(
           RebuildFromBackup(o.meta_dir, backup.dir, &rep.damaged_index_kept,
@@ -247,7 +252,7 @@ absl::StatusOr<RecoverReport> ObjectStore::RepairIndex(
     }
     if (!unrecoverable.ok() && !discard)
       return absl::FailedPreconditionError(absl::StrCat(
-          s->Where(), " cannot be recovered: ", unrecoverable.message(),
+          StoreWhere(o), " cannot be recovered: ", unrecoverable.message(),
           ", and no index backup (", kIndexBackupDir, ", written at every "
           "tag) was found. Put the index directory back from a backup of "
           "your own if there is one; otherwise `mlpo recover STORE "

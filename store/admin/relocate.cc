@@ -1,15 +1,15 @@
-// ObjectStore::Relocate: a moved or copied store becomes a store at its new
-// place. The index and the descriptors record absolute roots (so that a
-// tool opened on any of a store's directories finds the others); after a
-// `mv` or `cp -a` they name the old place, and opening is refused until the
-// records are rewritten here.
+#include "store/admin/relocate.h"
+
 #include <filesystem>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
+#include "store/meta/meta_index.h"
 #include "store/object_store.h"
+#include "store/path/storage_path.h"
+#include "store/store_files.h"
 #include "store/store_survey.h"
 
 namespace mlpo {
@@ -21,7 +21,7 @@ std::string Abs(const std::string& p) {
 
 }  // namespace
 
-absl::StatusOr<RelocateReport> ObjectStore::Relocate(
+absl::StatusOr<RelocateReport> Relocate(
     const StoreOptions& options, bool new_identity) {
   MLPO_RETURN_IF_ERROR(ValidateStoreOptions(options));
   StoreOptions o = options;
@@ -29,14 +29,14 @@ absl::StatusOr<RelocateReport> ObjectStore::Relocate(
   o.create_if_missing = false;
   o.read_only = false;
   if (o.meta_dir.empty()) o.meta_dir = DefaultMetaDir(o);
-  std::unique_ptr<ObjectStore> s(new ObjectStore(o));
-  FileSystem* fsys = s->fs();
-  MLPO_RETURN_IF_ERROR(s->CheckRoots());
+  FileSystem* fsys = StoreFileSystem(o);
+  MLPO_RETURN_IF_ERROR(CheckStoreRoots(o, fsys));
   if (!fsys->IsDirectory(o.meta_dir) || !fsys->Exists(o.meta_dir + "/CURRENT"))
     return absl::NotFoundError(absl::StrCat(
         "relocate: there is no store index at ", o.meta_dir,
         " (pass --meta-dir where the moved index is)"));
-  MLPO_RETURN_IF_ERROR(s->LockStore());
+  MLPO_ASSIGN_OR_RETURN(WriterLock lock,
+                        WriterLock::Acquire(o.meta_dir, fsys));
 
   MetaSnapshot snap;
   {
@@ -111,7 +111,7 @@ absl::StatusOr<RelocateReport> ObjectStore::Relocate(
         "relocate: nothing was moved or copied");
 
   MLPO_ASSIGN_OR_RETURN(
-      s->meta_, MetaIndex::Open(o.meta_dir, MetaIndex::Mode::kWrite, fsys));
+      auto meta, MetaIndex::Open(o.meta_dir, MetaIndex::Mode::kWrite, fsys));
   rep.new_uuid = !planned_uuid.empty() ? planned_uuid
                  : new_identity       ? NewUuid()
                                       : snap.store_uuid;
@@ -122,7 +122,7 @@ absl::StatusOr<RelocateReport> ObjectStore::Relocate(
                              new_identity ? " copy" : " move", "\n")));
     MLPO_RETURN_IF_ERROR(fsys->SyncDir(o.meta_dir));
   }
-  MetaIndex::Batch b = s->meta_->NewBatch();
+  MetaIndex::Batch b = meta->NewBatch();
   for (size_t i = 0; i < o.paths.size(); ++i) {
     const auto& po = o.paths[i].path;
     const PathRecord& rec = snap.paths[i];
@@ -144,22 +144,24 @@ absl::StatusOr<RelocateReport> ObjectStore::Relocate(
     b.PutPath(static_cast<uint32_t>(i), r);
     // The store keeps its own segment size.
     if (rec.segment_bytes != 0)
-      s->options_.paths[i].path.segment_bytes = rec.segment_bytes;
+      o.paths[i].path.segment_bytes = rec.segment_bytes;
   }
   if (rep.new_uuid != snap.store_uuid) b.PutStoreUuid(rep.new_uuid);
-  MLPO_RETURN_IF_ERROR(s->meta_->Apply(&b, true));
-  MLPO_RETURN_IF_ERROR(s->meta_->SetSealUuid(rep.new_uuid));
-  s->options_.meta_dir = Abs(o.meta_dir);
-  MLPO_RETURN_IF_ERROR(s->WriteDescriptors(rep.new_uuid));
-  rep.new_meta_dir = s->options_.meta_dir;
+  MLPO_RETURN_IF_ERROR(meta->Apply(&b, true));
+  MLPO_RETURN_IF_ERROR(meta->SetSealUuid(rep.new_uuid));
+  StoreOptions written = o;
+  written.meta_dir = Abs(o.meta_dir);
+  MLPO_RETURN_IF_ERROR(WriteStoreDescriptors(written, rep.new_uuid, fsys));
+  rep.new_meta_dir = written.meta_dir;
   MLPO_RETURN_IF_ERROR(fsys->Unlink(marker));
   MLPO_RETURN_IF_ERROR(fsys->SyncDir(o.meta_dir));
-  s.reset();  // lets the lock go
+  meta.reset();
+  lock.Release();  // the open below takes it
 
   // Opens as any store now, and its index backups name the new place.
   StoreOptions reopen = o;
   reopen.store_uuid = rep.new_uuid;
-  MLPO_ASSIGN_OR_RETURN(auto store, Open(reopen));
+  MLPO_ASSIGN_OR_RETURN(auto store, ObjectStore::Open(reopen));
   store->BackupIndex();
   return rep;
 }

@@ -1,0 +1,109 @@
+#include "store/store_files.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "store/store_survey.h"
+
+namespace mlpo {
+
+WriterLock& WriterLock::operator=(WriterLock&& o) noexcept {
+  if (this != &o) {
+    Release();
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+void WriterLock::Release() {
+  if (fd_ >= 0) ::close(fd_);  // closing the descriptor drops the flock
+  fd_ = -1;
+}
+
+absl::StatusOr<WriterLock> WriterLock::Acquire(const std::string& meta_dir,
+                                               FileSystem* fs) {
+  std::string file = absl::StrCat(meta_dir, "/", kLockFile);
+  MLPO_ASSIGN_OR_RETURN(int fd, fs->OpenLockFile(file, /*create=*/true));
+  WriterLock lock(fd);
+  auto got = fs->TryLock(fd, file, /*exclusive=*/true);
+  if (!got.ok()) return got.status();
+  if (!*got) {
+    char buf[64] = {0};
+    ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "store ", meta_dir, " is already open by ",
+        n > 0 ? absl::StrCat("pid ", std::string(buf, strcspn(buf, "\n")))
+              : "another process",
+        " (one writer per store)"));
+  }
+  // Who holds it, for the message above; padded so no older pid's digits
+  // outlive it.
+  std::string me = absl::StrCat(getpid(), "\n");
+  me.resize(32, ' ');
+  MLPO_RETURN_IF_ERROR(fs->WriteAt(fd, file, me, 0));
+  return lock;
+}
+
+int WriterLock::HolderPid(const std::string& meta_dir, FileSystem* fs) {
+  if (fs == nullptr) fs = DefaultFileSystem();
+  std::string file = absl::StrCat(meta_dir, "/", kLockFile);
+  auto opened = fs->OpenLockFile(file, /*create=*/false);
+  if (!opened.ok()) return 0;
+  int fd = *opened;
+  int pid = 0;
+  auto got = fs->TryLock(fd, file, /*exclusive=*/false);
+  if (got.ok() && !*got) {
+    char buf[32] = {0};
+    if (::pread(fd, buf, sizeof(buf) - 1, 0) > 0) pid = std::atoi(buf);
+    if (pid == 0) pid = -1;  // held, holder unknown
+  }
+  ::close(fd);
+  return pid;
+}
+
+absl::Status CheckStoreRoots(const StoreOptions& o, FileSystem* fs) {
+  std::vector<std::pair<uint64_t, uint64_t>> ids;
+  for (size_t i = 0; i < o.paths.size(); ++i) {
+    const std::string& root = o.paths[i].path.root;
+    auto st = fs->Stat(root);
+    if (!st.ok() || !st->is_dir)
+      return absl::NotFoundError(absl::StrCat(
+          "store ", o.name, ": path[", i, "] ", root,
+          " does not exist or is not a directory"));
+    for (size_t j = 0; j < ids.size(); ++j)
+      if (ids[j] == std::make_pair(st->dev, st->ino))
+        return absl::InvalidArgumentError(absl::StrCat(
+            "store ", o.name, ": path[", j, "] ", o.paths[j].path.root,
+            " and path[", i, "] ", root,
+            " are the same directory (a link or bind mount?); each path must "
+            "be a distinct directory"));
+    ids.emplace_back(st->dev, st->ino);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteStoreDescriptors(const StoreOptions& o,
+                                   const std::string& uuid, FileSystem* fs) {
+  std::string text = StoreDescriptorJson(o, uuid) + "\n";
+  for (auto& pc : o.paths) {
+    std::string dir = absl::StrCat(pc.path.root, "/", StoreNamespace(o));
+    auto old = fs->ReadFile(dir + "/STORE", kMaxConfigBytes);
+    if (old.ok() && *old == text) continue;
+    MLPO_RETURN_IF_ERROR(fs->WriteFileAtomic(dir + "/STORE", text));
+  }
+  return absl::OkStatus();
+}
+
+std::string StoreWhere(const StoreOptions& o) {
+  return absl::StrCat("store ", o.name, " rank ", o.rank, " (index ",
+                      o.meta_dir, ")");
+}
+
+}  // namespace mlpo
