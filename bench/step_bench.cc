@@ -287,11 +287,25 @@ void AddStepBench(CLI::App& app) {
     if (!a->trace.empty()) Trace::Get()->Start();
     for (auto& row : rows) {
       const auto& [m, fmt] = row_of[row];
-      ModeResult r = RunMode(m, paths, f.dir, a->params, a->subgroup, a->steps,
-                             a->prefetch, a->commits, a->threads, a->stream, f.keep,
-                             a->durability == "tag" ? Durability::kTag
-                                                    : Durability::kStep,
-                             u_scale, a->cache, change, a->paper_ratio, fmt);
+      ModeResult r = RunMode({.mode = m,
+                              .paths = paths,
+                              .dir = f.dir,
+                              .params = a->params,
+                              .subgroup = a->subgroup,
+                              .steps = a->steps,
+                              .prefetch = a->prefetch,
+                              .commits = a->commits,
+                              .threads = a->threads,
+                              .stream = a->stream,
+                              .keep = f.keep,
+                              .durability = a->durability == "tag"
+                                                ? Durability::kTag
+                                                : Durability::kStep,
+                              .u_scale = u_scale,
+                              .cache = a->cache,
+                              .change = change,
+                              .paper_ratio = a->paper_ratio,
+                              .format = fmt});
       r.lower_bound_s = std::max(r.lower_bound_s, a->params / r_adam_of[fmt]);
       json pj = json::array();
       for (auto& p : r.paths)

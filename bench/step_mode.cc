@@ -142,13 +142,10 @@ double ProbeMixed(const std::vector<PathSpec>& paths, double seconds) {
   return res->sum_of_rates();
 }
 
-ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
-                   const std::string& dir, uint64_t params, uint64_t subgroup,
-                   int steps, int prefetch, int commits, int threads,
-                   bool stream, bool keep,
-                   Durability durability, double u_scale,
-                   const std::string& cache, const CapChange& change,
-                   int paper_ratio, StateFormat format) {
+ModeResult RunMode(const ModeRun& run) {
+  const auto& [mode, paths, dir, params, subgroup, steps, prefetch, commits,
+               threads, stream, keep, durability, u_scale, cache, change,
+               paper_ratio, format] = run;
   const ModeConfig mc = ConfigFor(mode, prefetch, commits, paper_ratio);
   const bool baseline = mc.grad_offload;
   OptimizerOptions o;

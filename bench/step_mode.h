@@ -51,16 +51,27 @@ extern const char* const kAblation[5];
 // with the same settings, summed.
 double ProbeMixed(const std::vector<PathSpec>& paths, double seconds);
 
-// One mode (baseline, paper, mlpo, mlpo+cache or an ablation row) in one
-// state format: one untimed step that creates the state, then `steps`
-// timed ones. Exits the process (BenchFail) on an error.
-ModeResult RunMode(const std::string& mode, const std::vector<PathSpec>& paths,
-                   const std::string& dir, uint64_t params, uint64_t subgroup,
-                   int steps, int prefetch, int commits, int threads,
-                   bool stream, bool keep,
-                   Durability durability, double u_scale,
-                   const std::string& cache, const CapChange& change,
-                   int paper_ratio, StateFormat format);
+// One run of a mode: what `mlpo-bench step`'s flags say for it.
+struct ModeRun {
+  std::string mode;  // baseline, paper, mlpo, mlpo+cache or an ablation row
+  std::vector<PathSpec> paths;
+  std::string dir;  // the bench's working directory
+  uint64_t params = 0, subgroup = 0;
+  int steps = 0;  // timed steps, after one untimed step that creates state
+  int prefetch = 0, commits = 0, threads = 0;
+  bool stream = false;  // gradients streamed in per subgroup
+  bool keep = false;    // keep the store afterwards
+  Durability durability = Durability::kStep;
+  double u_scale = 1;  // scales the lower bound with several paths
+  std::string cache;   // DRAM tier budget, as --cache
+  CapChange change;    // --cap-change
+  int paper_ratio = 0;
+  StateFormat format = StateFormat::kF32;
+};
+
+// One mode in one state format: one untimed step that creates the state,
+// then `run.steps` timed ones. Exits the process (BenchFail) on an error.
+ModeResult RunMode(const ModeRun& run);
 
 }  // namespace mlpo
 
