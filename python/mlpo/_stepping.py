@@ -1,0 +1,205 @@
+"""The optimizer's step: gradients checked and handed to the engine (in
+place on the CPU, staged from device memory, or averaged across ranks and
+cut into this rank's shard), the step run, skipped steps reported, and a
+sharded step's new parameters gathered on every rank; and the edits made
+between steps adopted before a tag. A mixin of the optimizer class in
+torch.py, which owns the layout (_layout, _pieces) and the engine."""
+import warnings
+
+import torch
+import torch.distributed as dist
+
+from ._checkpoints import _flat
+from ._opening import _DTYPES
+
+
+class Stepping:
+    def _grad_of(self, e):
+        """The gradient of entry `e` in the parameter's memory order, or
+        None (no gradient: the parameter is skipped)."""
+        p = e["param"]
+        if p.dtype != e["dtype"] or tuple(p.shape) != e["shape"]:
+            raise ValueError(
+                f"mlpo.torch: parameter {e['name']} changed from "
+                f"{e['dtype']} {list(e['shape'])} to {p.dtype} "
+                f"{list(p.shape)} since the optimizer was made")
+        if tuple(p.stride()) != e["stride"]:
+            raise ValueError(
+                f"mlpo.torch: parameter {e['name']} changed its memory "
+                f"layout (strides {list(e['stride'])} -> "
+                f"{list(p.stride())}) since the optimizer was made")
+        grad = p.grad
+        if grad is None:
+            return None
+        if grad.is_sparse:
+            raise RuntimeError(
+                f"mlpo.torch: parameter {e['name']} has a sparse gradient; "
+                "Adam does not support sparse gradients")
+        if grad.dtype != p.dtype or grad.shape != p.shape:
+            raise ValueError(f"mlpo.torch: gradient of {e['name']} is "
+                             f"{grad.dtype} {list(grad.shape)}, the "
+                             f"parameter {p.dtype} {list(p.shape)}")
+        if grad.device != p.device:
+            raise ValueError(f"mlpo.torch: gradient of {e['name']} is on "
+                             f"{grad.device}")
+        if grad.stride() != p.stride():
+            grad = torch.empty_like(p).copy_(grad)
+        if self._mixed and grad.dtype != torch.float32:
+            grad = torch.empty_like(p, dtype=torch.float32).copy_(grad)
+        return grad
+
+    @torch.no_grad()
+    def step(self, closure=None, *, loss_scale=None):
+        """One optimizer step. Gradients are divided by loss_scale (default
+        self.loss_scale); parameters whose grad is None are skipped; with an
+        inf/nan gradient the step is skipped (with a warning; see
+        last_report['skipped']) and nothing changes."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        eng = self._require_engine()
+        for g, group in enumerate(self.param_groups):
+            eng.set_hyper(g, self._hyper(group))
+        scale = loss_scale or self.loss_scale
+        keep = []  # gradients stay alive while staged
+        if self._device_path is not None:
+            rep = self._step_device(eng, keep, scale)
+        elif self._world == 1:
+            rep = self._step_host(eng, keep, scale)
+        else:
+            rep = self._step_sharded(eng, keep, scale)
+        self.last_report = rep
+        if rep["skipped"] and "overflow" in rep["skip_reason"]:
+            n = eng.skipped_steps
+            if n >= self._warned_skips * 10 or self._warned_skips == 0:
+                warnings.warn(
+                    f"mlpo.torch: step {eng.step_count + 1} skipped: "
+                    f"{rep['skip_reason']}; {n} step(s) skipped so far "
+                    "(optimizer.skipped_steps)", RuntimeWarning,
+                    stacklevel=3)
+                self._warned_skips = max(1, n)
+        elif not rep["skipped"] and self._world > 1:
+            self._publish_sharded()
+        self._note_versions()
+        return loss
+
+    def _step_host(self, eng, keep, scale):
+        # The kernel reads and writes the model's tensors themselves.
+        for k, (g, e, at, n, off) in enumerate(self._pieces):
+            p = e["param"]
+            grad = self._grad_of(e)
+            eng.set_param_memory(k, p.data_ptr() + at * p.element_size(),
+                                 _DTYPES[p.dtype])
+            if grad is None:
+                continue
+            keep.append(grad)  # read in place by the step: no copy
+            eng.borrow_grad(g, off, grad.data_ptr() + at * grad.element_size(),
+                            self._grad_dt, n)
+        return eng.step(scale)
+
+    def _step_device(self, eng, keep, scale):
+        dt = _DTYPES[self._dtype]
+        if self._device.type == "cuda":
+            # backward ran on PyTorch's stream; ours copy the gradients
+            torch.cuda.synchronize(self._device)
+        self._override_edited(eng)
+        for g, l in enumerate(self._layout):
+            for e in l["entries"]:
+                if not e["numel"]:
+                    continue
+                if e["param"].data_ptr() != self._device_ptrs[id(e["param"])]:
+                    raise ValueError(
+                        f"mlpo.torch: parameter {e['name']} was moved to new "
+                        "memory since the optimizer was made (new parameters "
+                        "are copied to where it was); make the optimizer "
+                        "after moving the model")
+                grad = self._grad_of(e)
+                if grad is None:
+                    continue
+                keep.append(grad)
+                eng.stage_grad_device(g, e["offset"], grad.data_ptr(), dt,
+                                      e["numel"])
+        return eng.step(scale)
+
+    def _override_edited(self, eng):
+        """Device memory the engine cannot read: parameters edited since the
+        last step go in as masters."""
+        for k in self._edited():
+            g, e, at, n, off = self._pieces[k]
+            t = _flat(e["param"].detach())[at:at + n].cpu()
+            if eng.step_count == 0:
+                eng.set_initial(g, off, t.data_ptr(), _DTYPES[t.dtype], n)
+            else:
+                eng.override_masters(g, off, t.data_ptr(), _DTYPES[t.dtype], n)
+
+    def _step_sharded(self, eng, keep, scale):
+        dt = _DTYPES[self._dtype]
+        # A parameter with a gradient on any rank has one on every rank.
+        has = torch.tensor([p.grad is not None for l in self._layout
+                            for p in (e["param"] for e in l["entries"])],
+                           dtype=torch.int32)
+        dist.all_reduce(has, op=dist.ReduceOp.MAX, group=self._pg)
+        active = {}
+        i = 0
+        for l in self._layout:
+            for e in l["entries"]:
+                active[id(e["param"])] = bool(has[i])
+                i += 1
+        for k, (g, e, at, n, off) in enumerate(self._pieces):
+            p = e["param"]
+            eng.set_param_memory(k, p.data_ptr() + at * p.element_size(), dt)
+        for g, l in enumerate(self._layout):
+            flat = torch.zeros(l["chunk"] * self._world, dtype=torch.float32)
+            for e in l["entries"]:
+                grad = self._grad_of(e)
+                if grad is not None:
+                    flat[e["offset"]:e["offset"] + e["numel"]] = \
+                        _flat(grad).float()
+            dist.all_reduce(flat, group=self._pg)
+            shard = (flat[l["start"]:l["start"] + l["numel"]]
+                     / self._world).to(self._dtype).contiguous()
+            keep.append(shard)
+            for e, at, n, off in self._shard_pieces(g):
+                if active[id(e["param"])]:
+                    eng.stage_grad(g, off, shard.data_ptr() +
+                                   off * shard.element_size(), dt, n)
+        sum_sq, nonfinite = eng.local_grad_stats()
+        stats = torch.tensor([sum_sq, float(nonfinite)], dtype=torch.float64)
+        dist.all_reduce(stats, group=self._pg)
+        return eng.step(scale, float(stats[0]), int(stats[1]))
+
+    @torch.no_grad()
+    def _publish_sharded(self):
+        """Each rank's step wrote its shard into its own tensors: gather the
+        shards so that every rank has every new parameter."""
+        for g, l in enumerate(self._layout):
+            shard = torch.empty(l["numel"], dtype=self._dtype)
+            for e, at, n, off in self._shard_pieces(g):
+                shard[off:off + n] = _flat(e["param"])[at:at + n]
+            flat = self._gather(shard, l)
+            for e in l["entries"]:
+                _flat(e["param"]).copy_(
+                    flat[e["offset"]:e["offset"] + e["numel"]])
+
+    def _adopt_edits(self):
+        """Edits made since the last step, into the store before a tag. On
+        the CPU every parameter is compared with its master (an edit through
+        .data bumps no version counter); device memory is compared by
+        version counter."""
+        eng = self._require_engine()
+        if self._device_path is not None:
+            if self._edited():
+                self._override_edited(eng)
+                eng.adopt_edits([])
+        else:
+            edited = list(range(len(self._pieces)))
+            for k in edited:
+                g, e, at, n, off = self._pieces[k]
+                p = e["param"]
+                eng.set_param_memory(k, p.data_ptr() + at * p.element_size(),
+                                     _DTYPES[p.dtype])
+            eng.adopt_edits(edited)
+            if eng.step_count == 0:
+                self._set_initial()
+        self._note_versions()
