@@ -38,7 +38,8 @@ int PathArg(const std::vector<std::string>& roots, const std::string& arg,
 void TagCopy(ObjectStore* s, const std::string& tag, const std::string& to,
              bool as_json) {
   std::vector<std::string> list;
-  for (size_t i = 0; i < s->num_paths(); ++i) list.push_back(s->path(i)->root());
+  for (const StorePathConfig& pc : s->options().paths)
+    list.push_back(pc.path.root);
   std::string roots;
   const int index = PathArg(list, to, &roots);
   if (index < 0)
