@@ -1,4 +1,4 @@
-// A tag's second copy (`mlpo tag --copy-to`, ObjectStore::CopyTagTo): reads
+// A tag's second copy (`mlpo tag --copy-to`, store/admin/copy.h): reads
 // fall back to it, verify names what only it still holds, it survives
 // reopening, its space is freed with its version, and a copy that fails
 // leaves the tag as it was.
