@@ -1,8 +1,10 @@
 // ObjectStore: declare, checkout and commit. Reading and checking a
-// version lives in object_store_read.cc; opening (identity, recovery) in
-// object_store_open.cc; tags, gc, verify and stats in
-// object_store_admin.cc; placement, spill-over and degraded mode in
-// object_store_placement.cc.
+// version lives in object_store_read.cc; opening (identity, the index's
+// checks) in object_store_open.cc; tags, restore and drop-tag in
+// object_store_lineage.cc; statistics and listing in
+// object_store_inspect.cc; placement, spill-over and degraded mode in
+// object_store_placement.cc; the writes store/admin/ makes through
+// StoreMaintenance in object_store_maintenance.cc.
 //
 // A commit runs in three stages: the caller's thread allocates extents on
 // every path, checksums the blob and submits the writes; the paths' engine
