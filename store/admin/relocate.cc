@@ -33,7 +33,7 @@ absl::StatusOr<RelocateReport> Relocate(
   MLPO_RETURN_IF_ERROR(CheckStoreRoots(o, fsys));
   if (!fsys->IsDirectory(o.meta_dir) || !fsys->Exists(o.meta_dir + "/CURRENT"))
     return absl::NotFoundError(absl::StrCat(
-        "relocate: there is no store index at ", o.meta_dir,
+        "there is no store index at ", o.meta_dir,
         " (pass --meta-dir where the moved index is)"));
   MLPO_ASSIGN_OR_RETURN(WriterLock lock,
                         WriterLock::Acquire(o.meta_dir, fsys));
@@ -48,12 +48,12 @@ absl::StatusOr<RelocateReport> Relocate(
     MLPO_ASSIGN_OR_RETURN(uint64_t seal, ReadSeal(o.meta_dir, fsys, ""));
     if (seal > view->sequence())
       return absl::DataLossError(absl::StrCat(
-          "relocate: the index at ", o.meta_dir,
+          "the index at ", o.meta_dir,
           " has lost acknowledged writes; run `mlpo recover` on it first"));
   }
   if (snap.paths.size() != o.paths.size())
     return absl::FailedPreconditionError(absl::StrCat(
-        "relocate: the store at ", o.meta_dir, " has ", snap.paths.size(),
+        "the store at ", o.meta_dir, " has ", snap.paths.size(),
         " paths; ", o.paths.size(), " were named"));
   // The decision (copy or move, the new identity) is made once and kept in
   // a marker until the relocation is complete, so a relocation killed
@@ -66,7 +66,7 @@ absl::StatusOr<RelocateReport> Relocate(
         absl::StrSplit(absl::StripAsciiWhitespace(*text), ' ');
     if (f.size() != 3 || f[0].empty() || (f[2] != "copy" && f[2] != "move"))
       return absl::DataLossError(absl::StrCat(
-          "relocate: ", marker, " is damaged; delete it and run again"));
+          marker, " is damaged; delete it and run again"));
     planned_uuid = f[0];
     planned_old = f[1];
     new_identity = f[2] == "copy";
@@ -85,22 +85,22 @@ absl::StatusOr<RelocateReport> Relocate(
     auto text = fsys->ReadFile(dir + "/STORE", kMaxConfigBytes);
     if (!text.ok())
       return Annotate(text.status(),
-                      absl::StrCat("relocate: path ", i, " (", root,
+                      absl::StrCat("path ", i, " (", root,
                                    ") has no store directory ", dir));
     auto theirs = StoreOptionsFromDescriptor(*text);
     if (!theirs.ok())
-      return Annotate(theirs.status(), absl::StrCat("relocate: ", dir));
+      return Annotate(theirs.status(), dir);
     if (!snap.store_uuid.empty() && !theirs->store_uuid.empty() &&
         theirs->store_uuid != snap.store_uuid &&
         theirs->store_uuid != planned_uuid &&
         theirs->store_uuid != planned_old)
       return absl::FailedPreconditionError(absl::StrCat(
-          "relocate: ", dir, " belongs to store ", theirs->store_uuid,
+          dir, " belongs to store ", theirs->store_uuid,
           ", not to the store of the index at ", o.meta_dir, " (",
           snap.store_uuid, ")"));
     if (new_identity && planned_uuid.empty() && SameDirectory(root, rec.root))
       return absl::FailedPreconditionError(absl::StrCat(
-          "relocate: path ", i, " (", root, ") is where the store already "
+          "path ", i, " (", root, ") is where the store already "
           "lives; a new identity is for a copy at another place"));
   }
   if (new_identity && planned_uuid.empty() &&
@@ -108,7 +108,7 @@ absl::StatusOr<RelocateReport> Relocate(
       snap.paths.size() > 0 && SameDirectory(o.paths[0].path.root,
                                              snap.paths[0].root))
     return absl::FailedPreconditionError(
-        "relocate: nothing was moved or copied");
+        "nothing was moved or copied");
 
   MLPO_ASSIGN_OR_RETURN(
       auto meta, MetaIndex::Open(o.meta_dir, MetaIndex::Mode::kWrite, fsys));
