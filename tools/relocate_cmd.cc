@@ -147,13 +147,26 @@ void AddRelocateCommand(CLI::App& app) {
                absl::StrJoin(roots, ", "), "; index ", old->meta_dir,
                "); name them with --root I=PATH and --meta-dir")),
            2);
-    // A copy when the original is still at its recorded place.
+    // Pointed at the store where its records already say it lives.
+    bool unmoved = SameDirectory(meta, old->meta_dir);
+    for (size_t i = 0; i < roots.size(); ++i)
+      unmoved = unmoved && SameDirectory(roots[i], old->paths[i].path.root);
+    if (unmoved)
+      Fail("relocate",
+           absl::FailedPreconditionError(absl::StrCat(
+               "nothing was moved or copied: the store's records already "
+               "name ", absl::StrJoin(roots, ", "), " (index ", meta,
+               "); relocate is for a store at a new place")));
+    // A copy when the original is still at its recorded place: a recorded
+    // directory, other than the one that path has now, still holding this
+    // store (a path left where it was is not the original).
     bool original_there = false;
-    for (auto& pc : old->paths) {
-      std::string d = absl::StrCat(pc.path.root, "/", StoreNamespace(*old));
+    for (size_t i = 0; i < old->paths.size(); ++i) {
+      const std::string ns = StoreNamespace(*old);
+      std::string d = absl::StrCat(old->paths[i].path.root, "/", ns);
       auto there = StoreOptionsForTarget(d);
       if (there.ok() && there->store_uuid == old->store_uuid &&
-          !SameDirectory(d, absl::StrCat(roots[0], "/", StoreNamespace(*old))))
+          !SameDirectory(d, absl::StrCat(roots[i], "/", ns)))
         original_there = true;
     }
     bool copy = a->copy || (!a->move && original_there);

@@ -337,6 +337,41 @@ TEST_F(CliTest, AMovedStoreIsRelocatedWithItsIdentity) {
   ASSERT_EQ(std::system(("mv " + moved + " " + dir_.path()).c_str()), 0);
 }
 
+// A store moved in part (path 0 and its index moved, path 1 left where it
+// was) is a move: the path still in place is not "the original", so the
+// store keeps its identity. Relocating a store that was not moved at all
+// is refused and changes nothing.
+TEST_F(CliTest, APartlyMovedStoreKeepsItsIdentityAndAnUnmovedOneIsRefused) {
+  std::string uuid;
+  {
+    auto s = ObjectStore::Open(o_);
+    ASSERT_TRUE(s.ok());
+    uuid = (*s)->store_uuid();
+  }
+  CliRun r = Mlpo("relocate " + store_dir_, true);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("nothing was moved or copied"), std::string::npos)
+      << r.out;
+  {
+    auto s = ObjectStore::Open(o_);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ((*s)->store_uuid(), uuid);
+  }
+  TempDir other;
+  const std::string p0 = o_.paths[0].path.root, p1 = o_.paths[1].path.root;
+  const std::string moved = other.path() + "/p0";
+  ASSERT_EQ(std::system(("mv " + p0 + " " + moved).c_str()), 0);
+  r = Mlpo("relocate " + moved + "/t/rank-0 --root 0=" + moved +
+               " --root 1=" + p1 + " --meta-dir " + moved +
+               "/t/rank-0/meta --json",
+           true);
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_FALSE(j["copy"].get<bool>()) << r.out;
+  EXPECT_EQ(j["new_uuid"], uuid);
+  EXPECT_EQ(Mlpo("verify " + p1 + "/t/rank-0 --tag first").code, 0);
+}
+
 }  // namespace
 }  // namespace mlpo
 
