@@ -1,6 +1,9 @@
 #include "store/store_files.h"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <cstdlib>
 #include <cstring>
@@ -37,10 +40,18 @@ absl::StatusOr<WriterLock> WriterLock::Acquire(const std::string& meta_dir,
   if (!*got) {
     char buf[64] = {0};
     ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+    // The file names the last mlpo writer; something else (a backup tool,
+    // flock(1)) may hold the lock now, so a pid that is not running is
+    // not named as the holder.
+    int pid = n > 0 ? std::atoi(buf) : 0;
+    std::string holder = "another process";
+    if (pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM))
+      holder = absl::StrCat("pid ", pid);
+    else if (pid > 0)
+      holder = absl::StrCat("another process (not pid ", pid,
+                            ", the last mlpo writer, which has exited)");
     return absl::FailedPreconditionError(absl::StrCat(
-        "store ", meta_dir, " is already open by ",
-        n > 0 ? absl::StrCat("pid ", std::string(buf, strcspn(buf, "\n")))
-              : "another process",
+        "store ", meta_dir, " is already open by ", holder,
         " (one writer per store)"));
   }
   // Who holds it, for the message above; padded so no older pid's digits
@@ -62,6 +73,8 @@ int WriterLock::HolderPid(const std::string& meta_dir, FileSystem* fs) {
   if (got.ok() && !*got) {
     char buf[32] = {0};
     if (::pread(fd, buf, sizeof(buf) - 1, 0) > 0) pid = std::atoi(buf);
+    // Held by something else than the last mlpo writer named in the file.
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno != EPERM) pid = 0;
     if (pid == 0) pid = -1;  // held, holder unknown
   }
   ::close(fd);

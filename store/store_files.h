@@ -26,11 +26,13 @@ class WriterLock {
  public:
   WriterLock() = default;
   // FailedPrecondition naming the holder's pid when another process holds
-  // it; the file system's error when the lock file cannot be made.
+  // it (a pid in the file that is not running is not named as the holder);
+  // the file system's error when the lock file cannot be made.
   static absl::StatusOr<WriterLock> Acquire(const std::string& meta_dir,
                                             FileSystem* fs);
   // The pid holding the writer lock of the store in `meta_dir`, -1 when it
-  // is held by a process that left no pid, or 0 when it is free.
+  // is held by a process that left no pid (or whose pid in the file is not
+  // running: not an mlpo writer), or 0 when it is free.
   static int HolderPid(const std::string& meta_dir, FileSystem* fs = nullptr);
 
   WriterLock(WriterLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }

@@ -2,6 +2,9 @@
 // and tag copy are made of) keep the store's invariants on their own, and
 // the offline helpers admin's repair and relocate use (the writer lock, the
 // roots check) refuse what they must.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -39,6 +42,41 @@ TEST(WriterLockTest, ASecondWriterIsRefusedNamingTheHolder) {
   EXPECT_EQ(WriterLock::HolderPid(meta), 0);
   auto again = WriterLock::Acquire(meta, fs);
   EXPECT_TRUE(again.ok()) << again.status();
+}
+
+// Something other than mlpo holding the lock (a backup tool, flock(1)) is
+// not named by the pid the last mlpo writer left in the file.
+TEST(WriterLockTest, AStalePidInTheLockFileIsNotNamedAsTheHolder) {
+  TempDir dir;
+  std::string meta = dir.Sub("meta");
+  FileSystem* fs = DefaultFileSystem();
+  { ASSERT_TRUE(WriterLock::Acquire(meta, fs).ok()); }  // writes our pid
+  // A pid that is not running: a child that has exited and been reaped.
+  pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  ASSERT_GT(gone, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(gone, &status, 0), gone);
+  std::string file = meta + "/MLPO-LOCK";
+  std::string text = std::to_string(gone) + "\n";
+  text.resize(32, ' ');
+  int wfd = ::open(file.c_str(), O_WRONLY);
+  ASSERT_GE(wfd, 0);
+  ASSERT_EQ(::pwrite(wfd, text.data(), text.size(), 0),
+            static_cast<ssize_t>(text.size()));
+  ::close(wfd);
+  int holder = ::open(file.c_str(), O_RDONLY);  // the other tool's lock
+  ASSERT_GE(holder, 0);
+  ASSERT_EQ(::flock(holder, LOCK_EX | LOCK_NB), 0);
+  auto got = WriterLock::Acquire(meta, fs);
+  EXPECT_EQ(WriterLock::HolderPid(meta), -1);  // held, holder unknown
+  ::close(holder);
+  ASSERT_EQ(got.status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string msg(got.status().message());
+  EXPECT_EQ(msg.find("open by pid"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("another process"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::to_string(gone)), std::string::npos) << msg;
+  EXPECT_TRUE(WriterLock::Acquire(meta, fs).ok());  // released: free again
 }
 
 TEST(WriterLockTest, AMissingIndexDirectoryIsAnErrorNotACrash) {
