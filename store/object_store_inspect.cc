@@ -1,16 +1,8 @@
 // ObjectStore: inspection (tags, statistics, objects, version records,
 // one version read back, attributes, per-path traffic).
-#include <algorithm>
-#include <set>
-
-#include <cstdio>
-#include <filesystem>
-
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "store/fs/file_util.h"
-#include "store/object_store.h"
 #include "base/status_macros.h"
+#include "store/object_store.h"
 
 namespace mlpo {
 

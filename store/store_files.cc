@@ -15,6 +15,24 @@
 #include "store/store_survey.h"
 
 namespace mlpo {
+namespace {
+
+// The pid the lock file names (the last mlpo writer; 0 when none) and
+// whether it still runs: something else (a backup tool, flock(1)) may hold
+// the lock now, and a pid that has exited is not named as the holder.
+struct NamedPid {
+  int pid = 0;
+  bool running = false;
+};
+NamedPid ReadNamedPid(int fd) {
+  char buf[64] = {0};
+  NamedPid out;
+  if (::pread(fd, buf, sizeof(buf) - 1, 0) > 0) out.pid = std::atoi(buf);
+  out.running = out.pid > 0 && (::kill(out.pid, 0) == 0 || errno == EPERM);
+  return out;
+}
+
+}  // namespace
 
 WriterLock& WriterLock::operator=(WriterLock&& o) noexcept {
   if (this != &o) {
@@ -38,17 +56,12 @@ absl::StatusOr<WriterLock> WriterLock::Acquire(const std::string& meta_dir,
   auto got = fs->TryLock(fd, file, /*exclusive=*/true);
   if (!got.ok()) return got.status();
   if (!*got) {
-    char buf[64] = {0};
-    ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
-    // The file names the last mlpo writer; something else (a backup tool,
-    // flock(1)) may hold the lock now, so a pid that is not running is
-    // not named as the holder.
-    int pid = n > 0 ? std::atoi(buf) : 0;
+    const NamedPid named = ReadNamedPid(fd);
     std::string holder = "another process";
-    if (pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM))
-      holder = absl::StrCat("pid ", pid);
-    else if (pid > 0)
-      holder = absl::StrCat("another process (not pid ", pid,
+    if (named.pid > 0 && named.running)
+      holder = absl::StrCat("pid ", named.pid);
+    else if (named.pid > 0)
+      holder = absl::StrCat("another process (not pid ", named.pid,
                             ", the last mlpo writer, which has exited)");
     return absl::FailedPreconditionError(absl::StrCat(
         "store ", meta_dir, " is already open by ", holder,
@@ -71,11 +84,8 @@ int WriterLock::HolderPid(const std::string& meta_dir, FileSystem* fs) {
   int pid = 0;
   auto got = fs->TryLock(fd, file, /*exclusive=*/false);
   if (got.ok() && !*got) {
-    char buf[32] = {0};
-    if (::pread(fd, buf, sizeof(buf) - 1, 0) > 0) pid = std::atoi(buf);
-    // Held by something else than the last mlpo writer named in the file.
-    if (pid > 0 && ::kill(pid, 0) != 0 && errno != EPERM) pid = 0;
-    if (pid == 0) pid = -1;  // held, holder unknown
+    const NamedPid named = ReadNamedPid(fd);
+    pid = named.pid > 0 && named.running ? named.pid : -1;  // -1: unknown
   }
   ::close(fd);
   return pid;
