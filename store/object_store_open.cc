@@ -47,10 +47,6 @@ namespace {
 
 using Survey = StoreSurvey;
 
-std::string Abs(const std::string& p) {
-  return fs::absolute(p).lexically_normal().string();
-}
-
 // An index directory without its CURRENT file.
 absl::Status DamagedIndexError(const std::string& where, const Survey& sv) {
   return absl::DataLossError(absl::StrCat(
@@ -78,7 +74,7 @@ static absl::Status CheckNoStoreData(const StoreOptions& o, const Survey& sv,
                                      FileSystem* fsys) {
   std::string other;
   for (auto& p : sv.paths)
-    if (!p.meta_dir.empty() && Abs(p.meta_dir) != Abs(o.meta_dir))
+    if (!p.meta_dir.empty() && AbsolutePath(p.meta_dir) != AbsolutePath(o.meta_dir))
       other = p.meta_dir;
   std::string hint =
       other.empty()
@@ -117,7 +113,7 @@ absl::Status ObjectStore::InitializeIndex(MetaIndex* m,
     const auto& po = options_.paths[i].path;
     MLPO_ASSIGN_OR_RETURN(std::string path_uuid, PathUuid(po.root, false, fs()));
     b.PutPath(static_cast<uint32_t>(i),
-              {path_uuid, Abs(po.root), PathKindName(po.kind),
+              {path_uuid, AbsolutePath(po.root), PathKindName(po.kind),
                po.segment_bytes});
   }
   MLPO_RETURN_IF_ERROR(m->Apply(&b, true));

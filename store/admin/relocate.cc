@@ -1,11 +1,11 @@
 #include "store/admin/relocate.h"
 
-#include <filesystem>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
+#include "store/fs/file_util.h"
 #include "store/meta/meta_index.h"
 #include "store/object_store.h"
 #include "store/path/storage_path.h"
@@ -13,13 +13,6 @@
 #include "store/store_survey.h"
 
 namespace mlpo {
-namespace {
-
-std::string Abs(const std::string& p) {
-  return std::filesystem::absolute(p).lexically_normal().string();
-}
-
-}  // namespace
 
 absl::StatusOr<RelocateReport> Relocate(
     const StoreOptions& options, bool new_identity) {
@@ -79,7 +72,7 @@ absl::StatusOr<RelocateReport> Relocate(
     const std::string& root = o.paths[i].path.root;
     const PathRecord& rec = snap.paths[i];
     rep.old_roots.push_back(rec.root);
-    rep.new_roots.push_back(Abs(root));
+    rep.new_roots.push_back(AbsolutePath(root));
     // The data must be this store's: its descriptor names the same store.
     std::string dir = absl::StrCat(root, "/", ns);
     auto text = fsys->ReadFile(dir + "/STORE", kMaxConfigBytes);
@@ -140,7 +133,7 @@ absl::StatusOr<RelocateReport> Relocate(
     rep.new_path_identity.push_back(fresh);
     PathRecord r = rec;
     r.uuid = uuid;
-    r.root = Abs(po.root);
+    r.root = AbsolutePath(po.root);
     b.PutPath(static_cast<uint32_t>(i), r);
     // The store keeps its own segment size.
     if (rec.segment_bytes != 0)
@@ -150,7 +143,7 @@ absl::StatusOr<RelocateReport> Relocate(
   MLPO_RETURN_IF_ERROR(meta->Apply(&b, true));
   MLPO_RETURN_IF_ERROR(meta->SetSealUuid(rep.new_uuid));
   StoreOptions written = o;
-  written.meta_dir = Abs(o.meta_dir);
+  written.meta_dir = AbsolutePath(o.meta_dir);
   MLPO_RETURN_IF_ERROR(WriteStoreDescriptors(written, rep.new_uuid, fsys));
   rep.new_meta_dir = written.meta_dir;
   MLPO_RETURN_IF_ERROR(fsys->Unlink(marker));

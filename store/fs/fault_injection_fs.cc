@@ -27,10 +27,6 @@ std::string DirOf(const std::string& path) {
   return d.empty() ? "." : d;
 }
 
-std::string Normal(const std::string& path) {
-  return fs::absolute(path).lexically_normal().string();
-}
-
 bool ReadAll(const std::string& path, std::string* out) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;
@@ -286,7 +282,7 @@ absl::StatusOr<std::vector<std::string>> FaultInjectionFileSystem::ListDir(
 
 absl::Status FaultInjectionFileSystem::Unlink(const std::string& path) {
   MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kUnlink, path), "remove " + path));
-  std::string p = Normal(path);
+  std::string p = AbsolutePath(path);
   BeforeDelete(p);
   MLPO_RETURN_IF_ERROR(DefaultFileSystem()->Unlink(path));
   Deleted(p);
@@ -296,7 +292,7 @@ absl::Status FaultInjectionFileSystem::Unlink(const std::string& path) {
 absl::Status FaultInjectionFileSystem::RemoveTree(const std::string& path) {
   MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kUnlink, path), "remove " + path));
   MLPO_RETURN_IF_ERROR(DefaultFileSystem()->RemoveTree(path));
-  std::string p = Normal(path);
+  std::string p = AbsolutePath(path);
   MutexLock l(&mu_);
   for (auto it = files_.begin(); it != files_.end();)
     it = it->first == p || Under(it->first, p) ? files_.erase(it) : ++it;
@@ -312,7 +308,7 @@ absl::Status FaultInjectionFileSystem::Link(const std::string& from,
   bool there = ReadAll(from, &content);
   MLPO_RETURN_IF_ERROR(DefaultFileSystem()->Link(from, to));
   MutexLock l(&mu_);
-  std::string f = Normal(from), t = Normal(to);
+  std::string f = AbsolutePath(from), t = AbsolutePath(to);
   TrackLocked(t, /*created=*/true);
   auto it = files_.find(f);
   if (it != files_.end()) {
@@ -337,7 +333,7 @@ absl::StatusOr<int> FaultInjectionFileSystem::OpenLockFile(
   bool existed = fs::exists(path, ec);
   MLPO_ASSIGN_OR_RETURN(int fd,
                         DefaultFileSystem()->OpenLockFile(path, create));
-  if (create) Track(Normal(path), !existed);
+  if (create) Track(AbsolutePath(path), !existed);
   return fd;
 }
 
@@ -367,7 +363,7 @@ absl::StatusOr<int> FaultInjectionFileSystem::OpenForIo(
   bool existed = fs::exists(path, ec);
   MLPO_ASSIGN_OR_RETURN(int fd, DefaultFileSystem()->OpenForIo(
                                     path, create, want_direct, direct, read_only));
-  if (!read_only) Track(Normal(path), !existed);
+  if (!read_only) Track(AbsolutePath(path), !existed);
   return fd;
 }
 
@@ -396,23 +392,23 @@ absl::Status FaultInjectionFileSystem::Fdatasync(int fd,
                                                  const std::string& path) {
   MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kSync, path), "fdatasync " + path));
   MLPO_RETURN_IF_ERROR(DefaultFileSystem()->Fdatasync(fd, path));
-  Snapshot(Normal(path));
+  Snapshot(AbsolutePath(path));
   return absl::OkStatus();
 }
 
 absl::Status FaultInjectionFileSystem::SyncDir(const std::string& dir) {
   MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kSyncDir, dir), "fsync " + dir));
   MLPO_RETURN_IF_ERROR(DefaultFileSystem()->SyncDir(dir));
-  DirSynced(Normal(dir));
+  DirSynced(AbsolutePath(dir));
   return absl::OkStatus();
 }
 
 absl::Status FaultInjectionFileSystem::Rename(const std::string& from,
                                               const std::string& to) {
   MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kRename, from), "rename " + from));
-  BeforeRename(Normal(to));
+  BeforeRename(AbsolutePath(to));
   MLPO_RETURN_IF_ERROR(DefaultFileSystem()->Rename(from, to));
-  Renamed(Normal(from), Normal(to));
+  Renamed(AbsolutePath(from), AbsolutePath(to));
   return absl::OkStatus();
 }
 
@@ -423,7 +419,7 @@ absl::Status FaultInjectionFileSystem::WriteFileSynced(const std::string& path,
   bool existed = fs::exists(path, ec);
   MLPO_RETURN_IF_ERROR(DefaultFileSystem()->WriteFileSynced(path, data));
   MutexLock l(&mu_);
-  std::string p = Normal(path);
+  std::string p = AbsolutePath(path);
   TrackLocked(p, !existed);
   files_[p].synced = std::string(data);
   return absl::OkStatus();

@@ -8,14 +8,11 @@
 #include "absl/status/status.h"
 #include "rocksdb/file_system.h"
 #include "store/fs/fault_injection_fs.h"
+#include "store/fs/file_util.h"
 
 namespace mlpo {
 namespace fs = std::filesystem;
 namespace {
-
-std::string Normal(const std::string& path) {
-  return fs::absolute(path).lexically_normal().string();
-}
 
 rocksdb::IOStatus ToIo(const absl::Status& s) {
   if (s.ok()) return rocksdb::IOStatus::OK();
@@ -133,16 +130,16 @@ class RocksFs final : public rocksdb::FileSystemWrapper {
     std::unique_ptr<rocksdb::FSDirectory> t;
     auto s = target()->NewDirectory(name, io, &t, g);
     if (!s.ok()) return s;
-    *r = std::make_unique<RocksDir>(std::move(t), Normal(name), owner_);
+    *r = std::make_unique<RocksDir>(std::move(t), AbsolutePath(name), owner_);
     return s;
   }
   rocksdb::IOStatus RenameFile(const std::string& src, const std::string& dst,
                                const rocksdb::IOOptions& io,
                                rocksdb::IODebugContext* g) override {
     auto s = ToIo(owner_->Check(Op::kRename));
-    if (s.ok()) owner_->BeforeRename(Normal(dst));
+    if (s.ok()) owner_->BeforeRename(AbsolutePath(dst));
     if (s.ok()) s = target()->RenameFile(src, dst, io, g);
-    if (s.ok()) owner_->Renamed(Normal(src), Normal(dst));
+    if (s.ok()) owner_->Renamed(AbsolutePath(src), AbsolutePath(dst));
     return s;
   }
   rocksdb::IOStatus DeleteFile(const std::string& f,
@@ -150,9 +147,9 @@ class RocksFs final : public rocksdb::FileSystemWrapper {
                                rocksdb::IODebugContext* g) override {
     auto s = ToIo(owner_->Check(Op::kUnlink, f));
     if (!s.ok()) return s;
-    owner_->BeforeDelete(Normal(f));
+    owner_->BeforeDelete(AbsolutePath(f));
     s = target()->DeleteFile(f, io, g);
-    if (s.ok()) owner_->Deleted(Normal(f));
+    if (s.ok()) owner_->Deleted(AbsolutePath(f));
     return s;
   }
 
@@ -170,8 +167,8 @@ class RocksFs final : public rocksdb::FileSystemWrapper {
     std::unique_ptr<rocksdb::FSWritableFile> t;
     s = open(&t);
     if (!s.ok()) return s;
-    owner_->Track(Normal(f), !existed);
-    *r = std::make_unique<RocksFile>(std::move(t), Normal(f), owner_);
+    owner_->Track(AbsolutePath(f), !existed);
+    *r = std::make_unique<RocksFile>(std::move(t), AbsolutePath(f), owner_);
     return s;
   }
 

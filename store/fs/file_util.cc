@@ -13,6 +13,10 @@
 
 namespace mlpo {
 
+std::string AbsolutePath(const std::string& p) {
+  return std::filesystem::absolute(p).lexically_normal().string();
+}
+
 absl::Status MakePrivateDirs(const std::string& dir) {
   return DefaultFileSystem()->CreateDirs(dir);
 }

@@ -18,6 +18,10 @@ namespace mlpo {
 inline constexpr int kPrivateDirMode = 0700;
 inline constexpr int kPrivateFileMode = 0600;
 
+// `p` made absolute (against the working directory) and normalised
+// lexically (no symlinks resolved): how store records name directories.
+std::string AbsolutePath(const std::string& p);
+
 // DefaultFileSystem()->CreateDirs: mkdir -p; each directory it creates gets
 // mode 0700 and is durable on return. Existing ones are left
 // as they are.
