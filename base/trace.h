@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "base/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace mlpo {
@@ -65,6 +66,31 @@ class Trace {
   uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Event> events_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> tracks_ ABSL_GUARDED_BY(mu_);
+};
+
+// A span from construction to destruction, recorded when tracing was on at
+// construction. The three names must outlive it (string literals).
+class TraceSpan {
+ public:
+  TraceSpan(absl::string_view name, absl::string_view category,
+            absl::string_view track, uint64_t bytes = 0)
+      : on_(Trace::Get()->enabled()),
+        name_(name), category_(category), track_(track), bytes_(bytes) {
+    if (on_) start_ = absl::Now();
+  }
+  ~TraceSpan() {
+    if (on_)
+      Trace::Get()->Complete(name_, category_, track_, start_, absl::Now(),
+                             bytes_);
+  }
+  TraceSpan(const TraceSpan&) = delete;
+  TraceSpan& operator=(const TraceSpan&) = delete;
+
+ private:
+  const bool on_;
+  absl::string_view name_, category_, track_;
+  uint64_t bytes_;
+  absl::Time start_;
 };
 
 }  // namespace mlpo

@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/trace.h"
 #include "bench/bench_common.h"
 #include "gpu/device_backend.h"
 #include "nlohmann/json.hpp"
@@ -148,6 +149,8 @@ void AddGpuBench(CLI::App& app) {
     int steps = 4;
     int threads = 0;
     std::string cache = "100%", durability = "tag";
+    bool skip_copies = false;
+    std::string trace;
   };
   auto a = std::make_shared<Args>();
   AddBenchFlags(cmd, &a->f);
@@ -174,6 +177,13 @@ void AddGpuBench(CLI::App& app) {
                   "DRAM tier (\"100%\" keeps the state in memory so the "
                   "step is not disk-bound and the ends' cost shows)")
       ->capture_default_str();
+  cmd->add_flag("--skip-copies", a->skip_copies,
+                "Measure the step only (part 2), not the copy rates");
+  cmd->add_option("--trace", a->trace,
+                  "Write a Chrome trace-event JSON of the timed steps (opens "
+                  "in Perfetto or chrome://tracing): gradient stage copies "
+                  "and statistics, kernel runs, read and write waits, "
+                  "parameter copies and their waits");
   cmd->add_option("--durability", a->durability, "step or tag")
       ->capture_default_str()
       ->check(CLI::IsMember({"step", "tag"}));
@@ -215,8 +225,8 @@ void AddGpuBench(CLI::App& app) {
                     "check the code path only";
 
     // 1. Copies.
-    Progress("gpu: copies");
-    {
+    if (!a->skip_copies) {
+      Progress("gpu: copies");
       StoreOptions so;
       so.name = "gpu-copies";
       StorePathConfig pc;
@@ -285,6 +295,7 @@ void AddGpuBench(CLI::App& app) {
              grad_host);
     for (int s = 0; s <= a->steps; ++s) {
       Progress(absl::StrFormat("gpu: step %d of %d", s, a->steps));
+      if (s == 1 && !a->trace.empty()) Trace::Get()->Start();
       for (Side* side : s % 2 ? std::vector<Side*>{&hside, &dside}
                               : std::vector<Side*>{&dside, &hside}) {
         double t = RunStep(side, n, subgroup);
@@ -292,6 +303,13 @@ void AddGpuBench(CLI::App& app) {
       }
     }
     Progress("");
+    if (!a->trace.empty()) {
+      size_t events = Trace::Get()->events();
+      if (auto st = Trace::Get()->StopAndWrite(a->trace); !st.ok())
+        Die("--trace", st);
+      out["trace"] = a->trace;
+      out["trace_events"] = events;
+    }
     // Both sides ran the same steps on the same gradients.
     std::vector<char> a_params(n * 2), b_params(n * 2);
     absl::Status st = dev->CopyToHost(a_params.data(), dside.params, n * 2,
@@ -326,11 +344,12 @@ void AddGpuBench(CLI::App& app) {
     if (f.json) {
       std::cout << out.dump(2) << "\n";
     } else {
-      auto& c = out["copies"];
       std::printf("device backend: %s\n", dev->name());
       if (out.contains("note"))
         std::printf("note: %s\n", out["note"].get<std::string>().c_str());
-      std::printf(
+      if (out.contains("copies")) {
+        auto& c = out["copies"];
+        std::printf(
           "copies of %.0f MiB in %.0f MiB calls, GB/s (pool pinned / "
           "cudaHostAlloc / pageable):\n  H2D %.2f / %.2f / %.2f  ratio %.3f\n"
           "  D2H %.2f / %.2f / %.2f  ratio %.3f\n",
@@ -341,6 +360,7 @@ void AddGpuBench(CLI::App& app) {
           c["d2h_pool_gbps"].get<double>(), c["d2h_hostalloc_gbps"].get<double>(),
           c["d2h_pageable_gbps"].get<double>(),
           c["d2h_ratio_pool_vs_hostalloc"].get<double>());
+      }
       std::printf(
           "step, %llu params, %d threads, cache %s, durability %s: device "
           "ends %.3f s, host ends %.3f s (median of %d), ratio %.3f; "

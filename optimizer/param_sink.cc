@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "base/trace.h"
 
 namespace mlpo {
 
@@ -71,6 +72,7 @@ void* DeviceParamSink::Buffer(const Subgroup& s) {
   if (in_flight_[current_]) {
     // Its copy was started a full round ago; wait for it (stream order: all
     // copies before it are done too).
+    TraceSpan span("param copy wait", "wait", "parameters");
     (void)backend_->Synchronize(kParamStream);
     in_flight_.assign(in_flight_.size(), false);
   }
@@ -84,6 +86,7 @@ absl::Status DeviceParamSink::Publish(const Subgroup& s) {
   const size_t es = DTypeSize(dtype_);
   const uint64_t lo = s.group_offset, hi = s.group_offset + s.numel;
   const auto& ps = dest_[s.group];
+  TraceSpan span("param copy", "copy", "parameters", s.numel * es);
   // The first piece that ends after lo, then every one that starts before hi.
   auto it = std::upper_bound(ps.begin(), ps.end(), lo,
                              [](uint64_t v, const DevicePiece& p) {
@@ -107,6 +110,7 @@ absl::Status DeviceParamSink::Publish(const Subgroup& s) {
 
 absl::Status DeviceParamSink::Flush() {
   in_flight_.assign(in_flight_.size(), false);
+  TraceSpan span("param flush", "wait", "parameters");
   return backend_->Synchronize(kParamStream);
 }
 

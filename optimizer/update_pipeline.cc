@@ -117,6 +117,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
   };
   std::deque<Fetch> fetches;
   auto issue = [&](int k) {
+    TraceSpan span("checkout call", "store", "pipeline");
     const Subgroup& s = (*subgroups_)[rep.order[k]];
     Fetch f;
     if (options_.grad_offload) f.grad = store_->Checkout(GradObject(s));
@@ -253,7 +254,10 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
     Trace::Get()->Complete("adam " + s.object, "kernel", "pipeline", cs, ce,
                            s.numel);
     // Handed over: a lease only the store holds can stay in the DRAM tier.
-    commits.Push(store_->Commit(std::move(lease), t));
+    {
+      TraceSpan span("commit call", "store", "pipeline");
+      commits.Push(store_->Commit(std::move(lease), t));
+    }
     if (sink) {
       absl::Status ps = sink->Publish(s);
       if (!ps.ok()) error = ps;
