@@ -7,7 +7,9 @@
 //         the only source that includes CUDA headers); needs a device.
 //   host  memcpy, the stand-in without a GPU (CI, dev machines); every
 //         pipeline test runs through it, so the code paths above the
-//         backend are the same with and without a device.
+//         backend are the same with and without a device. A copy of 8 MiB
+//         or more is spread over the cores (ParallelCopy), as a GPU's copy
+//         engines do not queue behind one CPU core either.
 //
 // SelectBackend(kAuto) tries CUDA and falls back to the host backend, saying
 // why once on stderr (KvikIO's compat mode is the model).

@@ -131,12 +131,32 @@ GradStats ComputeGradStats(const void* grad, DType dtype, size_t n,
 inline GradStats ComputeGradStats(const void* grad, DType dtype, size_t n) {
   return ComputeGradStats(grad, dtype, n, BestKernelIsa());
 }
+// Copies n gradient values of `dtype` from src to dst and returns their
+// statistics, equal bit for bit to ComputeGradStats(dst, dtype, n), in one
+// pass over memory: the statistics read each piece just copied while it is
+// still in cache (the gradient stage's host copies).
+GradStats CopyGradStats(void* dst, const void* src, DType dtype, size_t n,
+                        KernelIsa isa);
+inline GradStats CopyGradStats(void* dst, const void* src, DType dtype,
+                               size_t n) {
+  return CopyGradStats(dst, src, dtype, n, BestKernelIsa());
+}
 // The scalar part from element `from` on, then the pairwise sum of the 16
 // accumulators (the vector paths' tails).
 GradStats FinishGradStats(const void* grad, DType dtype, size_t from,
                           size_t n, double acc[16], uint64_t nonfinite);
-GradStats GradStatsAvx2(const void* grad, DType dtype, size_t n);
-GradStats GradStatsAvx512(const void* grad, DType dtype, size_t n);
+// The vector part: whole groups of 16 elements of grad[0, n) added to
+// acc (element i to acc[i % 16], in order) and *nonfinite; returns how many
+// elements it took (n rounded down to a multiple of 16). Called on pieces
+// that start at a multiple of 16, the sums equal one call over the whole.
+size_t AccumulateGradStatsAvx2(const void* grad, DType dtype, size_t n,
+                               double acc[16], uint64_t* nonfinite);
+size_t AccumulateGradStatsAvx512(const void* grad, DType dtype, size_t n,
+                                 double acc[16], uint64_t* nonfinite);
+// The same while copying grad[0, n) from src to dst (the elements it took).
+size_t CopyAccumulateGradStatsAvx512(void* dst, const void* src, DType dtype,
+                                     size_t n, double acc[16],
+                                     uint64_t* nonfinite);
 
 }  // namespace mlpo
 

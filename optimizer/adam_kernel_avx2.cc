@@ -201,10 +201,11 @@ void Int8Blocks(const AdamSlice& s, const AdamStepConsts& c) {
 
 }  // namespace
 
-GradStats GradStatsAvx2(const void* grad, DType dtype, size_t n) {
+size_t AccumulateGradStatsAvx2(const void* grad, DType dtype, size_t n,
+                               double lanes[16], uint64_t* nonfinite_out) {
   // Accumulator k holds lanes 4k..4k+3 of the 16 (element i -> i % 16).
-  __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(),
-                    _mm256_setzero_pd(), _mm256_setzero_pd()};
+  __m256d acc[4];
+  for (int k = 0; k < 4; ++k) acc[k] = _mm256_loadu_pd(lanes + 4 * k);
   const __m256i exp_mask = _mm256_set1_epi32(0x7f800000);
   uint64_t nonfinite = 0;
   size_t i = 0;
@@ -222,9 +223,9 @@ GradStats GradStatsAvx2(const void* grad, DType dtype, size_t n) {
       acc[2 * h + 1] = _mm256_add_pd(acc[2 * h + 1], _mm256_mul_pd(hi, hi));
     }
   }
-  alignas(32) double lanes[16];
-  for (int k = 0; k < 4; ++k) _mm256_store_pd(lanes + 4 * k, acc[k]);
-  return FinishGradStats(grad, dtype, i, n, lanes, nonfinite);
+  for (int k = 0; k < 4; ++k) _mm256_storeu_pd(lanes + 4 * k, acc[k]);
+  *nonfinite_out += nonfinite;
+  return i;
 }
 
 void AdamUpdateAvx2(const AdamSlice& s, const AdamStepConsts& c) {

@@ -4,33 +4,23 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "base/trace.h"
 
 namespace mlpo {
 
-GradStage::GradStage(const std::vector<Subgroup>& subgroups, DType dtype)
+GradStage::GradStage(const std::vector<Subgroup>& subgroups, DType dtype,
+                     ParallelRunner* runner)
     : subgroups_(subgroups),
       dtype_(dtype),
       bufs_(subgroups.size()),
       borrowed_(subgroups.size()),
+      runner_(runner),
       by_group_(SubgroupsByGroup(subgroups)),
       staged_(subgroups.size()) {}
 
-namespace {
-absl::Status Memcpy(void*, void* dst, const void* src, size_t bytes) {
-  std::memcpy(dst, src, bytes);
-  return absl::OkStatus();
-}
-absl::Status DeviceCopy(void* ctx, void* dst, const void* src, size_t bytes) {
-  auto* b = static_cast<DeviceBackend*>(ctx);
-  absl::Status st = b->CopyToHost(dst, src, bytes, kGradStream);
-  if (st.ok()) st = b->Synchronize(kGradStream);
-  return st;
-}
-}  // namespace
-
 absl::Status GradStage::Stage(int group, uint64_t offset, const void* data,
                               DType dtype, uint64_t count) {
-  return StageImpl(group, offset, data, dtype, count, &Memcpy, nullptr);
+  return StageImpl(group, offset, data, dtype, count, nullptr);
 }
 
 absl::Status GradStage::StageFromDevice(DeviceBackend* backend, int group,
@@ -39,8 +29,8 @@ absl::Status GradStage::StageFromDevice(DeviceBackend* backend, int group,
                                         uint64_t count) {
   if (backend == nullptr)
     return absl::InvalidArgumentError("gradients from the device: no backend");
-  return StageImpl(group, offset, device_data, dtype, count, &DeviceCopy,
-                   backend);
+  return StageImpl(group, offset, device_data, dtype, count,
+                   backend->on_device() ? backend : nullptr);
 }
 
 void GradStage::AllocateBuffers() {
@@ -112,12 +102,17 @@ absl::Status GradStage::Claim(int group, uint64_t offset, DType dtype,
 }
 
 absl::Status GradStage::StageImpl(int group, uint64_t offset, const void* data,
-                                  DType dtype, uint64_t count, CopyFn copy,
-                                  void* ctx) {
+                                  DType dtype, uint64_t count,
+                                  DeviceBackend* device) {
+  if (data == nullptr && count > 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gradient for group ", group, " at element ", offset,
+        ": null data pointer for ", count, " elements"));
   MLPO_RETURN_IF_ERROR(Claim(group, offset, dtype, count));
   if (count == 0) return absl::OkStatus();
   const char* src = static_cast<const char*>(data);
   size_t es = DTypeSize(dtype);
+  std::vector<const char*> counted_here;  // this call's pending statistics
   for (const SubgroupSlice& o : Overlaps(group, offset, count)) {
     int si = o.index;
     const Subgroup& s = subgroups_[si];
@@ -130,18 +125,45 @@ absl::Status GradStage::StageImpl(int group, uint64_t offset, const void* data,
         bufs_[si] = AlignedBuffer(s.numel * DTypeSize(dtype_));
       to = bufs_[si].data() + (lo - s.group_offset) * es;
     }
-    absl::Status copied = copy(ctx, to, from, (hi - lo) * es);
+    const uint64_t n = hi - lo;
+    Counted counted{to, n, {}};
+    absl::Status copied;
+    if (device != nullptr) {
+      TraceSpan span("stage copy", "copy", "gradients", n * es);
+      copied = device->CopyToHost(to, from, n * es, kGradStream);
+      if (copied.ok()) copied = device->Synchronize(kGradStream);
+    } else {
+      // Host memory: copied with its statistics in one pass, a chunk per
+      // tile over the pool.
+      TraceSpan span("stage copy+stats", "copy", "gradients", n * es);
+      counted.chunks.resize((n + kStatsChunk - 1) / kStatsChunk);
+      auto chunk = [&](size_t c) {
+        uint64_t a = c * kStatsChunk, k = std::min(kStatsChunk, n - a);
+        counted.chunks[c] = CopyGradStats(to + a * es, from + a * es, dtype_, k);
+      };
+      if (runner_ != nullptr) {
+        runner_->ParallelFor(counted.chunks.size(), chunk);
+      } else {
+        for (size_t c = 0; c < counted.chunks.size(); ++c) chunk(c);
+      }
+    }
     if (!copied.ok()) {
-      // Nothing of this slice counts as staged: it may be sent again.
+      // Nothing of this slice counts as staged, its statistics included
+      // (those of its subgroups copied already): it may be sent again.
       MutexLock l(&mu_);
       for (const SubgroupSlice& o : Overlaps(group, offset, count))
         staged_[o.index].erase(o.a);
+      std::erase_if(pending_stats_, [&](const Counted& c) {
+        return std::find(counted_here.begin(), counted_here.end(), c.p) !=
+               counted_here.end();
+      });
       return Annotate(copied, absl::StrCat("gradients of group ", group));
     }
-    // Statistics of what landed in the stage (the host's own copy), taken
-    // by FinishStats over every thread when the step starts.
+    // Summed, in the order slices came, by FinishStats (which takes those
+    // of a device's copy, reading the host's own copy, over every thread).
     MutexLock l(&mu_);
-    pending_stats_.push_back({to, hi - lo});
+    counted_here.push_back(to);
+    pending_stats_.push_back(std::move(counted));
   }
   return absl::OkStatus();
 }
@@ -174,37 +196,45 @@ absl::Status GradStage::Borrow(int group, uint64_t offset, const void* data,
     uint64_t base = subgroups_[o.index].group_offset;
     borrowed_[o.index][o.a] = {o.b, src + (base + o.a - offset) * es};
   }
-  pending_stats_.push_back({src, count});
+  pending_stats_.push_back({src, count, {}});
   return absl::OkStatus();
 }
 
 void GradStage::FinishStats(ParallelRunner* runner) {
-  std::vector<std::pair<const char*, uint64_t>> pending;
+  std::vector<Counted> pending;
   {
     MutexLock l(&mu_);
     pending.swap(pending_stats_);
   }
   if (pending.empty()) return;
-  // Chunks of 1 Mi elements over the pool; summed in a fixed order.
-  constexpr uint64_t kChunk = uint64_t{1} << 20;
+  TraceSpan span("grad stats", "stats", "gradients");
+  // The chunks not counted yet, over the pool.
   struct Piece {
     const char* p;
     uint64_t n;
+    GradStats* out;
   };
   std::vector<Piece> pieces;
   size_t es = DTypeSize(dtype_);
-  for (auto& [p, n] : pending)
-    for (uint64_t at = 0; at < n; at += kChunk)
-      pieces.push_back({p + at * es, std::min(kChunk, n - at)});
-  std::vector<GradStats> out(pieces.size());
-  runner->ParallelFor(pieces.size(), [&](size_t i) {
-    out[i] = ComputeGradStats(pieces[i].p, dtype_, pieces[i].n);
-  });
-  MutexLock l(&mu_);
-  for (const GradStats& g : out) {
-    totals_.sum_sq += g.sum_sq;
-    totals_.nonfinite += g.nonfinite;
+  for (Counted& c : pending) {
+    if (!c.chunks.empty()) continue;
+    c.chunks.resize((c.n + kStatsChunk - 1) / kStatsChunk);
+    for (size_t i = 0; i < c.chunks.size(); ++i) {
+      uint64_t at = i * kStatsChunk;
+      pieces.push_back({c.p + at * es, std::min(kStatsChunk, c.n - at),
+                        &c.chunks[i]});
+    }
   }
+  runner->ParallelFor(pieces.size(), [&](size_t i) {
+    *pieces[i].out = ComputeGradStats(pieces[i].p, dtype_, pieces[i].n);
+  });
+  // Summed in the order the slices came, chunk by chunk.
+  MutexLock l(&mu_);
+  for (const Counted& c : pending)
+    for (const GradStats& g : c.chunks) {
+      totals_.sum_sq += g.sum_sq;
+      totals_.nonfinite += g.nonfinite;
+    }
 }
 
 const void* GradStage::Span(int subgroup, uint64_t offset,

@@ -1,9 +1,13 @@
 // Host staging of one step's gradients, per subgroup, in the gradient's own
 // low-precision dtype (delayed conversion: no fp32 gradient is materialised
 // outside the update kernel), or lent by the caller (Borrow: no copy).
-// Slices arrive in any order; their squares and non-finite counts (for the
-// global norm and the overflow check) are taken when the step starts, over
-// every thread (FinishStats).
+// Slices arrive in any order. Their squares and non-finite counts (for the
+// global norm and the overflow check) are taken as a host copy is made, in
+// the same pass over memory and over the pool's threads (CopyGradStats);
+// of borrowed slices and of what a device copied in, when the step starts,
+// over every thread (FinishStats). Either way the sums are taken in 1 Mi
+// element chunks and added in the order the slices came, so a device run
+// and a host run of the same step agree bit for bit.
 //
 // Thread-safety: Stage* may be called concurrently for disjoint slices.
 #ifndef MLPO_OPTIMIZER_GRAD_STAGE_H_
@@ -26,7 +30,9 @@ namespace mlpo {
 
 class GradStage {
  public:
-  GradStage(const std::vector<Subgroup>& subgroups, DType dtype);
+  // `runner` (not owned; may be null: one thread) splits host copies.
+  GradStage(const std::vector<Subgroup>& subgroups, DType dtype,
+            ParallelRunner* runner = nullptr);
   ~GradStage() { Unregister(); }
 
   DType dtype() const { return dtype_; }
@@ -44,7 +50,9 @@ class GradStage {
   void FinishStats(ParallelRunner* runner);
   // The same from device memory: each subgroup's part is copied by the
   // backend straight into the stage (registered with it: no bounce buffer)
-  // on the gradient stream, and its statistics are taken as it lands.
+  // on the gradient stream; its statistics are taken by FinishStats. A
+  // backend whose "device" memory is host memory (the host backend) is
+  // copied as Stage copies, statistics and all.
   absl::Status StageFromDevice(DeviceBackend* backend, int group,
                                uint64_t offset, const void* device_data,
                                DType dtype, uint64_t count);
@@ -65,11 +73,12 @@ class GradStage {
 
  private:
   const std::vector<Subgroup>& subgroups_;
-  // Copies `bytes` from `src` to `dst` (memcpy or a device copy).
-  using CopyFn = absl::Status (*)(void* ctx, void* dst, const void* src,
-                                  size_t bytes);
+  // Statistics are summed per chunk of this many elements of a slice.
+  static constexpr uint64_t kStatsChunk = uint64_t{1} << 20;
+  // Copies a slice in: from host memory (device == nullptr) with its
+  // statistics, or by `device`'s copy engine.
   absl::Status StageImpl(int group, uint64_t offset, const void* data,
-                         DType dtype, uint64_t count, CopyFn copy, void* ctx);
+                         DType dtype, uint64_t count, DeviceBackend* device);
   std::vector<SubgroupSlice> Overlaps(int group, uint64_t offset,
                                       uint64_t count) const {
     return SlicesOf(subgroups_, by_group_[group], offset, count);
@@ -87,8 +96,16 @@ class GradStage {
   // subgroup -> borrowed slices by first element. Written under mu_ by
   // Borrow; read by the step after staging ends.
   std::vector<std::map<uint64_t, Borrowed>> borrowed_;
-  std::vector<std::pair<const char*, uint64_t>> pending_stats_
-      ABSL_GUARDED_BY(mu_);
+  // Slices in the order they came; `chunks` holds their statistics per
+  // kStatsChunk when taken already (a host copy), else FinishStats takes
+  // them.
+  struct Counted {
+    const char* p;
+    uint64_t n;
+    std::vector<GradStats> chunks;
+  };
+  std::vector<Counted> pending_stats_ ABSL_GUARDED_BY(mu_);
+  ParallelRunner* runner_;
   DeviceBackend* registered_with_ = nullptr;
   std::vector<std::vector<int>> by_group_;  // group -> subgroup indices
   mutable Mutex mu_;

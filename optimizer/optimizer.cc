@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "base/trace.h"
 
 namespace mlpo {
 
@@ -143,7 +144,9 @@ absl::Status Optimizer::Init() {
   } else {
     MLPO_RETURN_IF_ERROR(LoadStep());
   }
-  grads_ = std::make_unique<GradStage>(subgroups_, options_.grad_dtype);
+  pipeline_ = std::make_unique<UpdatePipeline>(store_.get(), &subgroups_, po);
+  grads_ = std::make_unique<GradStage>(subgroups_, options_.grad_dtype,
+                                       pipeline_->runner());
   if (options_.param_sink == nullptr) {
     sink_ = std::make_unique<HostParamSink>(numel, options_.param_dtype);
   } else if (options_.param_sink->dtype() != options_.param_dtype) {
@@ -152,7 +155,6 @@ absl::Status Optimizer::Init() {
         " parameters, but param_dtype is ",
         DTypeName(options_.param_dtype)));
   }
-  pipeline_ = std::make_unique<UpdatePipeline>(store_.get(), &subgroups_, po);
   return absl::OkStatus();
 }
 
@@ -485,6 +487,7 @@ absl::StatusOr<StepReport> Optimizer::Step(double loss_scale,
   if (!(loss_scale > 0) || !std::isfinite(loss_scale))
     return absl::InvalidArgumentError(
         absl::StrCat("loss_scale ", loss_scale, " must be positive and finite"));
+  TraceSpan span("step", "step", "optimizer");
   // Parameters with a gradient this step; none staged: skipped.
   std::vector<bool> active(params_.size(), true);
   size_t n_active = params_.size();
@@ -541,8 +544,11 @@ absl::StatusOr<StepReport> Optimizer::Step(double loss_scale,
   if (!r.ok()) return r.status();
   std::vector<uint64_t> steps = param_steps_;
   for (size_t k = 0; k < steps.size(); ++k) steps[k] += active[k] ? 1 : 0;
-  MLPO_RETURN_IF_ERROR(Annotate(CommitParamSteps(t, steps),
-                                absl::StrCat("step ", t)));
+  {
+    TraceSpan commit("step counts", "store", "optimizer");
+    MLPO_RETURN_IF_ERROR(Annotate(CommitParamSteps(t, steps),
+                                  absl::StrCat("step ", t)));
+  }
   param_steps_ = std::move(steps);
   r->grad_norm = rep.grad_norm;
   r->clip_coef = rep.clip_coef;

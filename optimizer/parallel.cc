@@ -24,6 +24,7 @@ void ParallelRunner::ParallelFor(size_t tiles,
     for (size_t i = 0; i < tiles; ++i) fn(i);
     return;
   }
+  std::lock_guard<std::mutex> turn(call_mu_);
   std::unique_lock<std::mutex> l(mu_);
   fn_ = &fn;
   tiles_ = tiles;

@@ -1,6 +1,7 @@
 // A fixed pool of worker threads for splitting one kernel call into tiles.
-// ParallelFor blocks until every tile ran. Thread-compatible: one caller at a
-// time. No detached threads: the destructor joins.
+// ParallelFor blocks until every tile ran. Thread-safe: concurrent callers
+// (gradient stagers on several threads) take turns; a tile must not call
+// ParallelFor on the same pool. No detached threads: the destructor joins.
 #ifndef MLPO_OPTIMIZER_PARALLEL_H_
 #define MLPO_OPTIMIZER_PARALLEL_H_
 
@@ -23,6 +24,7 @@ class ParallelRunner {
 
  private:
   void Work();
+  std::mutex call_mu_;  // one ParallelFor at a time
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   const std::function<void(size_t)>* fn_ = nullptr;

@@ -190,12 +190,15 @@ TEST(GradStatsTest, NormAndNonFinite) {
 }
 
 // Every ISA gives the scalar statistics bit for bit (the same 16
-// accumulators in the same order), and they match a long-double sum.
+// accumulators in the same order), and they match a long-double sum. The
+// copying form (the gradient stage's host copies, which work in pieces of
+// 16 Ki elements) copies every byte and gives the same statistics.
 TEST(GradStatsTest, EveryIsaAgreesBitForBitAndWithALongDoubleSum) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0, 1);
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
-    for (size_t n : {0u, 1u, 15u, 16u, 17u, 1000u, 100003u}) {
+    for (size_t n : {0u, 1u, 15u, 16u, 17u, 1000u, 16384u, 16399u, 50001u,
+                     100003u}) {
       std::vector<float> g(n);
       for (size_t i = 0; i < n; ++i)
         g[i] = i % 777 == 5 ? INFINITY : i % 1001 == 7 ? NAN : nd(rng) * 3;
@@ -216,13 +219,24 @@ TEST(GradStatsTest, EveryIsaAgreesBitForBitAndWithALongDoubleSum) {
       EXPECT_EQ(s.nonfinite, bad);
       EXPECT_NEAR(s.sum_sq, static_cast<double>(want),
                   1e-12 * static_cast<double>(want) + 1e-300);
-      for (KernelIsa isa : {KernelIsa::kAvx2, KernelIsa::kAvx512}) {
+      const size_t bytes = n * DTypeSize(dt);
+      for (KernelIsa isa :
+           {KernelIsa::kScalar, KernelIsa::kAvx2, KernelIsa::kAvx512}) {
         if (!KernelIsaSupported(isa)) continue;
         GradStats v = ComputeGradStats(p, dt, n, isa);
         EXPECT_EQ(v.nonfinite, s.nonfinite) << KernelIsaName(isa) << " " << n;
         EXPECT_EQ(std::memcmp(&v.sum_sq, &s.sum_sq, sizeof(double)), 0)
             << KernelIsaName(isa) << " n=" << n << " " << v.sum_sq << " vs "
             << s.sum_sq;
+        std::vector<char> copy(bytes + 1, 'x');
+        GradStats c = CopyGradStats(copy.data(), p, dt, n, isa);
+        EXPECT_EQ(std::memcmp(copy.data(), p, bytes), 0)
+            << "copy " << KernelIsaName(isa) << " n=" << n;
+        EXPECT_EQ(copy[bytes], 'x') << "wrote past the end, n=" << n;
+        EXPECT_EQ(c.nonfinite, s.nonfinite) << KernelIsaName(isa) << " " << n;
+        EXPECT_EQ(std::memcmp(&c.sum_sq, &s.sum_sq, sizeof(double)), 0)
+            << "copy " << KernelIsaName(isa) << " n=" << n << " " << c.sum_sq
+            << " vs " << s.sum_sq;
       }
     }
 }

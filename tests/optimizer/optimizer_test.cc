@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "tests/optimizer/optimizer_test_util.h"
@@ -321,6 +322,163 @@ TEST(OptimizerTest, ClippingUsesTheGlobalNormOfAllGroups) {
   ExpectStateEquals(opt->get(), ref, "clipped step");
 }
 
+// The gradient statistics are taken two ways: as a host copy is made
+// (StageGrad, and a host backend's StageGradFromDevice) and when the step
+// starts (BorrowGrad; a GPU's copies). Slices that cross subgroups and the
+// 1 Mi element statistics chunks, handed over in a scrambled order, give the
+// same norm bit for bit every way, and a long-double sum's to 1e-12.
+TEST(OptimizerTest, GradStatisticsAgreeBitForBitHoweverTheSlicesCame) {
+  const uint64_t n = (uint64_t{5} << 20) + 12345;
+  std::vector<uint16_t> g(n);
+  long double want = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    g[i] = GradValue(1, 0, i);
+    g[i] = i % 999983 == 17 ? 0x7f80 : g[i];  // +inf, a few times
+    float x = BF16ToFloat(g[i]);
+    if (std::isfinite(x)) want += static_cast<long double>(x) * x;
+  }
+  // Slice bounds: uneven, crossing subgroups (3 Mi) and chunks (1 Mi).
+  std::vector<uint64_t> cuts = {0, 777, (uint64_t{1} << 20) + 5,
+                                (uint64_t{3} << 20) - 1, (uint64_t{3} << 20) + 9,
+                                n - 100, n};
+  std::vector<int> order = {4, 0, 5, 2, 1, 3};
+  std::unique_ptr<DeviceBackend> host = CreateHostBackend();
+  GradStats got[3];
+  for (int way = 0; way < 3; ++way) {
+    TempDir dir;
+    OptimizerOptions o = TestOptimizerOptions(dir, {n}, uint64_t{3} << 20);
+    auto opt = Optimizer::Open(o);
+    ASSERT_TRUE(opt.ok()) << opt.status();
+    for (int k : order) {
+      uint64_t a = cuts[k], c = cuts[k + 1] - a;
+      absl::Status st =
+          way == 0   ? (*opt)->StageGrad(0, a, g.data() + a, DType::kBF16, c)
+          : way == 1 ? (*opt)->BorrowGrad(0, a, g.data() + a, DType::kBF16, c)
+                     : (*opt)->StageGradFromDevice(host.get(), 0, a,
+                                                   g.data() + a, DType::kBF16,
+                                                   c);
+      ASSERT_TRUE(st.ok()) << st;
+    }
+    got[way] = (*opt)->LocalGradStats();
+  }
+  EXPECT_EQ(got[0].nonfinite, 6u);
+  EXPECT_NEAR(got[0].sum_sq, static_cast<double>(want),
+              1e-12 * static_cast<double>(want));
+  for (int way = 1; way < 3; ++way) {
+    EXPECT_EQ(got[way].nonfinite, got[0].nonfinite) << way;
+    EXPECT_EQ(std::memcmp(&got[way].sum_sq, &got[0].sum_sq, sizeof(double)), 0)
+        << "way " << way << ": " << got[way].sum_sq << " vs " << got[0].sum_sq;
+  }
+}
+
+// A "device" whose copies fail from the `fail_from`-th on (host memory
+// underneath, counted as device memory so the stage copies through it).
+class FailingDevice final : public DeviceBackend {
+ public:
+  explicit FailingDevice(int fail_from) : fail_from_(fail_from) {}
+  const char* name() const override { return "failing"; }
+  bool on_device() const override { return true; }
+  absl::Status RegisterHost(void* p, size_t b) override {
+    return host_->RegisterHost(p, b);
+  }
+  void UnregisterHost(void* p) override { host_->UnregisterHost(p); }
+  uint64_t registered_bytes() const override {
+    return host_->registered_bytes();
+  }
+  absl::StatusOr<void*> AllocDevice(size_t b) override {
+    return host_->AllocDevice(b);
+  }
+  void FreeDevice(void* p) override { host_->FreeDevice(p); }
+  absl::StatusOr<void*> AllocPinnedHost(size_t b) override {
+    return host_->AllocPinnedHost(b);
+  }
+  void FreePinnedHost(void* p) override { host_->FreePinnedHost(p); }
+  absl::Status CopyToHost(void* d, const void* s, size_t b, int st) override {
+    if (++copies_ >= fail_from_) return absl::DataLossError("injected");
+    return host_->CopyToHost(d, s, b, st);
+  }
+  absl::Status CopyToDevice(void* d, const void* s, size_t b,
+                            int st) override {
+    return host_->CopyToDevice(d, s, b, st);
+  }
+  absl::Status Synchronize(int st) override { return host_->Synchronize(st); }
+  absl::Status CastParams(const float* s, void* d, DType t,
+                          size_t n) override {
+    return host_->CastParams(s, d, t, n);
+  }
+  void Heal() { fail_from_ = 1 << 30; }
+
+ private:
+  std::unique_ptr<DeviceBackend> host_ = CreateHostBackend();
+  int fail_from_, copies_ = 0;
+};
+
+// A device copy that fails part-way through a slice leaves nothing of the
+// slice staged or counted: sent again, the statistics equal a clean run's
+// (the subgroup copied before the failure is not counted twice).
+TEST(OptimizerTest, AFailedDeviceCopyCountsNothingOfItsSlice) {
+  const uint64_t n = 5000;
+  std::vector<uint16_t> g(n);
+  for (uint64_t i = 0; i < n; ++i) g[i] = GradValue(1, 0, i);
+  GradStats clean, resent;
+  {
+    TempDir dir;
+    auto opt = Optimizer::Open(TestOptimizerOptions(dir, {n}, 2048));
+    ASSERT_TRUE(opt.ok()) << opt.status();
+    ASSERT_TRUE((*opt)->StageGrad(0, 0, g.data(), DType::kBF16, n).ok());
+    clean = (*opt)->LocalGradStats();
+  }
+  TempDir dir;
+  auto opt = Optimizer::Open(TestOptimizerOptions(dir, {n}, 2048));
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  FailingDevice dev(/*fail_from=*/2);  // the slice's second subgroup
+  absl::Status st =
+      (*opt)->StageGradFromDevice(&dev, 0, 0, g.data(), DType::kBF16, n);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find("gradients of group 0"), std::string::npos)
+      << st;
+  dev.Heal();
+  st = (*opt)->StageGradFromDevice(&dev, 0, 0, g.data(), DType::kBF16, n);
+  ASSERT_TRUE(st.ok()) << st;
+  resent = (*opt)->LocalGradStats();
+  EXPECT_EQ(resent.nonfinite, clean.nonfinite);
+  EXPECT_EQ(std::memcmp(&resent.sum_sq, &clean.sum_sq, sizeof(double)), 0)
+      << resent.sum_sq << " vs " << clean.sum_sq;
+  auto r = (*opt)->Step(1024.0);
+  ASSERT_TRUE(r.ok()) << r.status();
+}
+
+// Stagers on several threads at once (a backward pass's hooks) share the
+// optimizer's thread pool: every slice lands whole, the step runs, and the
+// state equals the reference's.
+TEST(OptimizerTest, ConcurrentStagersShareThePool) {
+  TempDir dir;
+  OptimizerOptions o = TestOptimizerOptions(dir, {uint64_t{3} << 20}, 1 << 20);
+  auto opt = Optimizer::Open(o);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  const uint64_t n = o.groups[0].numel;
+  std::vector<uint16_t> g(n);
+  for (uint64_t i = 0; i < n; ++i) g[i] = GradValue(1, 0, i);
+  const int kThreads = 4;
+  std::vector<absl::Status> st(kThreads);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t)
+    ts.emplace_back([&, t] {
+      // Thread t stages every kThreads-th slice of 300 Ki elements.
+      const uint64_t slice = 300 << 10;
+      for (uint64_t a = t * slice; a < n && st[t].ok(); a += kThreads * slice)
+        st[t] = (*opt)->StageGrad(0, a, g.data() + a, DType::kBF16,
+                                  std::min(slice, n - a));
+    });
+  for (auto& t : ts) t.join();
+  for (const auto& s : st) ASSERT_TRUE(s.ok()) << s;
+  auto r = (*opt)->Step(1024.0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  InMemoryRef ref(o);
+  ref.Step(o, 1, 1.0 / 1024.0);
+  ExpectStateEquals(opt->get(), ref, "concurrent stagers");
+}
+
 TEST(OptimizerTest, BadInputsAreRejectedAndLeaveStateIntact) {
   TempDir dir;
   OptimizerOptions o = TestOptimizerOptions(dir, {4000, 0}, 1500);
@@ -347,6 +505,11 @@ TEST(OptimizerTest, BadInputsAreRejectedAndLeaveStateIntact) {
   EXPECT_EQ((*opt)->StageGrad(5, 0, g.data(), DType::kBF16, 1).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE((*opt)->StageGrad(1, 0, g.data(), DType::kBF16, 0).ok());
+  // No data behind a non-empty slice: refused, nothing counts as staged.
+  absl::Status null_data = (*opt)->StageGrad(0, 3500, nullptr, DType::kBF16, 10);
+  EXPECT_EQ(null_data.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(null_data.message().find("null data"), std::string::npos)
+      << null_data;
   EXPECT_EQ((*opt)->Step(0.0).status().code(),
             absl::StatusCode::kInvalidArgument);
   // Completing the slice makes the step go through.
