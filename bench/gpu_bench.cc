@@ -10,7 +10,13 @@
 //     from and parameters to the device (the backend chosen, CUDA on a GPU)
 //     and the same code with the host backend (memcpy ends). The ratio of
 //     step times is what the device ends add (goal < 1.10). The two runs'
-//     parameters must come out bit-identical.
+//     parameters must come out bit-identical. The fused kernel alone on the
+//     same threads (mlpo-bench kernel's figure) is measured before, between
+//     and after the steps; each side's params/s over its median is the
+//     step's share of the kernel's rate. A step moves 36 B per parameter
+//     against the kernel's 28 (the gradient's copy into the stage, 2 B read
+//     and 2 written, and the new parameters' copy out, the same), so with
+//     every copy at the kernel's bandwidth it reaches 28/36 = 0.78 of it.
 //
 // Without a GPU both sides run the host backend and the output says so: the
 // command still checks the code path, its figures then mean nothing.
@@ -25,6 +31,7 @@
 #include "absl/time/clock.h"
 #include "base/trace.h"
 #include "bench/bench_common.h"
+#include "bench/kernel_rate.h"
 #include "gpu/device_backend.h"
 #include "nlohmann/json.hpp"
 #include "optimizer/optimizer.h"
@@ -293,8 +300,16 @@ void AddGpuBench(CLI::App& app) {
              grad_host);
     OpenSide(&hside, f.dir, n, subgroup, threads, a->cache, durability,
              grad_host);
+    // The kernel alone, before, between and after the timed steps.
+    std::vector<double> kernel_rates;
+    const size_t kernel_n = std::min<uint64_t>(n, uint64_t{64} << 20);
+    auto measure_kernel = [&] {
+      Progress("gpu: the fused kernel alone");
+      kernel_rates.push_back(MeasureKernelRates(kernel_n, threads, 3).adam);
+    };
     for (int s = 0; s <= a->steps; ++s) {
       Progress(absl::StrFormat("gpu: step %d of %d", s, a->steps));
+      if (s == 1 || s == a->steps / 2 + 1) measure_kernel();
       if (s == 1 && !a->trace.empty()) Trace::Get()->Start();
       for (Side* side : s % 2 ? std::vector<Side*>{&hside, &dside}
                               : std::vector<Side*>{&dside, &hside}) {
@@ -302,14 +317,16 @@ void AddGpuBench(CLI::App& app) {
         if (s > 0) side->step_s.push_back(t);  // step 0 creates the state
       }
     }
-    Progress("");
-    if (!a->trace.empty()) {
+    if (!a->trace.empty() && Trace::Get()->enabled()) {
+      // Stopped before the last kernel measurement (not part of a step).
       size_t events = Trace::Get()->events();
       if (auto st = Trace::Get()->StopAndWrite(a->trace); !st.ok())
         Die("--trace", st);
       out["trace"] = a->trace;
       out["trace_events"] = events;
     }
+    measure_kernel();
+    Progress("");
     // Both sides ran the same steps on the same gradients.
     std::vector<char> a_params(n * 2), b_params(n * 2);
     absl::Status st = dev->CopyToHost(a_params.data(), dside.params, n * 2,
@@ -331,7 +348,14 @@ void AddGpuBench(CLI::App& app) {
                    {"host_median_s", hmed},
                    {"device_params_per_s", n / dmed},
                    {"ratio_device_vs_host", dmed / hmed},
-                   {"params_identical", identical}};
+                   {"params_identical", identical},
+                   {"kernel_params_per_s_runs", kernel_rates},
+                   {"kernel_params_per_s", Median(kernel_rates)},
+                   {"device_step_vs_kernel", n / dmed / Median(kernel_rates)},
+                   {"host_step_vs_kernel", n / hmed / Median(kernel_rates)},
+                   {"bytes_per_param", {{"kernel", 28}, {"grad_stage", 4},
+                                        {"params_out", 4}, {"total", 36}}},
+                   {"bound_vs_kernel", 28.0 / 36.0}};
     for (Side* side : {&dside, &hside}) {
       side->opt.reset();
       side->sink.reset();
@@ -368,6 +392,14 @@ void AddGpuBench(CLI::App& app) {
           static_cast<unsigned long long>(n), threads, a->cache.c_str(),
           a->durability.c_str(), dmed, hmed, a->steps, dmed / hmed,
           identical ? "bit-identical" : "DIFFER");
+      const double k = Median(kernel_rates);
+      std::printf(
+          "against the fused kernel alone (%.0f M params/s, same threads, "
+          "median of %zu): device ends %.0f M params/s = %.3f, host ends "
+          "%.0f M params/s = %.3f (bound %.3f: 36 B moved per parameter "
+          "against the kernel's 28)\n",
+          k / 1e6, kernel_rates.size(), n / dmed / 1e6, n / dmed / k,
+          n / hmed / 1e6, n / hmed / k, 28.0 / 36.0);
     }
     if (!identical) throw CLI::RuntimeError(1);
   });
