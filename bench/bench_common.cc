@@ -3,7 +3,9 @@
 #include "absl/strings/str_split.h"
 #include "base/size_units.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
@@ -25,6 +27,16 @@ void EnsureDir(const std::string& dir) {
               << "\n";
     throw CLI::RuntimeError(1);
   }
+}
+
+void EnsureWritableFile(const std::string& flag, const std::string& file) {
+  std::FILE* f = std::fopen(file.c_str(), "a");
+  if (f == nullptr) {
+    std::cerr << "mlpo-bench: " << flag << ": cannot write " << file << ": "
+              << std::strerror(errno) << "\n";
+    throw CLI::RuntimeError(2);
+  }
+  std::fclose(f);
 }
 
 uint64_t SizeArg(const std::string& flag, const std::string& value) {

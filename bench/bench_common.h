@@ -24,6 +24,9 @@ struct BenchFlags {
 void AddBenchFlags(CLI::App* cmd, BenchFlags* f);
 // Creates `dir` (and parents). Exits the command with a message on failure.
 void EnsureDir(const std::string& dir);
+// Fails the command (exit 2) naming `flag` when `file` cannot be written,
+// before any work (the file is created, empty, if it was not there).
+void EnsureWritableFile(const std::string& flag, const std::string& file);
 // A size given for `flag`, or the command fails naming flag and value.
 uint64_t SizeArg(const std::string& flag, const std::string& value);
 // Exactly `want` comma-separated sizes for `flag` (e.g. --caps 600MB,300MB).

@@ -197,6 +197,7 @@ void AddGpuBench(CLI::App& app) {
   cmd->callback([a] {
     const BenchFlags& f = a->f;
     EnsureDir(f.dir);
+    if (!a->trace.empty()) EnsureWritableFile("--trace", a->trace);
     BackendChoice choice = Must(ParseBackendChoice(a->backend), "--backend");
     Durability durability = Durability::kTag;
     if (a->durability == "step") durability = Durability::kStep;

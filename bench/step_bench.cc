@@ -148,6 +148,7 @@ void AddStepBench(CLI::App& app) {
       ->capture_default_str();
   cmd->callback([a] {
     BenchFlags& f = a->f;
+    if (!a->trace.empty()) EnsureWritableFile("--trace", a->trace);
     if (f.quick) {
       if (a->params == 500'000'000) a->params = 64'000'000;
       if (a->subgroup == 8'000'000) a->subgroup = 4'000'000;
