@@ -356,8 +356,13 @@ def train(a, kind, ids, chars, tiers):
               f"{out['opt_s_mean'] * 1e3:.0f} ms ({out['opt_share']:.0%}); "
               f"loss {losses[0]:.3f} -> {losses[-1]:.3f}")
         for root, t in tier_bytes.items():
-            print(f"train_gpt: {kind}: tier {root}: read "
-                  f"{fmt_bytes(t['read'])}, wrote {fmt_bytes(t['written'])}")
+            if root == "DRAM tier":
+                print(f"train_gpt: {kind}: DRAM tier: served "
+                      f"{fmt_bytes(t['read'])} of checkouts")
+            else:
+                print(f"train_gpt: {kind}: path {root}: read "
+                      f"{fmt_bytes(t['read'])}, wrote "
+                      f"{fmt_bytes(t['written'])}")
     return out
 
 
