@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -67,6 +68,7 @@ DeviceParamSink::~DeviceParamSink() {
 }
 
 void* DeviceParamSink::Buffer(const Subgroup& s) {
+  tiles_done_.store(0, std::memory_order_relaxed);
   current_ = next_;
   next_ = (next_ + 1) % staging_.size();
   if (in_flight_[current_]) {
@@ -79,14 +81,15 @@ void* DeviceParamSink::Buffer(const Subgroup& s) {
   return staging_[current_].data();
 }
 
-absl::Status DeviceParamSink::Publish(const Subgroup& s) {
+template <typename Fn>
+absl::Status DeviceParamSink::ForEachPiece(const Subgroup& s, uint64_t first,
+                                           uint64_t end, Fn fn) {
   if (s.group < 0 || static_cast<size_t>(s.group) >= dest_.size())
     return absl::InvalidArgumentError(
         absl::StrCat("device parameter sink: no group ", s.group));
   const size_t es = DTypeSize(dtype_);
-  const uint64_t lo = s.group_offset, hi = s.group_offset + s.numel;
+  const uint64_t lo = s.group_offset + first, hi = s.group_offset + end;
   const auto& ps = dest_[s.group];
-  TraceSpan span("param copy", "copy", "parameters", s.numel * es);
   // The first piece that ends after lo, then every one that starts before hi.
   auto it = std::upper_bound(ps.begin(), ps.end(), lo,
                              [](uint64_t v, const DevicePiece& p) {
@@ -98,13 +101,39 @@ absl::Status DeviceParamSink::Publish(const Subgroup& s) {
     uint64_t b = it->numel == UINT64_MAX ? hi : std::min(hi, it->offset + it->numel);
     if (a >= b) continue;
     char* dst = static_cast<char*>(it->dst) + (a - it->offset) * es;
-    MLPO_RETURN_IF_ERROR(Annotate(
-        backend_->CopyToDevice(dst, staging_[current_].data() + (a - lo) * es,
-                               (b - a) * es, kParamStream),
-        absl::StrCat("parameters of ", s.object)));
-    bytes_copied_ += (b - a) * es;
+    const char* src = staging_[current_].data() + (a - s.group_offset) * es;
+    MLPO_RETURN_IF_ERROR(fn(dst, src, (b - a) * es));
   }
-  in_flight_[current_] = true;
+  return absl::OkStatus();
+}
+
+void DeviceParamSink::TileDone(const Subgroup& s, uint64_t offset,
+                               uint64_t n) {
+  if (!per_tile_) return;
+  // (A bad group is Publish's to report.)
+  if (ForEachPiece(s, offset, offset + n,
+                   [](char* dst, const char* src, size_t bytes) {
+                     std::memcpy(dst, src, bytes);
+                     return absl::OkStatus();
+                   }).ok())
+    tiles_done_.fetch_add(n, std::memory_order_relaxed);
+}
+
+absl::Status DeviceParamSink::Publish(const Subgroup& s) {
+  TraceSpan span("param copy", "copy", "parameters",
+                 s.numel * DTypeSize(dtype_));
+  // Tiles that covered the subgroup copied it already (the ParallelFor that
+  // ran them has returned: their copies are visible here).
+  const bool copied = per_tile_ && tiles_done_.exchange(0) == s.numel;
+  MLPO_RETURN_IF_ERROR(ForEachPiece(
+      s, 0, s.numel, [&](char* dst, const char* src, size_t bytes) {
+        bytes_copied_ += bytes;
+        if (copied) return absl::OkStatus();
+        return Annotate(
+            backend_->CopyToDevice(dst, src, bytes, kParamStream),
+            absl::StrCat("parameters of ", s.object));
+      }));
+  if (!copied) in_flight_[current_] = true;
   return absl::OkStatus();
 }
 

@@ -6,6 +6,7 @@
 #ifndef MLPO_OPTIMIZER_PARAM_SINK_H_
 #define MLPO_OPTIMIZER_PARAM_SINK_H_
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -26,6 +27,11 @@ class ParamSink {
   // Where the kernel writes subgroup `s`'s new parameters (numel elements of
   // dtype()), or nullptr for none.
   virtual void* Buffer(const Subgroup& s) = 0;
+  // The kernel has filled elements [offset, offset + n) of Buffer(s): one
+  // tile, called from the kernel's threads as each ends (disjoint tiles
+  // concurrently), while the tile is still in cache. Optional: Publish
+  // delivers whatever was not.
+  virtual void TileDone(const Subgroup& s, uint64_t offset, uint64_t n) {}
   // The kernel has filled Buffer(s).
   virtual absl::Status Publish(const Subgroup& s) = 0;
   // The step's last subgroup is published: returns when every copy it
@@ -45,8 +51,12 @@ struct DevicePiece {
 // `buffers` registered staging buffers, and Publish starts its host-to-device
 // copies on the parameter stream into the tensors the subgroup overlaps,
 // overlapping the next subgroup's update; a staging buffer is reused only
-// after its copy is done. With the host backend, the destinations are host
-// memory and the copies are memcpys (the CPU tests run this same path).
+// after its copy is done. With the host backend the destinations are host
+// memory: each tile is copied there as the kernel finishes it (TileDone,
+// on the kernel's threads, from cache) instead of the whole subgroup
+// after it (re-read from memory); Publish copies the whole subgroup when
+// the tiles did not cover it. The CPU tests run the same staging buffers,
+// pieces and bounds.
 class DeviceParamSink final : public ParamSink {
  public:
   // `dest[g]`: group g's parameters on the device (param dtype, the whole
@@ -64,6 +74,7 @@ class DeviceParamSink final : public ParamSink {
   ~DeviceParamSink() override;
   DType dtype() const override { return dtype_; }
   void* Buffer(const Subgroup& s) override;
+  void TileDone(const Subgroup& s, uint64_t offset, uint64_t n) override;
   absl::Status Publish(const Subgroup& s) override;
   absl::Status Flush() override;
   uint64_t bytes_copied() const { return bytes_copied_; }
@@ -71,10 +82,18 @@ class DeviceParamSink final : public ParamSink {
  private:
   DeviceParamSink(DeviceBackend* b, std::vector<std::vector<DevicePiece>> dest,
                   DType dtype)
-      : backend_(b), dest_(std::move(dest)), dtype_(dtype) {}
+      : backend_(b), dest_(std::move(dest)), dtype_(dtype),
+        per_tile_(!b->on_device()) {}
+  // Calls fn(destination, staging source, bytes) for each piece of group
+  // `s.group` that elements [lo, hi) of the subgroup overlap.
+  template <typename Fn>
+  absl::Status ForEachPiece(const Subgroup& s, uint64_t lo, uint64_t hi,
+                            Fn fn);
   DeviceBackend* backend_;
   std::vector<std::vector<DevicePiece>> dest_;  // sorted by offset
   DType dtype_;
+  const bool per_tile_;  // host memory: TileDone copies
+  std::atomic<uint64_t> tiles_done_{0};  // elements TileDone copied
   std::vector<AlignedBuffer> staging_;
   std::vector<bool> in_flight_;
   size_t next_ = 0, current_ = 0;

@@ -186,7 +186,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
       for (uint64_t at = 0; at < r.n; at += tile)
         items.push_back({&r, at, std::min<uint64_t>(tile, r.n - at)});
     absl::Time cs = absl::Now();
-    runner_.ParallelFor(items.size(), [&](size_t ii) {
+    auto update = [&](size_t ii) {
       const Item& it = items[ii];
       const StepRun& r = *it.run;
       size_t off = r.offset + it.at;
@@ -248,6 +248,13 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
       }
       AdamUpdate(slice(off, it.n, gather.data(), DType::kF32),
                  plan.consts[r.consts]);
+    };
+    runner_.ParallelFor(items.size(), [&](size_t ii) {
+      update(ii);
+      // The tile's new parameters are in the sink's buffer, in cache.
+      const Item& it = items[ii];
+      if (out != nullptr && it.run->memory == nullptr)
+        sink->TileDone(s, it.run->offset + it.at, it.n);
     });
     absl::Time ce = absl::Now();
     rep.compute_s += absl::ToDoubleSeconds(ce - cs);

@@ -51,7 +51,7 @@ TEST(GpuBenchTest, HostStepIsMeasuredAgainstTheKernelAndTraced) {
               4194304.0 / s["host_median_s"].get<double>() /
                   s["kernel_params_per_s"].get<double>(),
               1e-9);
-  EXPECT_EQ(s["bytes_per_param"]["total"].get<int>(), 36);
+  EXPECT_EQ(s["bytes_per_param"]["total"].get<int>(), 34);
   EXPECT_FALSE(j.contains("copies"));  // --skip-copies
   // The trace: every part of a step on its row.
   std::ifstream in(trace);
