@@ -204,6 +204,12 @@ def parse_args(argv=None):
     if a.compare and a.resume:
         ap.error("--compare starts both runs from the same fresh model; "
                  "it does not take --resume")
+    if a.summary:  # before the run, not after it
+        try:
+            os.makedirs(os.path.dirname(a.summary) or ".", exist_ok=True)
+            open(a.summary, "a").close()
+        except OSError as e:
+            ap.error(f"--summary {a.summary}: {e.strerror}")
     return a
 
 

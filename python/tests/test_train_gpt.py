@@ -57,6 +57,7 @@ def test_cuda_without_a_gpu_says_so(tmp_path):
     (["--device", "tpu"], "--device tpu"),
     (["--batch", "0"], "--batch must be at least 1"),
     (["--compare", "--resume"], "does not take --resume"),
+    (["--summary", "/proc/no/such/s.json"], "--summary /proc/no/such"),
 ])
 def test_bad_arguments_fail_before_any_work(tmp_path, args, says):
     r = run(tmp_path, "--steps", "1", *args)
