@@ -112,59 +112,68 @@ absl::Status GradStage::StageImpl(int group, uint64_t offset, const void* data,
   if (count == 0) return absl::OkStatus();
   const char* src = static_cast<const char*>(data);
   size_t es = DTypeSize(dtype);
-  std::vector<const char*> counted_here;  // this call's pending statistics
+  // Where each subgroup's part goes in the stage.
+  struct Part {
+    const char* from;
+    char* to;
+    uint64_t n;
+  };
+  std::vector<Part> parts;
   for (const SubgroupSlice& o : Overlaps(group, offset, count)) {
     int si = o.index;
     const Subgroup& s = subgroups_[si];
     uint64_t lo = s.group_offset + o.a, hi = s.group_offset + o.b;
-    const char* from = src + (lo - offset) * es;
-    char* to;
-    {
-      MutexLock l(&mu_);  // concurrent stagers of one subgroup
-      if (bufs_[si].size() == 0)
-        bufs_[si] = AlignedBuffer(s.numel * DTypeSize(dtype_));
-      to = bufs_[si].data() + (lo - s.group_offset) * es;
-    }
-    const uint64_t n = hi - lo;
-    Counted counted{to, n, {}};
+    MutexLock l(&mu_);  // concurrent stagers of one subgroup
+    if (bufs_[si].size() == 0)
+      bufs_[si] = AlignedBuffer(s.numel * DTypeSize(dtype_));
+    parts.push_back({src + (lo - offset) * es,
+                     bufs_[si].data() + (lo - s.group_offset) * es, hi - lo});
+  }
+  std::vector<Counted> counted;
+  if (device != nullptr) {
+    // Every part's copy on the gradient stream, then one wait: the data
+    // needs no synchronisation between them.
+    TraceSpan span("stage copy", "copy", "gradients", count * es);
     absl::Status copied;
-    if (device != nullptr) {
-      TraceSpan span("stage copy", "copy", "gradients", n * es);
-      copied = device->CopyToHost(to, from, n * es, kGradStream);
-      if (copied.ok()) copied = device->Synchronize(kGradStream);
-    } else {
-      // Host memory: copied with its statistics in one pass, a chunk per
-      // tile over the pool.
-      TraceSpan span("stage copy+stats", "copy", "gradients", n * es);
-      counted.chunks.resize((n + kStatsChunk - 1) / kStatsChunk);
-      auto chunk = [&](size_t c) {
-        uint64_t a = c * kStatsChunk, k = std::min(kStatsChunk, n - a);
-        counted.chunks[c] = CopyGradStats(to + a * es, from + a * es, dtype_, k);
-      };
-      if (runner_ != nullptr) {
-        runner_->ParallelFor(counted.chunks.size(), chunk);
-      } else {
-        for (size_t c = 0; c < counted.chunks.size(); ++c) chunk(c);
-      }
+    for (const Part& part : parts) {
+      copied = device->CopyToHost(part.to, part.from, part.n * es,
+                                  kGradStream);
+      if (!copied.ok()) break;
     }
+    absl::Status synced = device->Synchronize(kGradStream);  // none left
+    if (copied.ok()) copied = synced;
     if (!copied.ok()) {
-      // Nothing of this slice counts as staged, its statistics included
-      // (those of its subgroups copied already): it may be sent again.
+      // Nothing of this slice counts as staged: it may be sent again.
       MutexLock l(&mu_);
       for (const SubgroupSlice& o : Overlaps(group, offset, count))
         staged_[o.index].erase(o.a);
-      std::erase_if(pending_stats_, [&](const Counted& c) {
-        return std::find(counted_here.begin(), counted_here.end(), c.p) !=
-               counted_here.end();
-      });
       return Annotate(copied, absl::StrCat("gradients of group ", group));
     }
-    // Summed, in the order slices came, by FinishStats (which takes those
-    // of a device's copy, reading the host's own copy, over every thread).
-    MutexLock l(&mu_);
-    counted_here.push_back(to);
-    pending_stats_.push_back(std::move(counted));
+    // Their statistics: FinishStats, reading the host's own copy.
+    for (const Part& part : parts) counted.push_back({part.to, part.n, {}});
+  } else {
+    // Host memory: copied with its statistics in one pass, a chunk per
+    // tile over the pool.
+    TraceSpan span("stage copy+stats", "copy", "gradients", count * es);
+    for (const Part& part : parts) {
+      Counted c{part.to, part.n, {}};
+      c.chunks.resize((part.n + kStatsChunk - 1) / kStatsChunk);
+      auto chunk = [&](size_t i) {
+        uint64_t a = i * kStatsChunk, k = std::min(kStatsChunk, part.n - a);
+        c.chunks[i] = CopyGradStats(part.to + a * es, part.from + a * es,
+                                    dtype_, k);
+      };
+      if (runner_ != nullptr) {
+        runner_->ParallelFor(c.chunks.size(), chunk);
+      } else {
+        for (size_t i = 0; i < c.chunks.size(); ++i) chunk(i);
+      }
+      counted.push_back(std::move(c));
+    }
   }
+  // Summed in the order slices came, by FinishStats.
+  MutexLock l(&mu_);
+  for (Counted& c : counted) pending_stats_.push_back(std::move(c));
   return absl::OkStatus();
 }
 

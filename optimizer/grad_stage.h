@@ -50,7 +50,9 @@ class GradStage {
   void FinishStats(ParallelRunner* runner);
   // The same from device memory: each subgroup's part is copied by the
   // backend straight into the stage (registered with it: no bounce buffer)
-  // on the gradient stream; its statistics are taken by FinishStats. A
+  // on the gradient stream, all of them before one wait (the caller may
+  // reuse its memory when this returns); their statistics are taken by
+  // FinishStats. A
   // backend whose "device" memory is host memory (the host backend) is
   // copied as Stage copies, statistics and all.
   absl::Status StageFromDevice(DeviceBackend* backend, int group,
