@@ -366,9 +366,10 @@ def train(a, kind, ids, chars, tiers):
                 print(f"train_gpt: {kind}: DRAM tier: served "
                       f"{fmt_bytes(t['read'])} of checkouts")
             else:
-                print(f"train_gpt: {kind}: path {root}: read "
+                print(f"train_gpt: {kind}: path {root}: the steps read "
                       f"{fmt_bytes(t['read'])}, wrote "
-                      f"{fmt_bytes(t['written'])}")
+                      f"{fmt_bytes(t['written'])} (checkpoints not "
+                      "counted)")
     return out
 
 
