@@ -85,9 +85,9 @@ class DeviceParamSink final : public ParamSink {
       : backend_(b), dest_(std::move(dest)), dtype_(dtype),
         per_tile_(!b->on_device()) {}
   // Calls fn(destination, staging source, bytes) for each piece of group
-  // `s.group` that elements [lo, hi) of the subgroup overlap.
+  // `s.group` that elements [first, end) of the subgroup overlap.
   template <typename Fn>
-  absl::Status ForEachPiece(const Subgroup& s, uint64_t lo, uint64_t hi,
+  absl::Status ForEachPiece(const Subgroup& s, uint64_t first, uint64_t end,
                             Fn fn);
   DeviceBackend* backend_;
   std::vector<std::vector<DevicePiece>> dest_;  // sorted by offset
