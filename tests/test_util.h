@@ -9,6 +9,7 @@
 #include <functional>
 
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -49,6 +50,24 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// A shell command's exit status (-1 when a signal ended it) and what it
+// wrote on stdout (redirect stderr in `cmd` to see it too).
+struct CommandResult {
+  int code = -1;
+  std::string out;
+};
+inline CommandResult RunCommand(const std::string& cmd) {
+  CommandResult r;
+  FILE* f = ::popen(cmd.c_str(), "r");
+  if (f == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) r.out.append(buf, n);
+  int st = ::pclose(f);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
 
 // Kill-loop length: `fallback`, or $MLPO_CRASH_ITERATIONS (the slow runs).
 inline int CrashIterations(int fallback) {

@@ -4,8 +4,6 @@
 // the kernel runs and the parameter copies; a --trace that cannot be
 // written fails before any work. The figures themselves are not asserted
 // (speed is the benchmark's to show, not a test's).
-#include <sys/wait.h>
-
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -18,30 +16,16 @@
 namespace mlpo {
 namespace {
 
-// stdout of `cmd` and its exit status.
-std::string RunCommand(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* f = ::popen(cmd.c_str(), "r");
-  if (f == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  int st = ::pclose(f);
-  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
-}
-
 TEST(GpuBenchTest, HostStepIsMeasuredAgainstTheKernelAndTraced) {
   TempDir dir;
   std::string trace = dir.path() + "/step.json";
-  int status = 0;
-  std::string out = RunCommand(std::string(MLPO_BENCH) +
-                            " gpu --backend host --skip-copies --params "
-                            "4194304 --subgroup 1048576 --steps 2 --threads 2"
-                            " --json --dir " + dir.Sub("work") + " --trace " +
-                            trace + " 2>/dev/null",
-                        &status);
-  ASSERT_EQ(status, 0) << out;
+  CommandResult r = RunCommand(std::string(MLPO_BENCH) +
+                               " gpu --backend host --skip-copies --params "
+                               "4194304 --subgroup 1048576 --steps 2 "
+                               "--threads 2 --json --dir " + dir.Sub("work") +
+                               " --trace " + trace + " 2>/dev/null");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string& out = r.out;
   auto j = nlohmann::json::parse(out);
   const auto& s = j["step"];
   EXPECT_TRUE(s["params_identical"].get<bool>());
@@ -70,14 +54,13 @@ TEST(GpuBenchTest, HostStepIsMeasuredAgainstTheKernelAndTraced) {
 
 TEST(GpuBenchTest, AnUnwritableTraceFailsBeforeAnyWork) {
   TempDir dir;
-  int status = 0;
-  std::string out = RunCommand(std::string(MLPO_BENCH) +
-                            " gpu --backend host --skip-copies --params "
-                            "1048576 --dir " + dir.Sub("work") +
-                            " --trace " + dir.path() + "/no/such/t.json" +
-                            " 2>&1",
-                        &status);
-  EXPECT_EQ(status, 2) << out;
+  CommandResult r = RunCommand(std::string(MLPO_BENCH) +
+                               " gpu --backend host --skip-copies --params "
+                               "1048576 --dir " + dir.Sub("work") +
+                               " --trace " + dir.path() + "/no/such/t.json" +
+                               " 2>&1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  const std::string& out = r.out;
   EXPECT_NE(out.find("--trace: cannot write"), std::string::npos) << out;
   EXPECT_EQ(out.find("opening the two stores"), std::string::npos) << out;
 }

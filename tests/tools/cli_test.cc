@@ -18,23 +18,12 @@
 namespace mlpo {
 namespace {
 
-struct CliRun {
-  int code = -1;
-  std::string out;
-};
+using CliRun = CommandResult;
 
 // Runs `mlpo ARGS`; stdout in out (with stderr too when `with_stderr`).
 CliRun Mlpo(const std::string& args, bool with_stderr = false) {
-  std::string cmd = "timeout 60 " + std::string(MLPO_CLI) + " " + args +
-                    (with_stderr ? " 2>&1" : " 2>/dev/null");
-  CliRun r;
-  FILE* f = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) r.out.append(buf, n);
-  int st = pclose(f);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return RunCommand("timeout 60 " + std::string(MLPO_CLI) + " " + args +
+                    (with_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 class CliTest : public ::testing::Test {

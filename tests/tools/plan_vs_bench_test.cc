@@ -13,21 +13,17 @@
 namespace mlpo {
 namespace {
 
-std::string RunCommand(const std::string& cmd) {
-  std::string out;
-  FILE* f = ::popen(cmd.c_str(), "r");
-  if (f == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  EXPECT_EQ(::pclose(f), 0) << cmd;
-  return out;
+// stdout of `cmd`, which must succeed.
+std::string Output(const std::string& cmd) {
+  CommandResult r = RunCommand(cmd);
+  EXPECT_EQ(r.code, 0) << cmd;
+  return r.out;
 }
 
 TEST(PlanVsBenchTest, PredictedStepMatchesTheMeasuredOne) {
   TempDir dir;
   std::string a = dir.Sub("a"), b = dir.Sub("b");
-  std::string bench = RunCommand(std::string(MLPO_BENCH) +
+  std::string bench = Output(std::string(MLPO_BENCH) +
                           " step --params 48000000 --subgroup 4000000 "
                           "--steps 2 --modes mlpo --probe-seconds 1 --paths " +
                           a + "@300MB," + b + "@150MB --dir " + dir.path() +
@@ -41,7 +37,7 @@ TEST(PlanVsBenchTest, PredictedStepMatchesTheMeasuredOne) {
              std::to_string(static_cast<uint64_t>(u)) + "/" +
              std::to_string(static_cast<uint64_t>(u));
   }
-  std::string plan = RunCommand(
+  std::string plan = Output(
       std::string(MLPO_CLI) + " plan --params 48000000 --subgroup 4000000 "
       "--dram 1G --kernel-rate " +
       std::to_string(static_cast<uint64_t>(bj["r_adam_params_per_s"])) +
