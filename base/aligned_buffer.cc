@@ -7,7 +7,7 @@
 
 namespace mlpo {
 
-AlignedBuffer::AlignedBuffer(size_t size, bool huge_pages) : size_(size) {
+void* AlignedAlloc(size_t size, bool huge_pages) {
   // Large buffers get 2 MiB alignment and transparent huge pages: a step
   // touches gigabytes of fresh buffers, and 4 KiB page faults would cost
   // seconds of CPU per step.
@@ -15,9 +15,14 @@ AlignedBuffer::AlignedBuffer(size_t size, bool huge_pages) : size_(size) {
   size_t align = huge_pages && size >= 2 * kHuge ? kHuge : kIoAlignment;
   size_t rounded = (size + align - 1) / align * align;
   if (rounded == 0) rounded = kIoAlignment;
-  data_ = static_cast<char*>(std::aligned_alloc(align, rounded));
+  void* p = std::aligned_alloc(align, rounded);
+  if (p != nullptr && align == kHuge) ::madvise(p, rounded, MADV_HUGEPAGE);
+  return p;
+}
+
+AlignedBuffer::AlignedBuffer(size_t size, bool huge_pages) : size_(size) {
+  data_ = static_cast<char*>(AlignedAlloc(size, huge_pages));
   if (data_ == nullptr) throw std::bad_alloc();
-  if (align == kHuge) ::madvise(data_, rounded, MADV_HUGEPAGE);
 }
 AlignedBuffer::~AlignedBuffer() { std::free(data_); }
 AlignedBuffer::AlignedBuffer(AlignedBuffer&& o) noexcept

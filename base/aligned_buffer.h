@@ -13,6 +13,11 @@ namespace mlpo {
 // O_DIRECT offsets, lengths and buffer addresses are multiples of this.
 inline constexpr size_t kIoAlignment = 4096;
 
+// `size` bytes (at least one page) aligned as AlignedBuffer's are: 2 MiB
+// and on transparent huge pages from 4 MiB on when `huge_pages`, else
+// kIoAlignment. Null when memory is short; std::free releases it.
+void* AlignedAlloc(size_t size, bool huge_pages = true);
+
 // An aligned heap buffer (kIoAlignment) for O_DIRECT I/O. Move-only.
 class AlignedBuffer {
  public:

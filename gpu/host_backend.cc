@@ -1,5 +1,3 @@
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -10,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/aligned_buffer.h"
 #include "base/parallel_copy.h"
 #include "gpu/device_backend.h"
 
@@ -71,15 +70,11 @@ class HostBackend final : public DeviceBackend {
   // Large allocations on transparent huge pages, as AlignedBuffer's: the
   // stand-in's "device" memory should not cost TLB misses a GPU's does not.
   static absl::StatusOr<void*> Alloc(size_t bytes, const char* what) {
-    constexpr size_t kHuge = size_t{2} << 20;
-    size_t align = bytes >= 2 * kHuge ? kHuge : 4096;
-    size_t n = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
-    void* p = std::aligned_alloc(align, n);
+    void* p = AlignedAlloc(bytes);
     if (p == nullptr)
       return absl::ResourceExhaustedError(
           absl::StrCat("host backend: cannot allocate ", bytes, " bytes of ",
                        what));
-    if (align == kHuge) ::madvise(p, n, MADV_HUGEPAGE);
     return p;
   }
   mutable std::mutex mu_;

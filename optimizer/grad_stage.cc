@@ -157,11 +157,11 @@ absl::Status GradStage::StageImpl(int group, uint64_t offset, const void* data,
     TraceSpan span("stage copy+stats", "copy", "gradients", count * es);
     for (const Part& part : parts) {
       Counted c{part.to, part.n, {}};
-      c.chunks.resize((part.n + kStatsChunk - 1) / kStatsChunk);
+      c.chunks.resize(StatsChunks(part.n));
       auto chunk = [&](size_t i) {
-        uint64_t a = i * kStatsChunk, k = std::min(kStatsChunk, part.n - a);
+        uint64_t a = i * kStatsChunk;
         c.chunks[i] = CopyGradStats(part.to + a * es, part.from + a * es,
-                                    dtype_, k);
+                                    dtype_, StatsChunkSize(part.n, i));
       };
       if (runner_ != nullptr) {
         runner_->ParallelFor(c.chunks.size(), chunk);
@@ -227,12 +227,10 @@ void GradStage::FinishStats(ParallelRunner* runner) {
   size_t es = DTypeSize(dtype_);
   for (Counted& c : pending) {
     if (!c.chunks.empty()) continue;
-    c.chunks.resize((c.n + kStatsChunk - 1) / kStatsChunk);
-    for (size_t i = 0; i < c.chunks.size(); ++i) {
-      uint64_t at = i * kStatsChunk;
-      pieces.push_back({c.p + at * es, std::min(kStatsChunk, c.n - at),
+    c.chunks.resize(StatsChunks(c.n));
+    for (size_t i = 0; i < c.chunks.size(); ++i)
+      pieces.push_back({c.p + i * kStatsChunk * es, StatsChunkSize(c.n, i),
                         &c.chunks[i]});
-    }
   }
   runner->ParallelFor(pieces.size(), [&](size_t i) {
     *pieces[i].out = ComputeGradStats(pieces[i].p, dtype_, pieces[i].n);

@@ -52,9 +52,8 @@ class GradStage {
   // backend straight into the stage (registered with it: no bounce buffer)
   // on the gradient stream, all of them before one wait (the caller may
   // reuse its memory when this returns); their statistics are taken by
-  // FinishStats. A
-  // backend whose "device" memory is host memory (the host backend) is
-  // copied as Stage copies, statistics and all.
+  // FinishStats. A backend whose "device" memory is host memory (the host
+  // backend) is copied as Stage copies, statistics and all.
   absl::Status StageFromDevice(DeviceBackend* backend, int group,
                                uint64_t offset, const void* device_data,
                                DType dtype, uint64_t count);
@@ -77,6 +76,13 @@ class GradStage {
   const std::vector<Subgroup>& subgroups_;
   // Statistics are summed per chunk of this many elements of a slice.
   static constexpr uint64_t kStatsChunk = uint64_t{1} << 20;
+  // The chunk count of a slice of n elements, and chunk i's elements.
+  static size_t StatsChunks(uint64_t n) {
+    return (n + kStatsChunk - 1) / kStatsChunk;
+  }
+  static uint64_t StatsChunkSize(uint64_t n, size_t i) {
+    return std::min(kStatsChunk, n - i * kStatsChunk);
+  }
   // Copies a slice in: from host memory (device == nullptr) with its
   // statistics, or by `device`'s copy engine.
   absl::Status StageImpl(int group, uint64_t offset, const void* data,
