@@ -245,7 +245,10 @@ def train(a, kind, ids, chars, tiers):
     model = GPT(len(chars), a.ctx, a.d_model, a.layers, a.heads).to(
         device=a.device, dtype=dtype)
     nparams = sum(p.numel() for p in model.parameters())
-    opt = make_optimizer(a, kind, model, tiers)
+    try:
+        opt = make_optimizer(a, kind, model, tiers)
+    except (RuntimeError, ValueError) as e:  # the store says what and where
+        sys.exit(f"train_gpt: {e}")
     warmup = 20
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warmup))

@@ -64,3 +64,16 @@ def test_bad_arguments_fail_before_any_work(tmp_path, args, says):
     assert r.returncode == 2, r.stderr
     assert says in r.stderr, r.stderr
     assert not os.path.exists(tmp_path / "nvme")
+
+
+def test_a_copied_store_is_refused_with_a_message_not_a_traceback(tmp_path):
+    first = tmp_path / "first"
+    r = run(first, "--steps", "2", "--seconds", "0", "--ckpt-every", "0",
+            *TINY)
+    assert r.returncode == 0, r.stderr[-3000:]
+    import shutil
+    shutil.copytree(first, tmp_path / "copy")
+    r = run(tmp_path / "copy", "--steps", "2", "--seconds", "0", *TINY)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "moved or copied" in r.stderr and "mlpo relocate" in r.stderr
+    assert "Traceback" not in r.stderr
