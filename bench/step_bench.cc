@@ -4,7 +4,8 @@
 //   lower_bound_s = max(bytes moved / sum over the mode's paths of U_k,
 //                       params / R_adam)
 // where U_k is each path's mixed read+write bandwidth (probed here, with the
-// path's cap) and R_adam the fused kernel's params/s (measured here).
+// path's cap, before and after each mode: the mode's bound uses their mean)
+// and R_adam the fused kernel's params/s (measured here).
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -144,8 +145,11 @@ void AddStepBench(CLI::App& app) {
                   "PFS slows down when other jobs start; the step lines show "
                   "the fractions following it");
   cmd->add_option("--probe-seconds", a->probe_s,
-                  "Seconds of each path's mixed-bandwidth probe")
-      ->capture_default_str();
+                  "Seconds of each path's mixed-bandwidth probe (taken "
+                  "before the first mode and after every mode; each mode's "
+                  "bound uses the two around it)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 3600.0));
   cmd->callback([a] {
     BenchFlags& f = a->f;
     if (!a->trace.empty()) EnsureWritableFile("--trace", a->trace);
@@ -209,23 +213,23 @@ void AddStepBench(CLI::App& app) {
     // U_k: each path's mixed bandwidth, with its cap, measured now; then all
     // paths driven together. Paths that share a device (two directories on
     // one disk, as in the embedded default) cannot add up, so the bound
-    // uses min(sum of U_k, U together).
-    for (auto& p : paths) {
-      Progress("probing mixed bandwidth of " + p.root);
-      p.mixed_bps = ProbeMixed({p}, a->probe_s);
+    // uses min(sum of U_k, U together). These first figures set the stripe
+    // fractions of every mode; each mode's bound uses the probes taken just
+    // before and just after it (DiskProber).
+    DiskProber prober(paths, a->probe_s);
+    std::vector<DiskProbe> probes;
+    probes.push_back(prober.Probe("before the first mode"));
+    for (size_t k = 0; k < paths.size(); ++k) {
+      PathSpec& p = paths[k];
+      p.mixed_bps = probes[0].each[k];
       out["paths"].push_back(
           {{"root", p.root}, {"cap_bps", p.cap}, {"mixed_bps", p.mixed_bps}});
     }
     double sum_u = 0;
     for (auto& p : paths) sum_u += p.mixed_bps;
-    double together = sum_u;
-    if (paths.size() > 1) {
-      Progress("probing all paths together");
-      together = ProbeMixed(paths, a->probe_s);
-    }
     out["mixed_sum_bps"] = sum_u;
-    out["mixed_together_bps"] = together;
-    double u_scale = std::min(1.0, together / sum_u);
+    out["mixed_together_bps"] = probes[0].together;
+    double u_scale = probes[0].Scale();
     Progress("measuring the kernel (R_adam)");
     int threads = a->threads > 0 ? a->threads
                                  : static_cast<int>(std::thread::hardware_concurrency());
@@ -307,12 +311,20 @@ void AddStepBench(CLI::App& app) {
                               .change = change,
                               .paper_ratio = a->paper_ratio,
                               .format = fmt});
-      r.lower_bound_s = std::max(r.lower_bound_s, a->params / r_adam_of[fmt]);
+      probes.push_back(prober.Probe("after " + row));
+      // The disk as it was around this mode: the mean of the probes on
+      // either side of it.
+      const size_t np = r.paths_used;
+      const double bound_bps = (probes[probes.size() - 2].BoundBps(np) +
+                                probes.back().BoundBps(np)) /
+                               2;
+      double moved = r.bytes_read + r.bytes_written;
+      double lower_bound_s =
+          std::max(moved / bound_bps, a->params / r_adam_of[fmt]);
       json pj = json::array();
       for (auto& p : r.paths)
         pj.push_back({{"root", p.root}, {"bytes_read", p.read},
                       {"bytes_written", p.written}});
-      double moved = r.bytes_read + r.bytes_written;
       const std::string& m_row = row;
       out["modes"][m_row] = {{"state_format", StateFormatName(fmt)},
                          {"step_s", r.step_s},
@@ -325,8 +337,10 @@ void AddStepBench(CLI::App& app) {
                          {"bytes_per_param", moved / a->params},
                          {"effective_gbps", moved / r.step_s / 1e9},
                          {"params_per_s", a->params / r.step_s},
-                         {"lower_bound_s", r.lower_bound_s},
-                         {"bound_efficiency", r.lower_bound_s / r.step_s},
+                         {"bound_bps", bound_bps},
+                         {"paths_used", np},
+                         {"lower_bound_s", lower_bound_s},
+                         {"bound_efficiency", lower_bound_s / r.step_s},
                          {"cache_hit_bytes", r.cache_hit_bytes},
                          {"peak_rss_bytes", r.peak_rss},
                          {"fractions_per_step", r.fractions_per_step},
@@ -375,6 +389,9 @@ void AddStepBench(CLI::App& app) {
     if (res.count("mlpo") && res.count("mlpo+cache"))
       out["speedup_cache_vs_mlpo"] =
           res["mlpo"].step_s / res["mlpo+cache"].step_s;
+    for (const DiskProbe& d : probes)
+      out["probes"].push_back({{"mixed_bps", d.each},
+                               {"together_bps", d.together}});
     out["cache"] = a->cache;
     out["mode_order"] = modes;
     out["stream"] = a->stream;
@@ -427,7 +444,8 @@ void AddStepBench(CLI::App& app) {
                 r_adam / 1e6);
     if (paths.size() > 1)
       std::printf("all paths together: mixed %s (sum of each alone %s)\n",
-                  FormatRate(together).c_str(), FormatRate(sum_u).c_str());
+                  FormatRate(probes[0].together).c_str(),
+                  FormatRate(sum_u).c_str());
     for (auto& p : out["paths"])
       std::printf("path %s: cap %s, mixed U = %s\n",
                   p["root"].get<std::string>().c_str(),
@@ -435,19 +453,20 @@ void AddStepBench(CLI::App& app) {
                       ? FormatRate(p["cap_bps"].get<double>()).c_str()
                       : "none",
                   FormatRate(p["mixed_bps"].get<double>()).c_str());
-    std::printf("%-25s %8s %8s %8s %8s %8s %7s %9s %9s %8s %8s\n", "mode",
-                "step s", "bwd s", "rd wait", "compute", "wr wait", "B/param",
-                "GB/s", "Mparam/s", "bound s", "bound/s");
+    std::printf("%-25s %8s %8s %8s %8s %8s %7s %9s %9s %7s %8s %8s\n",
+                "mode", "step s", "bwd s", "rd wait", "compute", "wr wait",
+                "B/param", "GB/s", "Mparam/s", "U GB/s", "bound s", "bound/s");
     for (const std::string& m : modes) {
       const json& j = out["modes"][m];
-      std::printf("%-25s %8.2f %8.2f %8.2f %8.2f %8.2f %7.1f %9.2f %9.1f %8.2f "
-                  "%8.3f%s\n",
+      std::printf("%-25s %8.2f %8.2f %8.2f %8.2f %8.2f %7.1f %9.2f %9.1f %7.2f "
+                  "%8.2f %8.3f%s\n",
                   m.c_str(), j["step_s"].get<double>(),
                   j["backward_s"].get<double>(), j["read_wait_s"].get<double>(),
                   j["compute_s"].get<double>(), j["write_wait_s"].get<double>(),
                   j["bytes_per_param"].get<double>(),
                   j["effective_gbps"].get<double>(),
                   j["params_per_s"].get<double>() / 1e6,
+                  j["bound_bps"].get<double>() / 1e9,
                   j["lower_bound_s"].get<double>(),
                   j["bound_efficiency"].get<double>(),
                   j.contains("ratio_to_fp32")

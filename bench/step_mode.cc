@@ -13,6 +13,7 @@
 #include <thread>
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/trace.h"
@@ -112,34 +113,61 @@ ModeConfig ConfigFor(const std::string& mode, int prefetch, int commits,
 const char* const kAblation[5] = {"+path2", "+fp16grad", "+order+cache",
                                  "+adaptive", "+prefetch"};
 
-double ProbeMixed(const std::vector<PathSpec>& paths, double seconds) {
-  PathProbeOptions defaults;
-  if (paths.size() == 1) {
-    PathProbeOptions po;
-    po.read = po.write = false;
-    po.duration = absl::Seconds(seconds);
-    po.read_cap = po.write_cap = paths[0].cap;
-    auto r = ProbePath(paths[0].root, po);
-    if (!r.ok()) Die(paths[0].root, r.status());
-    return r->mixed_bps;
+double DiskProbe::Scale() const {
+  double sum = 0;
+  for (double u : each) sum += u;
+  return each.size() > 1 && sum > 0 ? std::min(1.0, together / sum) : 1.0;
+}
+
+double DiskProbe::BoundBps(size_t n) const {
+  n = std::min(n, each.size());
+  if (n == 0) return 0;
+  if (n == 1) return each[0];
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += each[i];
+  return sum * Scale();
+}
+
+DiskProber::DiskProber(const std::vector<PathSpec>& paths, double seconds) {
+  PathProbeOptions defaults;  // ProbePath's file size, block and depth
+  for (const PathSpec& p : paths) {
+    ProbeJob job;
+    job.file = p.root + "/.mlpo-step-probe.dat";
+    job.read_cap = job.write_cap = p.cap;
+    job.options.load = ProbeLoad::kMixed;
+    job.options.block = defaults.block;
+    job.options.depth = defaults.depth;
+    job.options.file_bytes = defaults.file_bytes;
+    job.options.duration = absl::Seconds(seconds);
+    jobs_.push_back(job);
+    if (auto st = PrepareProbeFile(job.file, job.options.file_bytes); !st.ok())
+      Die(p.root, st);
   }
-  std::vector<ProbeJob> jobs(paths.size());
-  for (size_t i = 0; i < paths.size(); ++i) {
-    jobs[i].file = paths[i].root + "/.mlpo-step-probe.dat";
-    jobs[i].read_cap = jobs[i].write_cap = paths[i].cap;
-    jobs[i].options.load = ProbeLoad::kMixed;
-    jobs[i].options.block = defaults.block;
-    jobs[i].options.depth = defaults.depth;
-    jobs[i].options.file_bytes = defaults.file_bytes;
-    jobs[i].options.duration = absl::Seconds(seconds);
-    if (auto st = PrepareProbeFile(jobs[i].file, jobs[i].options.file_bytes);
-        !st.ok())
-      Die(paths[i].root, st);
+}
+
+DiskProber::~DiskProber() {
+  std::error_code ec;
+  for (const ProbeJob& j : jobs_) std::filesystem::remove(j.file, ec);
+}
+
+DiskProbe DiskProber::Probe(const std::string& when) {
+  DiskProbe d;
+  for (const ProbeJob& job : jobs_) {
+    std::string root = std::filesystem::path(job.file).parent_path();
+    Progress(absl::StrCat("probing mixed bandwidth of ", root, " (", when,
+                          ")"));
+    auto r = RunProbesTogether({job});
+    if (!r.ok()) Die(root, r.status());
+    d.each.push_back(r->sum_of_rates());
   }
-  auto res = RunProbesTogether(jobs);
-  for (auto& j : jobs) std::filesystem::remove(j.file);
-  if (!res.ok()) Die("probe", res.status());
-  return res->sum_of_rates();
+  d.together = d.each.empty() ? 0 : d.each[0];
+  if (jobs_.size() > 1) {
+    Progress(absl::StrCat("probing all paths together (", when, ")"));
+    auto r = RunProbesTogether(jobs_);
+    if (!r.ok()) Die("probe", r.status());
+    d.together = r->sum_of_rates();
+  }
+  return d;
 }
 
 ModeResult RunMode(const ModeRun& run) {
@@ -268,9 +296,7 @@ ModeResult RunMode(const ModeRun& run) {
     r.cache_hit_bytes += static_cast<double>(rep->cache_hit_bytes) / steps;
     if (r.paths.empty()) r.paths = rep->paths;
   }
-  double sum_u = 0;
-  for (size_t i = 0; i < np; ++i) sum_u += paths[i].mixed_bps * scale;
-  r.lower_bound_s = (r.bytes_read + r.bytes_written) / sum_u;
+  r.paths_used = np;
   r.peak_rss = PeakRss();
   opt->reset();
   if (!keep)

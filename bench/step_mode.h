@@ -14,6 +14,7 @@
 
 #include "base/state_format.h"
 #include "optimizer/optimizer.h"
+#include "tools/probe/bandwidth_probe.h"
 
 namespace mlpo {
 
@@ -33,7 +34,7 @@ struct ModeResult {
   uint64_t peak_rss = 0;       // of the process after this mode (VmHWM)
   std::vector<std::vector<double>> fractions_per_step;  // after each step
   std::vector<PathBytes> paths;
-  double lower_bound_s = 0;
+  size_t paths_used = 0;  // the first paths_used of the run's paths
 };
 
 // --cap-change ROOT@CAP:STEP: the path's cap becomes CAP from step STEP on.
@@ -46,10 +47,37 @@ struct CapChange {
 // The ablation rows, in order: each adds one idea to the row before.
 extern const char* const kAblation[5];
 
-// Mixed read+write bytes/s of `paths`: one path by the probe `mlpo profile`
-// uses (ProbePath, same file size, block and depth), several driven at once
-// with the same settings, summed.
-double ProbeMixed(const std::vector<PathSpec>& paths, double seconds);
+// The paths' mixed bandwidth at one moment of a run. The disk here moves
+// 1-8 GB/s depending on the minute, so the bench probes before the first
+// mode and again after every mode, and each mode's bound uses the mean of
+// the probes on either side of it.
+struct DiskProbe {
+  std::vector<double> each;  // U_k, each path alone
+  double together = 0;       // every path driven at once (one path: U_0)
+  // min(1, together / sum of U_k): paths on one device cannot add up.
+  double Scale() const;
+  // U of a mode on the first `n` paths: U_0 alone, or their U_k summed
+  // and scaled by Scale().
+  double BoundBps(size_t n) const;
+};
+
+// Mixed read+write bytes/s of each path as ProbePath (`mlpo profile`)
+// defines it: the same file size, block and depth, the path's caps; then
+// of all paths driven at once. One probe file per path, written once and
+// removed when the prober goes, so a run can probe again between modes.
+// Exits the process (BenchFail) on an error.
+class DiskProber {
+ public:
+  DiskProber(const std::vector<PathSpec>& paths, double seconds);
+  ~DiskProber();
+  DiskProber(const DiskProber&) = delete;
+  DiskProber& operator=(const DiskProber&) = delete;
+  // One progress line per probe, naming `when`.
+  DiskProbe Probe(const std::string& when);
+
+ private:
+  std::vector<ProbeJob> jobs_;
+};
 
 // One run of a mode: what `mlpo-bench step`'s flags say for it.
 struct ModeRun {
@@ -62,7 +90,7 @@ struct ModeRun {
   bool stream = false;  // gradients streamed in per subgroup
   bool keep = false;    // keep the store afterwards
   Durability durability = Durability::kStep;
-  double u_scale = 1;  // scales the lower bound with several paths
+  double u_scale = 1;  // scales U_k for the pipeline when paths share a disk
   std::string cache;   // DRAM tier budget, as --cache
   CapChange change;    // --cap-change
   int paper_ratio = 0;
