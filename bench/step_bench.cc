@@ -4,7 +4,7 @@
 //   lower_bound_s = max(bytes moved / sum over the mode's paths of U_k,
 //                       params / R_adam)
 // where U_k is each path's mixed read+write bandwidth (probed here, with the
-// path's cap, before and after each mode: the mode's bound uses their mean)
+// path's cap, before and after each mode: the mode's bound uses the faster)
 // and R_adam the fused kernel's params/s (measured here).
 #include <spawn.h>
 #include <sys/stat.h>
@@ -147,7 +147,7 @@ void AddStepBench(CLI::App& app) {
   cmd->add_option("--probe-seconds", a->probe_s,
                   "Seconds of each path's mixed-bandwidth probe (taken "
                   "before the first mode and after every mode; each mode's "
-                  "bound uses the two around it)")
+                  "bound uses the faster of the two around it)")
       ->capture_default_str()
       ->check(CLI::Range(0.05, 3600.0));
   cmd->callback([a] {
@@ -312,12 +312,12 @@ void AddStepBench(CLI::App& app) {
                               .paper_ratio = a->paper_ratio,
                               .format = fmt});
       probes.push_back(prober.Probe("after " + row));
-      // The disk as it was around this mode: the mean of the probes on
-      // either side of it.
+      // The disk as it was around this mode: the faster of the probes on
+      // either side of it (a dip in one short probe must not flatter the
+      // mode; the faster figure gives the tighter bound).
       const size_t np = r.paths_used;
-      const double bound_bps = (probes[probes.size() - 2].BoundBps(np) +
-                                probes.back().BoundBps(np)) /
-                               2;
+      const double bound_bps = std::max(probes[probes.size() - 2].BoundBps(np),
+                                        probes.back().BoundBps(np));
       double moved = r.bytes_read + r.bytes_written;
       double lower_bound_s =
           std::max(moved / bound_bps, a->params / r_adam_of[fmt]);

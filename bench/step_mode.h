@@ -49,8 +49,8 @@ extern const char* const kAblation[5];
 
 // The paths' mixed bandwidth at one moment of a run. The disk here moves
 // 1-8 GB/s depending on the minute, so the bench probes before the first
-// mode and again after every mode, and each mode's bound uses the mean of
-// the probes on either side of it.
+// mode and again after every mode, and each mode's bound uses the faster
+// of the probes on either side of it.
 struct DiskProbe {
   std::vector<double> each;  // U_k, each path alone
   double together = 0;       // every path driven at once (one path: U_0)
