@@ -8,9 +8,7 @@
 #include <set>
 
 #include <cerrno>
-#include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include "gtest/gtest.h"
 #include "store/fs/fault_injection_fs.h"
@@ -19,11 +17,6 @@
 
 namespace mlpo {
 namespace {
-
-absl::Status CommitVersion(ObjectStore* s, const std::string& obj,
-                           uint64_t v) {
-  return CommitFilled(s, obj, v);
-}
 
 class RoundTripTest : public ::testing::TestWithParam<std::vector<double>> {};
 
@@ -45,7 +38,7 @@ TEST_P(RoundTripTest, ManyObjectsAndVersionsReadBackExactly) {
     }
     for (uint64_t v = 1; v <= 4; ++v)
       for (int i = 0; i < kObjects; ++i)
-        ASSERT_TRUE(CommitVersion(s->get(), "sg-" + std::to_string(i), v).ok());
+        ASSERT_TRUE(CommitFilled(s->get(), "sg-" + std::to_string(i), v).ok());
     for (int i = 0; i < kObjects; ++i) {
       auto l = (*s)->Checkout("sg-" + std::to_string(i)).get();
       ASSERT_TRUE(l.ok()) << l.status();
@@ -88,7 +81,7 @@ TEST(ObjectStoreTest, CorruptByteIsDataLossNamingTheExtentAndOthersStayReadable)
   ASSERT_TRUE(s.ok());
   for (std::string obj : {"a", "b"}) {
     ASSERT_TRUE((*s)->Declare(obj, TestLayout(100000)).ok());
-    ASSERT_TRUE(CommitVersion(s->get(), obj, 3).ok());
+    ASSERT_TRUE(CommitFilled(s->get(), obj, 3).ok());
   }
   auto rec = (*s)->GetVersion("a", 0);
   const ExtentRef& e = rec->extents[rec->extents.size() - 1];  // on path 1
@@ -133,17 +126,17 @@ TEST(ObjectStoreTest, TagCommitRestoreAndDropTagGcFreesSpace) {
   ASSERT_TRUE(s.ok());
   for (std::string obj : {"x", "y"}) {
     ASSERT_TRUE((*s)->Declare(obj, TestLayout(50000)).ok());
-    ASSERT_TRUE(CommitVersion(s->get(), obj, 1).ok());
+    ASSERT_TRUE(CommitFilled(s->get(), obj, 1).ok());
   }
   ASSERT_TRUE((*s)->Tag("ckpt1").ok());
   EXPECT_EQ((*s)->Tag("ckpt1").code(), absl::StatusCode::kAlreadyExists);
   uint64_t used_at_tag = (*s)->Stats().paths[0].usage.used;
   ASSERT_TRUE((*s)->Declare("z", TestLayout(1000)).ok());  // after the tag
   for (uint64_t v = 2; v <= 5; ++v) {
-    ASSERT_TRUE(CommitVersion(s->get(), "x", v).ok());
-    ASSERT_TRUE(CommitVersion(s->get(), "y", v).ok());
+    ASSERT_TRUE(CommitFilled(s->get(), "x", v).ok());
+    ASSERT_TRUE(CommitFilled(s->get(), "y", v).ok());
   }
-  ASSERT_TRUE(CommitVersion(s->get(), "z", 5).ok());
+  ASSERT_TRUE(CommitFilled(s->get(), "z", 5).ok());
   ExpectNoLeak(s->get());
   ASSERT_TRUE((*s)->Restore("ckpt1").ok());
   for (std::string obj : {"x", "y"}) {
@@ -158,8 +151,8 @@ TEST(ObjectStoreTest, TagCommitRestoreAndDropTagGcFreesSpace) {
   EXPECT_EQ((*s)->Stats().paths[0].usage.used, used_at_tag);
   ExpectNoLeak(s->get());
   // Move on past the tag, then drop it: gc frees the tagged versions.
-  ASSERT_TRUE(CommitVersion(s->get(), "x", 6).ok());
-  ASSERT_TRUE(CommitVersion(s->get(), "y", 6).ok());
+  ASSERT_TRUE(CommitFilled(s->get(), "x", 6).ok());
+  ASSERT_TRUE(CommitFilled(s->get(), "y", 6).ok());
   uint64_t before = (*s)->Stats().paths[0].usage.used;
   ASSERT_TRUE((*s)->DropTag("ckpt1").ok());
   EXPECT_EQ((*s)->Stats().paths[0].usage.used, before);
@@ -172,6 +165,34 @@ TEST(ObjectStoreTest, TagCommitRestoreAndDropTagGcFreesSpace) {
   EXPECT_EQ((*s)->DropTag("ckpt1").code(), absl::StatusCode::kNotFound);
 }
 
+// A tag of a store with no committed object is a tag too: it survives a
+// reopen (found by the power-loss test: such a tag had no record at all).
+TEST(ObjectStoreTest, ATagOfAnEmptyStoreSurvivesReopenAndDrop) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {1.0});
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE((*s)->Declare("a", TestLayout(1000)).ok());
+    ASSERT_TRUE((*s)->Tag("empty").ok());
+  }
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok());
+    ASSERT_EQ((*s)->Tags().count("empty"), 1u);
+    EXPECT_TRUE((*s)->Tags()["empty"].empty());
+    ASSERT_TRUE(CommitFilled(s->get(), "a", 1).ok());
+    ASSERT_TRUE((*s)->Restore("empty").ok());  // back to nothing committed
+    auto l = (*s)->Checkout("a").get();
+    ASSERT_TRUE(l.ok());
+    EXPECT_TRUE((*l)->is_new());
+    ASSERT_TRUE((*s)->DropTag("empty").ok());
+  }
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->Tags().count("empty"), 0u);
+}
+
 TEST(ObjectStoreTest, EnospcOnOnePathMidCommitKeepsPreviousHead) {
   TempDir dir;
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
@@ -180,10 +201,10 @@ TEST(ObjectStoreTest, EnospcOnOnePathMidCommitKeepsPreviousHead) {
   auto s = ObjectStore::Open(o);
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE((*s)->Declare("w", TestLayout(200000)).ok());
-  ASSERT_TRUE(CommitVersion(s->get(), "w", 1).ok());
+  ASSERT_TRUE(CommitFilled(s->get(), "w", 1).ok());
   fsys.FailWhile(FaultInjectionFileSystem::Op::kWrite, ENOSPC,
                  o.paths[1].path.root);
-  absl::Status st = CommitVersion(s->get(), "w", 2);
+  absl::Status st = CommitFilled(s->get(), "w", 2);
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
   EXPECT_NE(st.message().find("(step 2)"), std::string::npos)
       << st;
@@ -202,7 +223,7 @@ TEST(ObjectStoreTest, EnospcOnOnePathMidCommitKeepsPreviousHead) {
   s = ObjectStore::Open(o);
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_TRUE((*s)->Declare("big", TestLayout(1 << 20)).ok());  // 12 MiB
-  st = CommitVersion(s->get(), "big", 1);
+  st = CommitFilled(s->get(), "big", 1);
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
   EXPECT_NE(st.message().find("every path is full"), std::string::npos) << st;
   EXPECT_NE(st.message().find(o.paths[0].path.root), std::string::npos) << st;
@@ -226,7 +247,7 @@ TEST(ObjectStoreTest, AFullPathSpillsItsShareToThePathsWithRoom) {
   for (const char* name : {"a", "b", "c", "d"})
     ASSERT_TRUE((*s)->Declare(name, TestLayout(n)).ok());
   for (const char* name : {"a", "b", "c", "d"}) {
-    absl::Status st = CommitVersion(s->get(), name, 1);
+    absl::Status st = CommitFilled(s->get(), name, 1);
     ASSERT_TRUE(st.ok()) << name << ": " << st;
   }
   uint64_t on_path0 = 0, total = 0;
@@ -248,45 +269,8 @@ TEST(ObjectStoreTest, AFullPathSpillsItsShareToThePathsWithRoom) {
   ASSERT_TRUE(rep.ok());
   EXPECT_TRUE(rep->bad.empty());
   // Space frees up (a's old version goes); new versions fit on path 0 again.
-  ASSERT_TRUE(CommitVersion(s->get(), "a", 2).ok());
+  ASSERT_TRUE(CommitFilled(s->get(), "a", 2).ok());
   ExpectNoLeak(s->get());
-}
-
-// A store opened without fractions stripes by the mixed bandwidth `mlpo
-// profile --store` recorded; explicit fractions win; observed rates are
-// estimated from the paths' counters.
-TEST(ObjectStoreTest, RecordedBandwidthSetsTheFractionsWhenNoneAreGiven) {
-  TempDir dir;
-  StoreOptions o = TestStoreOptions(dir, {0, 0});
-  {
-    auto s = ObjectStore::Open(o);
-    ASSERT_TRUE(s.ok());
-    EXPECT_EQ((*s)->placement()->fractions(), (std::vector<double>{0.5, 0.5}));
-    ASSERT_TRUE((*s)->SetAttribute(kBandwidthAttribute,
-                                   R"([{"path":"a","mixed_bps":3e9},)"
-                                   R"({"path":"b","mixed_bps":1e9}])")
-                    .ok());
-  }
-  auto s = ObjectStore::Open(o);
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ((*s)->placement()->fractions(), (std::vector<double>{0.75, 0.25}));
-  ASSERT_TRUE((*s)->Declare("w", TestLayout(100000)).ok());
-  ASSERT_TRUE(CommitVersion(s->get(), "w", 1).ok());
-  auto rec = (*s)->GetVersion("w", 0);
-  uint64_t per[2] = {0, 0};
-  for (auto& e : rec->extents) per[e.path] += e.length;
-  EXPECT_NEAR(static_cast<double>(per[0]) / (per[0] + per[1]), 0.75, 0.01);
-  auto est = (*s)->UpdateBandwidthEstimates();
-  ASSERT_EQ(est.size(), 2u);
-  EXPECT_GT(est[0], 0);
-  EXPECT_GT(est[1], 0);
-  s->reset();
-  // Explicit fractions win over the recorded figures.
-  o.paths[0].fraction = 1;
-  o.paths[1].fraction = 1;
-  s = ObjectStore::Open(o);
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ((*s)->placement()->fractions(), (std::vector<double>{0.5, 0.5}));
 }
 
 // One read path, one error mapping: a read that fails with an errno keeps
@@ -300,7 +284,7 @@ TEST(ObjectStoreTest, ReadErrorsKeepTheErrnoCodeOnEveryReadPath) {
   auto s = ObjectStore::Open(o);
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE((*s)->Declare("r", TestLayout(50000)).ok());
-  ASSERT_TRUE(CommitVersion(s->get(), "r", 3).ok());
+  ASSERT_TRUE(CommitFilled(s->get(), "r", 3).ok());
   fsys.FailWhile(FaultInjectionFileSystem::Op::kRead, EACCES,
                  o.paths[1].path.root);
   auto l = (*s)->Checkout("r").get();
@@ -322,27 +306,6 @@ TEST(ObjectStoreTest, ReadErrorsKeepTheErrnoCodeOnEveryReadPath) {
   EXPECT_TRUE(Matches(**l, 3));
 }
 
-TEST(StripeTest, SharesFollowFractionsInPagesAndSkipExcludedPaths) {
-  std::vector<double> f = NormaliseFractions({2, 1, 1});
-  EXPECT_DOUBLE_EQ(f[0], 0.5);
-  auto b = SplitBytes(400 * 4096, f);
-  EXPECT_EQ(b, (std::vector<uint64_t>{200 * 4096, 100 * 4096, 100 * 4096}));
-  b = SplitBytes(400 * 4096, f, {true, false, false});
-  EXPECT_EQ(b, (std::vector<uint64_t>{0, 200 * 4096, 200 * 4096}));
-  b = SplitBytes(400 * 4096, f, {false, false, true});
-  EXPECT_EQ(b[2], 0u);
-  EXPECT_EQ(b[0] + b[1], 400u * 4096);
-  EXPECT_EQ(b[0] % 4096, 0u);
-  b = SplitBytes(4096, f, {true, true, true});
-  EXPECT_EQ(b, (std::vector<uint64_t>{0, 0, 0}));
-  // Bad weights count as zero; all zero gives equal shares.
-  f = NormaliseFractions({std::nan(""), -1, 0});
-  EXPECT_DOUBLE_EQ(f[0], 1.0 / 3);
-  f = NormaliseFractions({std::nan(""), 1, 3});
-  EXPECT_DOUBLE_EQ(f[0], 0);
-  EXPECT_DOUBLE_EQ(f[2], 0.75);
-}
-
 TEST(ObjectStoreTest, FailedSyncFailsTheCommitAndKeepsThePreviousHead) {
   TempDir dir;
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
@@ -351,14 +314,14 @@ TEST(ObjectStoreTest, FailedSyncFailsTheCommitAndKeepsThePreviousHead) {
   auto s = ObjectStore::Open(o);
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE((*s)->Declare("d", TestLayout(100000)).ok());
-  ASSERT_TRUE(CommitVersion(s->get(), "d", 1).ok());
+  ASSERT_TRUE(CommitFilled(s->get(), "d", 1).ok());
   // Every path's fdatasync fails (one failing path alone is degraded mode:
   // see DegradedMode...).
   fsys.FailWhile(FaultInjectionFileSystem::Op::kSync, EIO,
                  o.paths[0].path.root);
   fsys.FailWhile(FaultInjectionFileSystem::Op::kSync, EIO,
                  o.paths[1].path.root);
-  absl::Status st = CommitVersion(s->get(), "d", 2);
+  absl::Status st = CommitFilled(s->get(), "d", 2);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("fdatasync"), std::string::npos) << st;
   EXPECT_NE(st.message().find("seg-000000"), std::string::npos) << st;
@@ -371,7 +334,7 @@ TEST(ObjectStoreTest, FailedSyncFailsTheCommitAndKeepsThePreviousHead) {
   EXPECT_EQ((*l)->step(), 1u);
   EXPECT_TRUE(Matches(**l, 1));
   // The path recovers: the next commit syncs again and succeeds.
-  ASSERT_TRUE(CommitVersion(s->get(), "d", 2).ok());
+  ASSERT_TRUE(CommitFilled(s->get(), "d", 2).ok());
   s->reset();
   s = ObjectStore::Open(o);
   ASSERT_TRUE(s.ok());
@@ -402,9 +365,9 @@ TEST(ObjectStoreTest, BadInputsAreClearErrors) {
   // rewrite of it, e.g. edited masters).
   EXPECT_EQ((*s)->Checkout("nope").get().status().code(),
             absl::StatusCode::kNotFound);
-  ASSERT_TRUE(CommitVersion(s->get(), "a", 5).ok());
-  EXPECT_TRUE(CommitVersion(s->get(), "a", 5).ok());
-  absl::Status back = CommitVersion(s->get(), "a", 4);
+  ASSERT_TRUE(CommitFilled(s->get(), "a", 5).ok());
+  EXPECT_TRUE(CommitFilled(s->get(), "a", 5).ok());
+  absl::Status back = CommitFilled(s->get(), "a", 4);
   EXPECT_EQ(back.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(back.message().find("never go back"), std::string::npos) << back;
   // Second opener.
@@ -455,7 +418,7 @@ TEST(ObjectStoreTest, ReadOnlyOpenBesideAWriterReadsAndRefusesChanges) {
   auto w = ObjectStore::Open(o);
   ASSERT_TRUE(w.ok());
   ASSERT_TRUE((*w)->Declare("a", TestLayout(5000)).ok());
-  ASSERT_TRUE(CommitVersion(w->get(), "a", 2).ok());
+  ASSERT_TRUE(CommitFilled(w->get(), "a", 2).ok());
   StoreOptions ro = o;
   ro.read_only = true;
   auto r = ObjectStore::Open(ro);
@@ -475,49 +438,11 @@ TEST(ObjectStoreTest, ReadOnlyOpenBesideAWriterReadsAndRefusesChanges) {
   EXPECT_TRUE(rep->bad.empty());
   r->reset();
   // The writer is unaffected.
-  ASSERT_TRUE(CommitVersion(w->get(), "a", 3).ok());
+  ASSERT_TRUE(CommitFilled(w->get(), "a", 3).ok());
   StoreOptions none = TestStoreOptions(dir, {1.0});
   none.name = "absent";
   none.read_only = true;
   EXPECT_EQ(ObjectStore::Open(none).status().code(), absl::StatusCode::kNotFound);
-}
-
-TEST(StoreOptionsTest, TomlLoadsAndRejectsUnknownKeysAndBadValues) {
-  TempDir dir;
-  std::string cfg = dir.path() + "/store.toml";
-  std::ofstream(cfg) << "name = \"run\"\nrank = 2\ndurability = \"tag\"\n"
-                        "extent_bytes = \"2M\"\n"
-                        "[[path]]\nroot = \"nv\"\nkind = \"nvme\"\n"
-                        "fraction = 0.7\n"
-                        "[[path]]\nroot = \"/abs/pfs\"\nkind = \"pfs\"\n"
-                        "fraction = 0.3\nread_cap = \"600MB\"\nslots = 2\n";
-  auto o = LoadStoreOptions(cfg);
-  ASSERT_TRUE(o.ok()) << o.status();
-  EXPECT_EQ(o->name, "run");
-  EXPECT_EQ(o->rank, 2);
-  EXPECT_EQ(o->durability, Durability::kTag);
-  EXPECT_EQ(o->extent_bytes, 2u << 20);
-  ASSERT_EQ(o->paths.size(), 2u);
-  EXPECT_EQ(o->paths[0].path.root, dir.path() + "/nv");  // relative to file
-  EXPECT_EQ(o->paths[1].path.kind, PathKind::kPfs);
-  EXPECT_EQ(o->paths[1].path.read_cap, 600000000u);
-  EXPECT_EQ(o->paths[1].path.slots, 2);
-  auto bad = [&](const std::string& text, const std::string& want) {
-    auto r = ParseStoreOptions(text, dir.path());
-    EXPECT_FALSE(r.ok()) << text;
-    EXPECT_NE(r.status().message().find(want), std::string::npos)
-        << r.status() << " for: " << text;
-  };
-  bad("nmae = \"x\"\n[[path]]\nroot=\"a\"\n", "nmae");
-  bad("[[path]]\nroot=\"a\"\nspeed = 3\n", "path[0].speed");
-  bad("[[path]]\nroot=\"a\"\nkind = \"ssd\"\n", "path[0].kind");
-  bad("[[path]]\nroot=\"a\"\nread_cap = \"fast\"\n", "path[0].read_cap");
-  bad("durability = \"never\"\n[[path]]\nroot=\"a\"\n", "durability");
-  bad("name = \"x\"\n", "no paths");
-  bad("name = \"../x\"\n[[path]]\nroot=\"a\"\n", "bad store name");
-  bad("name = \n", "line 1");
-  EXPECT_EQ(LoadStoreOptions(dir.path() + "/missing.toml").status().code(),
-            absl::StatusCode::kNotFound);
 }
 
 TEST(ObjectStoreTest, StoreDirectoryDescriptorReopensTheStore) {
@@ -527,7 +452,7 @@ TEST(ObjectStoreTest, StoreDirectoryDescriptorReopensTheStore) {
     auto s = ObjectStore::Open(o);
     ASSERT_TRUE(s.ok());
     ASSERT_TRUE((*s)->Declare("a", TestLayout(100)).ok());
-    ASSERT_TRUE(CommitVersion(s->get(), "a", 1).ok());
+    ASSERT_TRUE(CommitFilled(s->get(), "a", 1).ok());
   }
   auto from_dir = StoreOptionsForTarget(o.paths[1].path.root + "/t/rank-0");
   ASSERT_TRUE(from_dir.ok()) << from_dir.status();
@@ -546,15 +471,6 @@ TEST(ObjectStoreTest, StoreDirectoryDescriptorReopensTheStore) {
 namespace mlpo {
 namespace {
 
-TEST(StoreOptionsTest, TheShippedDefaultConfigLoads) {
-  auto o = LoadStoreOptions(std::string(MLPO_SOURCE_DIR) +
-                            "/config/default-store.toml");
-  ASSERT_TRUE(o.ok()) << o.status();
-  ASSERT_EQ(o->paths.size(), 2u);
-  EXPECT_EQ(o->paths[1].path.kind, PathKind::kPfs);
-  EXPECT_EQ(o->extent_bytes, 4u << 20);
-}
-
 // verify --deep checks the index against the data without reading it: a
 // truncated segment file is found from its size, and reading agrees.
 TEST(ObjectStoreTest, DeepVerifyFindsATruncatedSegmentFromTheIndexAlone) {
@@ -565,7 +481,7 @@ TEST(ObjectStoreTest, DeepVerifyFindsATruncatedSegmentFromTheIndexAlone) {
     ASSERT_TRUE(s.ok());
     for (int i = 0; i < 8; ++i) {  // ~10 MB per path: three segments each
       ASSERT_TRUE((*s)->Declare("d" + std::to_string(i), TestLayout(200000)).ok());
-      ASSERT_TRUE(CommitVersion(s->get(), "d" + std::to_string(i), 1).ok());
+      ASSERT_TRUE(CommitFilled(s->get(), "d" + std::to_string(i), 1).ok());
     }
     ASSERT_TRUE((*s)->Tag("t").ok());
     EXPECT_TRUE(CheckExtentMap(*(*s)).empty());
@@ -606,17 +522,17 @@ TEST(ObjectStoreTest, DegradedModeStripesNewVersionsOverTheRemainingPaths) {
   ASSERT_TRUE(s.ok());
   for (const char* n : {"a", "b"}) {
     ASSERT_TRUE((*s)->Declare(n, TestLayout(100000)).ok());
-    ASSERT_TRUE(CommitVersion(s->get(), n, 1).ok());
+    ASSERT_TRUE(CommitFilled(s->get(), n, 1).ok());
   }
   ASSERT_TRUE((*s)->Tag("before").ok());
   fsys.FailWhile(FaultInjectionFileSystem::Op::kWrite, EIO,
                  o.paths[1].path.root);
-  ASSERT_TRUE(CommitVersion(s->get(), "a", 2).ok());
+  ASSERT_TRUE(CommitFilled(s->get(), "a", 2).ok());
   EXPECT_EQ((*s)->placement()->degraded_paths(), (std::vector<bool>{false, true}));
   auto rec = (*s)->GetVersion("a", 0);  // the head: step 2
   ASSERT_TRUE(rec.ok());
   for (const ExtentRef& e : rec->extents) EXPECT_EQ(e.path, 0u);
-  ASSERT_TRUE(CommitVersion(s->get(), "a", 3).ok());  // no new failure
+  ASSERT_TRUE(CommitFilled(s->get(), "a", 3).ok());  // no new failure
   auto l = (*s)->Checkout("a").get();
   ASSERT_TRUE(l.ok()) << l.status();
   EXPECT_TRUE(Matches(**l, 3));
@@ -636,7 +552,7 @@ TEST(ObjectStoreTest, DegradedModeStripesNewVersionsOverTheRemainingPaths) {
   // No path left: the commit fails and the head stays.
   fsys.FailWhile(FaultInjectionFileSystem::Op::kWrite, EIO,
                  o.paths[0].path.root);
-  absl::Status st = CommitVersion(s->get(), "a", 4);
+  absl::Status st = CommitFilled(s->get(), "a", 4);
   EXPECT_FALSE(st.ok());
   fsys.ClearFaults();
   s->reset();
@@ -661,9 +577,9 @@ TEST(ObjectStoreTest, ADirectoryRemovedWhileOpenIsNoticedAtTheNextSync) {
   auto s = ObjectStore::Open(o);
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE((*s)->Declare("a", TestLayout(100000)).ok());
-  ASSERT_TRUE(CommitVersion(s->get(), "a", 1).ok());
+  ASSERT_TRUE(CommitFilled(s->get(), "a", 1).ok());
   std::filesystem::remove_all(o.paths[1].path.root + "/t");
-  ASSERT_TRUE(CommitVersion(s->get(), "a", 2).ok());
+  ASSERT_TRUE(CommitFilled(s->get(), "a", 2).ok());
   EXPECT_EQ((*s)->placement()->degraded_paths(), (std::vector<bool>{false, true}));
   auto rec = (*s)->GetVersion("a", 0);  // the head: step 2
   ASSERT_TRUE(rec.ok());

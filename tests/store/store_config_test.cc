@@ -1,6 +1,7 @@
 // The store's TOML keys: docs/configuration.md shows exactly the code's
 // table (StoreConfigKeys), and every row's default and range are what the
-// parser does, so neither the page nor the table can drift from the code.
+// parser does, so neither the page nor the table can drift from the code;
+// a config file's keys and values, and the shipped default config.
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -11,6 +12,7 @@
 #include "base/size_units.h"
 #include "gtest/gtest.h"
 #include "store/store_options.h"
+#include "tests/test_util.h"
 
 namespace mlpo {
 namespace {
@@ -163,6 +165,53 @@ TEST(StoreConfigTest, AnUnknownKeyNamesItAndTheKeysThereAre) {
   EXPECT_NE(m.find("path[0].rd_cap"), std::string::npos) << m;
   EXPECT_NE(m.find("read_cap"), std::string::npos) << m;
   EXPECT_EQ(m.find("durability"), std::string::npos) << "top-level keys: " << m;
+}
+
+TEST(StoreOptionsTest, TomlLoadsAndRejectsUnknownKeysAndBadValues) {
+  TempDir dir;
+  std::string cfg = dir.path() + "/store.toml";
+  std::ofstream(cfg) << "name = \"run\"\nrank = 2\ndurability = \"tag\"\n"
+                        "extent_bytes = \"2M\"\n"
+                        "[[path]]\nroot = \"nv\"\nkind = \"nvme\"\n"
+                        "fraction = 0.7\n"
+                        "[[path]]\nroot = \"/abs/pfs\"\nkind = \"pfs\"\n"
+                        "fraction = 0.3\nread_cap = \"600MB\"\nslots = 2\n";
+  auto o = LoadStoreOptions(cfg);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->name, "run");
+  EXPECT_EQ(o->rank, 2);
+  EXPECT_EQ(o->durability, Durability::kTag);
+  EXPECT_EQ(o->extent_bytes, 2u << 20);
+  ASSERT_EQ(o->paths.size(), 2u);
+  EXPECT_EQ(o->paths[0].path.root, dir.path() + "/nv");  // relative to file
+  EXPECT_EQ(o->paths[1].path.kind, PathKind::kPfs);
+  EXPECT_EQ(o->paths[1].path.read_cap, 600000000u);
+  EXPECT_EQ(o->paths[1].path.slots, 2);
+  auto bad = [&](const std::string& text, const std::string& want) {
+    auto r = ParseStoreOptions(text, dir.path());
+    EXPECT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find(want), std::string::npos)
+        << r.status() << " for: " << text;
+  };
+  bad("nmae = \"x\"\n[[path]]\nroot=\"a\"\n", "nmae");
+  bad("[[path]]\nroot=\"a\"\nspeed = 3\n", "path[0].speed");
+  bad("[[path]]\nroot=\"a\"\nkind = \"ssd\"\n", "path[0].kind");
+  bad("[[path]]\nroot=\"a\"\nread_cap = \"fast\"\n", "path[0].read_cap");
+  bad("durability = \"never\"\n[[path]]\nroot=\"a\"\n", "durability");
+  bad("name = \"x\"\n", "no paths");
+  bad("name = \"../x\"\n[[path]]\nroot=\"a\"\n", "bad store name");
+  bad("name = \n", "line 1");
+  EXPECT_EQ(LoadStoreOptions(dir.path() + "/missing.toml").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(StoreOptionsTest, TheShippedDefaultConfigLoads) {
+  auto o = LoadStoreOptions(std::string(MLPO_SOURCE_DIR) +
+                            "/config/default-store.toml");
+  ASSERT_TRUE(o.ok()) << o.status();
+  ASSERT_EQ(o->paths.size(), 2u);
+  EXPECT_EQ(o->paths[1].path.kind, PathKind::kPfs);
+  EXPECT_EQ(o->extent_bytes, 4u << 20);
 }
 
 }  // namespace

@@ -23,28 +23,7 @@ namespace mlpo {
 namespace {
 namespace fs = std::filesystem;
 
-absl::Status CommitVersion(ObjectStore* s, const std::string& obj, uint64_t v) {
-  auto lease = s->Checkout(obj).get();
-  if (!lease.ok()) return lease.status();
-  FillFor(lease->get(), v);
-  return s->Commit(*lease, v).get();
-}
-
-// A store with two objects: versions 1 and 2, tag "t2" at 2, head at 3.
-void MakeStore(const StoreOptions& o) {
-  auto s = ObjectStore::Open(o);
-  ASSERT_TRUE(s.ok()) << s.status();
-  for (const char* n : {"a", "b"}) {
-    ASSERT_TRUE((*s)->Declare(n, TestLayout(30000)).ok());
-    for (uint64_t v = 1; v <= 2; ++v)
-      ASSERT_TRUE(CommitVersion(s->get(), n, v).ok());
-  }
-  ASSERT_TRUE((*s)->Tag("t2").ok());
-  for (const char* n : {"a", "b"})
-    ASSERT_TRUE(CommitVersion(s->get(), n, 3).ok());
-}
-
-// The store reads back exactly as MakeStore left it.
+// The store reads back exactly as MakeTwoObjectStore left it.
 void ExpectIntact(const StoreOptions& o) {
   StoreOptions ro = o;
   ro.read_only = true;
@@ -81,7 +60,7 @@ std::vector<std::string> WalFiles(const std::string& meta) {
 TEST(StoreIdentityTest, MisspeltMetaDirIsRefusedAndTheStoreStaysIntact) {
   TempDir dir;
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
-  MakeStore(o);
+  MakeTwoObjectStore(o);
   StoreOptions typo = o;
   typo.meta_dir = MetaDir(o) + "a";
   auto s = ObjectStore::Open(typo);
@@ -124,7 +103,7 @@ TEST(StoreIdentityTest, TheSameDirectoryTwiceIsRefusedBeforeAnythingIsWritten) {
 TEST(StoreIdentityTest, AMissingIndexIsAnErrorNotAFreshStart) {
   TempDir dir;
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
-  MakeStore(o);
+  MakeTwoObjectStore(o);
   std::string seg = o.paths[0].path.root + "/t/rank-0/seg-000000";
   std::string before(fs::file_size(seg), '\0');
   std::ifstream(seg).read(before.data(), before.size());
@@ -166,7 +145,7 @@ TEST(StoreIdentityTest, WithoutABackupOnlyDiscardStartsAfresh) {
     auto s = ObjectStore::Open(o);
     ASSERT_TRUE(s.ok());
     ASSERT_TRUE((*s)->Declare("a", TestLayout(30000)).ok());
-    ASSERT_TRUE(CommitVersion(s->get(), "a", 1).ok());
+    ASSERT_TRUE(CommitFilled(s->get(), "a", 1).ok());
   }
   std::string seg = o.paths[0].path.root + "/t/rank-0/seg-000000";
   fs::remove_all(MetaDir(o));
@@ -189,7 +168,7 @@ TEST(StoreIdentityTest, WithoutABackupOnlyDiscardStartsAfresh) {
 TEST(StoreIdentityTest, AnIndexWhoseWalWasDeletedIsRefused) {
   TempDir dir;
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
-  MakeStore(o);
+  MakeTwoObjectStore(o);
   auto wals = WalFiles(MetaDir(o));
   ASSERT_FALSE(wals.empty());
   for (auto& w : wals) fs::remove(w);
@@ -212,7 +191,7 @@ class DamagedWalTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(DamagedWalTest, IsDataLossUntilRecoverAcceptsAndReportsTheLoss) {
   TempDir dir;
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
-  MakeStore(o);
+  MakeTwoObjectStore(o);
   {
     // A tag (its index backup flushes the WAL), then acknowledged writes
     // that live only in the WAL: version 4 of both objects.
@@ -220,7 +199,7 @@ TEST_P(DamagedWalTest, IsDataLossUntilRecoverAcceptsAndReportsTheLoss) {
     ASSERT_TRUE(s.ok()) << s.status();
     ASSERT_TRUE((*s)->Tag("t3").ok());
     for (const char* n : {"a", "b"})
-      ASSERT_TRUE(CommitVersion(s->get(), n, 4).ok());
+      ASSERT_TRUE(CommitFilled(s->get(), n, 4).ok());
   }
   auto wals = WalFiles(MetaDir(o));
   ASSERT_EQ(wals.size(), 1u);
@@ -269,7 +248,7 @@ INSTANTIATE_TEST_SUITE_P(Damage, DamagedWalTest,
 TEST(StoreIdentityTest, AFailedOpenWithoutCurrentChangesNothing) {
   TempDir dir;
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
-  MakeStore(o);
+  MakeTwoObjectStore(o);
   std::string meta = MetaDir(o);
   fs::rename(meta + "/CURRENT", dir.path() + "/CURRENT.saved");
   std::vector<std::string> before;
@@ -305,7 +284,7 @@ TEST(StoreIdentityTest, ReadOnlyOpenWorksForAUserWhoCanOnlyRead) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to switch to another user";
   TempDir dir;
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
-  MakeStore(o);
+  MakeTwoObjectStore(o);
   // Grant read (and directory search) to everyone; writes stay the owner's.
   std::string cmd = "chmod -R go+rX " + dir.path();
   ASSERT_EQ(std::system(cmd.c_str()), 0);
@@ -346,7 +325,7 @@ TEST(StoreIdentityTest, FilesAndDirectoriesAreOwnerOnlyUnderAnyUmask) {
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
   o.paths[1].path.slots = 1;
   mode_t old = ::umask(0);
-  MakeStore(o);
+  MakeTwoObjectStore(o);
   {
     // A tag writes the index backup on every path (issue 17: it was 0755
     // with 0644 files, hard links of the index's).
@@ -424,7 +403,7 @@ TEST(StoreIdentityTest, OutOfRangeConfigValuesAreErrorsNamingTheKey) {
 TEST(StoreIdentityTest, ADamagedPathIdentityIsReportedAsDamaged) {
   TempDir dir;
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
-  MakeStore(o);
+  MakeTwoObjectStore(o);
   std::ofstream(o.paths[1].path.root + "/.mlpo/uuid") << "not-a-uuid\n";
   auto s = ObjectStore::Open(o);
   ASSERT_FALSE(s.ok());
@@ -432,36 +411,6 @@ TEST(StoreIdentityTest, ADamagedPathIdentityIsReportedAsDamaged) {
       << s.status();
   EXPECT_NE(s.status().message().find("not-a-uuid"), std::string::npos);
   EXPECT_EQ(s.status().message().find("has no identity"), std::string::npos);
-}
-
-// Item 12: drop-tag then gc, in separate opens (as the CLI does), frees the
-// tag's space in gc, as the README says.
-TEST(StoreIdentityTest, DropTagThenGcInLaterOpensFreesTheTagsSpace) {
-  TempDir dir;
-  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
-  MakeStore(o);
-  uint64_t used_before = 0;
-  {
-    auto s = ObjectStore::Open(o);
-    ASSERT_TRUE(s.ok());
-    for (auto& p : (*s)->Stats().paths) used_before += p.usage.used;
-    ASSERT_TRUE((*s)->DropTag("t2").ok());
-  }
-  {
-    auto s = ObjectStore::Open(o);
-    ASSERT_TRUE(s.ok());
-    // Reopened: the dropped tag's versions still hold their space...
-    uint64_t used = 0;
-    for (auto& p : (*s)->Stats().paths) used += p.usage.used;
-    EXPECT_EQ(used, used_before);
-  }
-  auto s = ObjectStore::Open(o);
-  ASSERT_TRUE(s.ok());
-  auto freed = Gc(**s);
-  ASSERT_TRUE(freed.ok());
-  // ...until gc frees exactly the two tagged versions.
-  EXPECT_EQ(*freed, 2 * TestLayout(30000).total_bytes());
-  ExpectNoLeak(s->get());
 }
 
 // Item 14: descriptors are written before the index, so a store cut short
@@ -489,51 +438,12 @@ TEST(StoreIdentityTest, CreationCutShortIsFinishedAndDescriptorsComeFirst) {
   EXPECT_EQ((*s)->store_uuid(), uuid);  // adopted, not a second identity
 }
 
-// Item 15: verify through a read-only view beside a writer that replaces
-// (and reuses the space of) the versions it is reading reports them as
-// superseded, not bad.
-TEST(StoreIdentityTest, VerifyBesideAWriterReportsSupersededNotBad) {
-  TempDir dir;
-  StoreOptions o = TestStoreOptions(dir, {1.0});
-  auto w = ObjectStore::Open(o);
-  ASSERT_TRUE(w.ok());
-  ASSERT_TRUE((*w)->Declare("a", TestLayout(30000)).ok());
-  ASSERT_TRUE(CommitVersion(w->get(), "a", 1).ok());
-  StoreOptions ro = o;
-  ro.read_only = true;
-  auto view = ObjectStore::Open(ro);
-  ASSERT_TRUE(view.ok()) << view.status();
-  // v2 frees v1's extents; v3 reuses them.
-  ASSERT_TRUE(CommitVersion(w->get(), "a", 2).ok());
-  ASSERT_TRUE(CommitVersion(w->get(), "a", 3).ok());
-  auto rep = Verify(*(*view));
-  ASSERT_TRUE(rep.ok());
-  EXPECT_TRUE(rep->bad.empty());
-  ASSERT_FALSE(rep->superseded.empty());
-  EXPECT_EQ(rep->superseded[0].version, 1u);
-  // Real corruption of the current head is still bad.
-  auto rec = (*w)->GetVersion("a", 0);
-  ASSERT_TRUE(rec.ok());
-  const ExtentRef& e = rec->extents[0];
-  StoragePath* p = (*w)->path(e.path);
-  int fd = ::open(p->SegmentFile(e.offset).c_str(), O_RDWR);
-  char c = 0x5a;
-  ASSERT_EQ(::pwrite(fd, &c, 1, p->SegmentOffset(e.offset) + 10), 1);
-  ::close(fd);
-  auto view2 = ObjectStore::Open(ro);
-  ASSERT_TRUE(view2.ok());
-  rep = Verify(*(*view2));
-  ASSERT_TRUE(rep.ok());
-  EXPECT_EQ(rep->bad.size(), 1u);
-  EXPECT_TRUE(rep->superseded.empty());
-}
-
 // Item 16: the store knows its segment size; a config that says otherwise
 // opens it correctly instead of reporting missing segment files.
 TEST(StoreIdentityTest, AConfigWithAnotherSegmentSizeOpensTheStoreAsItIs) {
   TempDir dir;
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
-  MakeStore(o);
+  MakeTwoObjectStore(o);
   StoreOptions other = o;
   for (auto& p : other.paths) p.path.segment_bytes = 16 << 20;
   auto s = ObjectStore::Open(other);
@@ -542,7 +452,7 @@ TEST(StoreIdentityTest, AConfigWithAnotherSegmentSizeOpensTheStoreAsItIs) {
   auto l = (*s)->Checkout("a").get();
   ASSERT_TRUE(l.ok()) << l.status();
   EXPECT_TRUE(Matches(**l, 3));
-  ASSERT_TRUE(CommitVersion(s->get(), "a", 4).ok());
+  ASSERT_TRUE(CommitFilled(s->get(), "a", 4).ok());
   s->reset();
   // A segment file truncated behind the store's back is named.
   std::string seg = o.paths[0].path.root + "/t/rank-0/seg-000000";
@@ -553,40 +463,12 @@ TEST(StoreIdentityTest, AConfigWithAnotherSegmentSizeOpensTheStoreAsItIs) {
       << bad.status();
 }
 
-// A tag of a store with no committed object is a tag too: it survives a
-// reopen (found by the power-loss test: such a tag had no record at all).
-TEST(StoreIdentityTest, ATagOfAnEmptyStoreSurvivesReopenAndDrop) {
-  TempDir dir;
-  StoreOptions o = TestStoreOptions(dir, {1.0});
-  {
-    auto s = ObjectStore::Open(o);
-    ASSERT_TRUE(s.ok());
-    ASSERT_TRUE((*s)->Declare("a", TestLayout(1000)).ok());
-    ASSERT_TRUE((*s)->Tag("empty").ok());
-  }
-  {
-    auto s = ObjectStore::Open(o);
-    ASSERT_TRUE(s.ok());
-    ASSERT_EQ((*s)->Tags().count("empty"), 1u);
-    EXPECT_TRUE((*s)->Tags()["empty"].empty());
-    ASSERT_TRUE(CommitVersion(s->get(), "a", 1).ok());
-    ASSERT_TRUE((*s)->Restore("empty").ok());  // back to nothing committed
-    auto l = (*s)->Checkout("a").get();
-    ASSERT_TRUE(l.ok());
-    EXPECT_TRUE((*l)->is_new());
-    ASSERT_TRUE((*s)->DropTag("empty").ok());
-  }
-  auto s = ObjectStore::Open(o);
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ((*s)->Tags().count("empty"), 0u);
-}
-
 // A descriptor of another store (same name and rank on the same paths, other
 // index) is refused: the index and the directories must be one store.
 TEST(StoreIdentityTest, AnIndexOfAnotherStoreOverTheseDirectoriesIsRefused) {
   TempDir dir;
   StoreOptions a = TestStoreOptions(dir, {0.5, 0.5});
-  MakeStore(a);
+  MakeTwoObjectStore(a);
   // Another store, its own paths, same name: then point its index at a's
   // directories.
   TempDir dir2;
@@ -615,7 +497,7 @@ namespace {
 TEST(StoreIdentityTest, ARelocationCutShortFinishesWhenRunAgain) {
   TempDir dir;
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
-  MakeStore(o);
+  MakeTwoObjectStore(o);
   std::string uuid;
   {
     auto s = ObjectStore::Open(o);
@@ -670,7 +552,7 @@ namespace {
 TEST(StoreIdentityTest, ADeadReadersDirectoryIsRemovedByTheNextReader) {
   TempDir dir;
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
-  MakeStore(o);
+  MakeTwoObjectStore(o);
   std::string tmp = dir.Sub("tmp");
   pid_t child = ::fork();
   if (child == 0) _exit(0);

@@ -54,6 +54,21 @@ inline absl::Status CommitFilled(ObjectStore* s, const std::string& obj,
   return s->Commit(*l, step).get();
 }
 
+// A store with two objects "a" and "b" of TestLayout(30000): versions 1
+// and 2, tag "t2" at 2, heads at 3.
+inline void MakeTwoObjectStore(const StoreOptions& o) {
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (const char* n : {"a", "b"}) {
+    ASSERT_TRUE((*s)->Declare(n, TestLayout(30000)).ok());
+    for (uint64_t v = 1; v <= 2; ++v)
+      ASSERT_TRUE(CommitFilled(s->get(), n, v).ok());
+  }
+  ASSERT_TRUE((*s)->Tag("t2").ok());
+  for (const char* n : {"a", "b"})
+    ASSERT_TRUE(CommitFilled(s->get(), n, 3).ok());
+}
+
 inline bool Matches(const CheckoutLease& l, uint64_t version) {
   std::string want(l.size(), '\0');
   FillRandom(want.data(), want.size(),

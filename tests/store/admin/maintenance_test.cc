@@ -1,7 +1,8 @@
 // The store's maintenance seam: StoreMaintenance's writes (what admin's gc
 // and tag copy are made of) keep the store's invariants on their own, and
 // the offline helpers admin's repair and relocate use (the writer lock, the
-// roots check) refuse what they must.
+// roots check) refuse what they must; gc and verify across opens and beside
+// a writer.
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/wait.h>
@@ -12,6 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "store/admin/gc.h"
+#include "store/admin/verify.h"
 #include "store/store_files.h"
 #include "store/store_maintenance.h"
 #include "tests/store/store_test_util.h"
@@ -233,6 +235,75 @@ TEST_F(MaintenanceTest, BadPathsAndReadOnlyStoresAreRefused) {
   EXPECT_EQ(rm.DeleteVersions({{"x", v_[1]}}).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE((*r)->GetVersion("x", v_[1]).ok());  // nothing went
+}
+
+// Issue 7, item 12: drop-tag then gc, in separate opens (as the CLI does), frees the
+// tag's space in gc, as the README says.
+TEST(GcTest, DropTagThenGcInLaterOpensFreesTheTagsSpace) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  MakeTwoObjectStore(o);
+  uint64_t used_before = 0;
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok());
+    for (auto& p : (*s)->Stats().paths) used_before += p.usage.used;
+    ASSERT_TRUE((*s)->DropTag("t2").ok());
+  }
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok());
+    // Reopened: the dropped tag's versions still hold their space...
+    uint64_t used = 0;
+    for (auto& p : (*s)->Stats().paths) used += p.usage.used;
+    EXPECT_EQ(used, used_before);
+  }
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok());
+  auto freed = Gc(**s);
+  ASSERT_TRUE(freed.ok());
+  // ...until gc frees exactly the two tagged versions.
+  EXPECT_EQ(*freed, 2 * TestLayout(30000).total_bytes());
+  ExpectNoLeak(s->get());
+}
+
+// Issue 7, item 15: verify through a read-only view beside a writer that replaces
+// (and reuses the space of) the versions it is reading reports them as
+// superseded, not bad.
+TEST(VerifyTest, VerifyBesideAWriterReportsSupersededNotBad) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {1.0});
+  auto w = ObjectStore::Open(o);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->Declare("a", TestLayout(30000)).ok());
+  ASSERT_TRUE(CommitFilled(w->get(), "a", 1).ok());
+  StoreOptions ro = o;
+  ro.read_only = true;
+  auto view = ObjectStore::Open(ro);
+  ASSERT_TRUE(view.ok()) << view.status();
+  // v2 frees v1's extents; v3 reuses them.
+  ASSERT_TRUE(CommitFilled(w->get(), "a", 2).ok());
+  ASSERT_TRUE(CommitFilled(w->get(), "a", 3).ok());
+  auto rep = Verify(*(*view));
+  ASSERT_TRUE(rep.ok());
+  EXPECT_TRUE(rep->bad.empty());
+  ASSERT_FALSE(rep->superseded.empty());
+  EXPECT_EQ(rep->superseded[0].version, 1u);
+  // Real corruption of the current head is still bad.
+  auto rec = (*w)->GetVersion("a", 0);
+  ASSERT_TRUE(rec.ok());
+  const ExtentRef& e = rec->extents[0];
+  StoragePath* p = (*w)->path(e.path);
+  int fd = ::open(p->SegmentFile(e.offset).c_str(), O_RDWR);
+  char c = 0x5a;
+  ASSERT_EQ(::pwrite(fd, &c, 1, p->SegmentOffset(e.offset) + 10), 1);
+  ::close(fd);
+  auto view2 = ObjectStore::Open(ro);
+  ASSERT_TRUE(view2.ok());
+  rep = Verify(*(*view2));
+  ASSERT_TRUE(rep.ok());
+  EXPECT_EQ(rep->bad.size(), 1u);
+  EXPECT_TRUE(rep->superseded.empty());
 }
 
 }  // namespace

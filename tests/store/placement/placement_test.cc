@@ -1,5 +1,6 @@
-// Placement that follows the paths: water-filling against a double-precision
-// reference, and adaptive fractions that follow a path whose cap changes
+// Placement that follows the paths: the stripe split, water-filling against
+// a double-precision reference, fractions from the bandwidth a store
+// recorded, and adaptive fractions that follow a path whose cap changes
 // while the optimizer steps.
 #include "store/placement/stripe.h"
 
@@ -275,6 +276,64 @@ TEST(PlacementTest, ReadersSeeWholeFractionVectorsWhileItAdapts) {
   reader.join();
   EXPECT_EQ(torn, 0);
   EXPECT_NEAR(pl.fractions()[0], 2000.0 / 2001, 1e-12);
+}
+
+TEST(StripeTest, SharesFollowFractionsInPagesAndSkipExcludedPaths) {
+  std::vector<double> f = NormaliseFractions({2, 1, 1});
+  EXPECT_DOUBLE_EQ(f[0], 0.5);
+  auto b = SplitBytes(400 * 4096, f);
+  EXPECT_EQ(b, (std::vector<uint64_t>{200 * 4096, 100 * 4096, 100 * 4096}));
+  b = SplitBytes(400 * 4096, f, {true, false, false});
+  EXPECT_EQ(b, (std::vector<uint64_t>{0, 200 * 4096, 200 * 4096}));
+  b = SplitBytes(400 * 4096, f, {false, false, true});
+  EXPECT_EQ(b[2], 0u);
+  EXPECT_EQ(b[0] + b[1], 400u * 4096);
+  EXPECT_EQ(b[0] % 4096, 0u);
+  b = SplitBytes(4096, f, {true, true, true});
+  EXPECT_EQ(b, (std::vector<uint64_t>{0, 0, 0}));
+  // Bad weights count as zero; all zero gives equal shares.
+  f = NormaliseFractions({std::nan(""), -1, 0});
+  EXPECT_DOUBLE_EQ(f[0], 1.0 / 3);
+  f = NormaliseFractions({std::nan(""), 1, 3});
+  EXPECT_DOUBLE_EQ(f[0], 0);
+  EXPECT_DOUBLE_EQ(f[2], 0.75);
+}
+
+// A store opened without fractions stripes by the mixed bandwidth `mlpo
+// profile --store` recorded; explicit fractions win; observed rates are
+// estimated from the paths' counters.
+TEST(PlacementTest, RecordedBandwidthSetsTheFractionsWhenNoneAreGiven) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0, 0});
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ((*s)->placement()->fractions(), (std::vector<double>{0.5, 0.5}));
+    ASSERT_TRUE((*s)->SetAttribute(kBandwidthAttribute,
+                                   R"([{"path":"a","mixed_bps":3e9},)"
+                                   R"({"path":"b","mixed_bps":1e9}])")
+                    .ok());
+  }
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->placement()->fractions(), (std::vector<double>{0.75, 0.25}));
+  ASSERT_TRUE((*s)->Declare("w", TestLayout(100000)).ok());
+  ASSERT_TRUE(CommitFilled(s->get(), "w", 1).ok());
+  auto rec = (*s)->GetVersion("w", 0);
+  uint64_t per[2] = {0, 0};
+  for (auto& e : rec->extents) per[e.path] += e.length;
+  EXPECT_NEAR(static_cast<double>(per[0]) / (per[0] + per[1]), 0.75, 0.01);
+  auto est = (*s)->UpdateBandwidthEstimates();
+  ASSERT_EQ(est.size(), 2u);
+  EXPECT_GT(est[0], 0);
+  EXPECT_GT(est[1], 0);
+  s->reset();
+  // Explicit fractions win over the recorded figures.
+  o.paths[0].fraction = 1;
+  o.paths[1].fraction = 1;
+  s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->placement()->fractions(), (std::vector<double>{0.5, 0.5}));
 }
 
 }  // namespace
