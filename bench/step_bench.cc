@@ -310,8 +310,10 @@ void AddStepBench(CLI::App& app) {
                               .cache = a->cache,
                               .change = change,
                               .paper_ratio = a->paper_ratio,
-                              .format = fmt});
-      probes.push_back(prober.Probe("after " + row));
+                              .format = fmt,
+                              .after_steps = [&prober, &probes, &row] {
+                                probes.push_back(prober.Probe("after " + row));
+                              }});
       // The disk as it was around this mode: the faster of the probes on
       // either side of it (a dip in one short probe must not flatter the
       // mode; the faster figure gives the tighter bound).

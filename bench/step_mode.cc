@@ -173,7 +173,7 @@ DiskProbe DiskProber::Probe(const std::string& when) {
 ModeResult RunMode(const ModeRun& run) {
   const auto& [mode, paths, dir, params, subgroup, steps, prefetch, commits,
                threads, stream, keep, durability, u_scale, cache, change,
-               paper_ratio, format] = run;
+               paper_ratio, format, after_steps] = run;
   const ModeConfig mc = ConfigFor(mode, prefetch, commits, paper_ratio);
   const bool baseline = mc.grad_offload;
   OptimizerOptions o;
@@ -299,6 +299,9 @@ ModeResult RunMode(const ModeRun& run) {
   r.paths_used = np;
   r.peak_rss = PeakRss();
   opt->reset();
+  // Before the store goes: deleting gigabytes of segment files slows this
+  // disk (mounted with online discard) for seconds afterwards.
+  if (after_steps) after_steps();
   if (!keep)
     for (size_t i = 0; i < np; ++i)
       std::filesystem::remove_all(paths[i].root + "/" + o.store.name);

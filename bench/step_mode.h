@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -95,6 +96,9 @@ struct ModeRun {
   CapChange change;    // --cap-change
   int paper_ratio = 0;
   StateFormat format = StateFormat::kF32;
+  // Called once the store is closed and before its files are removed (the
+  // bench probes the disk here).
+  std::function<void()> after_steps;
 };
 
 // One mode in one state format: one untimed step that creates the state,

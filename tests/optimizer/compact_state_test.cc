@@ -27,36 +27,10 @@ OptimizerOptions Options(const TempDir& dir, StateFormat f) {
   return o;
 }
 
-struct Ref {
-  std::vector<double> p, m, v;
-  std::vector<uint64_t> bounds{0}, steps;
-  Ref() {
-    for (uint64_t n : kSizes) bounds.push_back(bounds.back() + n);
-    for (uint64_t i = 0; i < bounds.back(); ++i) p.push_back(InitValue(0, i));
-    m.assign(p.size(), 0);
-    v.assign(p.size(), 0);
-    steps.assign(kSizes.size(), 0);
-  }
-  void Step(const std::vector<float>& g, const std::vector<bool>& active) {
-    for (size_t k = 0; k < kSizes.size(); ++k) {
-      if (!active[k]) continue;
-      uint64_t t = ++steps[k];
-      double bc1 = 1 - std::pow(kB1, t), bc2 = 1 - std::pow(kB2, t);
-      for (uint64_t i = bounds[k]; i < bounds[k + 1]; ++i) {
-        p[i] *= 1 - kLr * kWd;
-        m[i] = kB1 * m[i] + (1 - kB1) * g[i];
-        v[i] = kB2 * v[i] + (1 - kB2) * g[i] * g[i];
-        p[i] -= kLr / bc1 * m[i] / (std::sqrt(v[i] / bc2) + kEps);
-      }
-    }
-  }
+// torch.optim.AdamW in double with this file's hyperparameters.
+struct Ref : DoubleAdamW {
+  Ref() : DoubleAdamW(kSizes, kLr, kB1, kB2, kEps, kWd) {}
 };
-
-std::vector<float> Grads(uint64_t t, uint64_t n) {
-  std::vector<float> g(n);
-  for (uint64_t i = 0; i < n; ++i) g[i] = BF16ToFloat(GradValue(t, 0, i)) / 1024;
-  return g;
-}
 
 struct State {
   std::vector<float> p, m, v;
@@ -88,7 +62,7 @@ TEST_P(CompactStateTest, StepsFollowAdamWithinTheFormatAndSkipExactly) {
                     : GetParam() == StateFormat::kBF16Moments ? 0.02
                                                               : 0.15;
   for (uint64_t t = 1; t <= plan.size(); ++t) {
-    std::vector<float> g = Grads(t, ref.p.size());
+    std::vector<float> g = UnscaledGrads(t, ref.p.size());
     State before = Read(opt->get());
     for (size_t k = 0; k < kSizes.size(); ++k) {
       if (!plan[t - 1][k]) continue;
@@ -115,7 +89,7 @@ TEST_P(CompactStateTest, StepsFollowAdamWithinTheFormatAndSkipExactly) {
   // Tag, step on, restore: the tagged state exactly; and after a reopen.
   State tagged = Read(opt->get());
   ASSERT_TRUE((*opt)->Tag("t6").ok());
-  std::vector<float> g = Grads(7, ref.p.size());
+  std::vector<float> g = UnscaledGrads(7, ref.p.size());
   ASSERT_TRUE((*opt)->BorrowGrad(0, 0, g.data(), DType::kF32, g.size()).ok());
   ASSERT_TRUE((*opt)->Step().ok());
   EXPECT_FALSE(Read(opt->get()) == tagged);
@@ -134,7 +108,7 @@ TEST_P(CompactStateTest, AnotherFormatIsRefusedAndLosesNothing) {
   {
     auto opt = Optimizer::Open(Options(dir, GetParam()));
     ASSERT_TRUE(opt.ok()) << opt.status();
-    std::vector<float> g = Grads(1, 3000);
+    std::vector<float> g = UnscaledGrads(1, 3000);
     ASSERT_TRUE((*opt)->BorrowGrad(0, 0, g.data(), DType::kF32, 3000).ok());
     ASSERT_TRUE((*opt)->Step().ok());
     kept = Read(opt->get());

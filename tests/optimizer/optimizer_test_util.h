@@ -1,8 +1,10 @@
-// Helpers for optimizer tests: deterministic parameters and gradients, and an
-// in-memory reference that runs the same kernel on whole arrays.
+// Helpers for optimizer tests: deterministic parameters and gradients, an
+// in-memory reference that runs the same kernel on whole arrays, and an
+// independent one: AdamW in double precision.
 #ifndef MLPO_TESTS_OPTIMIZER_OPTIMIZER_TEST_UTIL_H_
 #define MLPO_TESTS_OPTIMIZER_OPTIMIZER_TEST_UTIL_H_
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -101,6 +103,48 @@ struct InMemoryRef {
     }
   }
 };
+
+// torch.optim.AdamW in double precision, one group of parameters of
+// `sizes` elements (InitValue(0, i) at first), each with its own step count:
+// the independent reference the optimizer's steps are held to.
+struct DoubleAdamW {
+  double lr, b1, b2, eps, wd;
+  std::vector<double> p, m, v;
+  std::vector<uint64_t> bounds{0};  // parameter k: [bounds[k], bounds[k+1])
+  std::vector<uint64_t> steps;      // per parameter
+  DoubleAdamW(const std::vector<uint64_t>& sizes, double lr, double b1,
+              double b2, double eps, double wd)
+      : lr(lr), b1(b1), b2(b2), eps(eps), wd(wd) {
+    for (uint64_t n : sizes) bounds.push_back(bounds.back() + n);
+    for (uint64_t i = 0; i < bounds.back(); ++i) p.push_back(InitValue(0, i));
+    m.assign(p.size(), 0);
+    v.assign(p.size(), 0);
+    steps.assign(sizes.size(), 0);
+  }
+  // One step of the parameters marked active (the others keep their state
+  // and step count, as torch skips a parameter whose grad is None).
+  void Step(const std::vector<float>& g, const std::vector<bool>& active) {
+    for (size_t k = 0; k + 1 < bounds.size(); ++k) {
+      if (!active[k]) continue;
+      uint64_t t = ++steps[k];
+      double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+      for (uint64_t i = bounds[k]; i < bounds[k + 1]; ++i) {
+        p[i] *= 1 - lr * wd;
+        m[i] = b1 * m[i] + (1 - b1) * g[i];
+        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+        p[i] -= lr / bc1 * m[i] / (std::sqrt(v[i]) / std::sqrt(bc2) + eps);
+      }
+    }
+  }
+};
+
+// Group 0's gradients at step t as fp32 values: GradValue's bf16 without
+// its loss scale of 1024.
+inline std::vector<float> UnscaledGrads(uint64_t t, uint64_t n) {
+  std::vector<float> g(n);
+  for (uint64_t i = 0; i < n; ++i) g[i] = BF16ToFloat(GradValue(t, 0, i)) / 1024;
+  return g;
+}
 
 }  // namespace mlpo
 

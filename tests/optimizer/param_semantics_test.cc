@@ -16,39 +16,11 @@ namespace {
 
 constexpr double kLr = 1e-2, kB1 = 0.9, kB2 = 0.999, kEps = 1e-8, kWd = 0.01;
 
-// torch.optim.AdamW, one group, in double, with each parameter's own step.
-struct DoubleRef {
-  std::vector<double> p, m, v;
-  std::vector<uint64_t> bounds;  // parameter k: [bounds[k], bounds[k+1])
-  std::vector<uint64_t> steps;
-  DoubleRef(const std::vector<uint64_t>& sizes) {
-    bounds.push_back(0);
-    for (uint64_t n : sizes) bounds.push_back(bounds.back() + n);
-    for (uint64_t i = 0; i < bounds.back(); ++i) p.push_back(InitValue(0, i));
-    m.assign(p.size(), 0);
-    v.assign(p.size(), 0);
-    steps.assign(sizes.size(), 0);
-  }
-  void Step(const std::vector<float>& g, const std::vector<bool>& active) {
-    for (size_t k = 0; k + 1 < bounds.size(); ++k) {
-      if (!active[k]) continue;
-      uint64_t t = ++steps[k];
-      double bc1 = 1 - std::pow(kB1, t), bc2 = 1 - std::pow(kB2, t);
-      for (uint64_t i = bounds[k]; i < bounds[k + 1]; ++i) {
-        p[i] *= 1 - kLr * kWd;
-        m[i] = kB1 * m[i] + (1 - kB1) * g[i];
-        v[i] = kB2 * v[i] + (1 - kB2) * g[i] * g[i];
-        p[i] -= kLr / bc1 * m[i] / (std::sqrt(v[i]) / std::sqrt(bc2) + kEps);
-      }
-    }
-  }
+// torch.optim.AdamW in double with this file's hyperparameters.
+struct DoubleRef : DoubleAdamW {
+  explicit DoubleRef(const std::vector<uint64_t>& sizes)
+      : DoubleAdamW(sizes, kLr, kB1, kB2, kEps, kWd) {}
 };
-
-std::vector<float> Grads(uint64_t t, uint64_t n) {
-  std::vector<float> g(n);
-  for (uint64_t i = 0; i < n; ++i) g[i] = BF16ToFloat(GradValue(t, 0, i)) / 1024;
-  return g;
-}
 
 OptimizerOptions Options(const TempDir& dir, const std::vector<uint64_t>& sizes,
                          DType param_dtype) {
@@ -100,7 +72,7 @@ TEST(ParamSemanticsTest, ParametersWithoutGradientsAreSkippedWithTheirOwnSteps) 
   std::vector<std::vector<bool>> plan = {
       {1, 1, 1}, {1, 0, 1}, {1, 0, 1}, {1, 1, 1}, {0, 1, 0}, {1, 1, 1}};
   for (uint64_t t = 1; t <= plan.size(); ++t) {
-    std::vector<float> g = Grads(t, ref.p.size());
+    std::vector<float> g = UnscaledGrads(t, ref.p.size());
     std::vector<float> p0, m0, v0;
     ASSERT_TRUE((*opt)->ReadState(0, &p0, &m0, &v0).ok());
     // Odd steps lend the gradients instead of copying them.
@@ -148,13 +120,13 @@ TEST(ParamSemanticsTest, AFreshStartBeginsAtStepZeroAndKeepsEveryTag) {
     auto opt = Optimizer::Open(o);
     ASSERT_TRUE(opt.ok());
     for (uint64_t t = 1; t <= 3; ++t) {
-      ASSERT_TRUE(StageSome(opt->get(), Grads(t, 4500), DoubleRef(kSizes).bounds, all).ok());
+      ASSERT_TRUE(StageSome(opt->get(), UnscaledGrads(t, 4500), DoubleRef(kSizes).bounds, all).ok());
       ASSERT_TRUE((*opt)->Step().ok());
     }
     ASSERT_TRUE((*opt)->Tag("old").ok());
     std::vector<float> m, v;
     ASSERT_TRUE((*opt)->ReadState(0, &tagged_p, &m, &v).ok());
-    ASSERT_TRUE(StageSome(opt->get(), Grads(4, 4500), DoubleRef(kSizes).bounds, all).ok());
+    ASSERT_TRUE(StageSome(opt->get(), UnscaledGrads(4, 4500), DoubleRef(kSizes).bounds, all).ok());
     ASSERT_TRUE((*opt)->Step().ok());
   }
   o.fresh = true;
@@ -179,7 +151,7 @@ TEST(ParamSemanticsTest, AFreshStartBeginsAtStepZeroAndKeepsEveryTag) {
   {
     auto opt = Optimizer::Open(o);
     ASSERT_TRUE(opt.ok());
-    std::vector<float> g = Grads(1, 4500);
+    std::vector<float> g = UnscaledGrads(1, 4500);
     ASSERT_TRUE(StageSome(opt->get(), g, ref.bounds, all).ok());
     auto r = (*opt)->Step();
     ASSERT_TRUE(r.ok()) << r.status();
@@ -230,7 +202,7 @@ TEST(ParamSemanticsTest, TheModelsMemoryIsTheMaster) {
     }
     std::vector<bool> all = {1, 1, 1};
     auto step = [&](uint64_t t) {
-      std::vector<float> g = Grads(t, 4500);
+      std::vector<float> g = UnscaledGrads(t, 4500);
       ASSERT_TRUE(StageSome(opt->get(), g, ref.bounds, all).ok());
       ASSERT_TRUE((*opt)->Step().ok());
       ref.Step(g, all);
@@ -324,13 +296,13 @@ TEST(ParamSemanticsTest, LookingForEditsKeepsTheDramTierWarm) {
   }
   std::vector<bool> all = {1, 1, 1};
   for (uint64_t t = 1; t <= 2; ++t) {
-    ASSERT_TRUE(StageSome(opt->get(), Grads(t, 4500), ref.bounds, all).ok());
+    ASSERT_TRUE(StageSome(opt->get(), UnscaledGrads(t, 4500), ref.bounds, all).ok());
     ASSERT_TRUE((*opt)->Step().ok());
   }
   // Nothing was edited: every checkout goes back to the tier, and the next
   // step is served from DRAM entirely.
   ASSERT_TRUE((*opt)->AdoptEdits({0, 1, 2}).ok());
-  ASSERT_TRUE(StageSome(opt->get(), Grads(3, 4500), ref.bounds, all).ok());
+  ASSERT_TRUE(StageSome(opt->get(), UnscaledGrads(3, 4500), ref.bounds, all).ok());
   auto r = (*opt)->Step();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->cache_hits, (*opt)->subgroups().size());
