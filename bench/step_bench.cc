@@ -54,6 +54,7 @@ void AddStepBench(CLI::App& app) {
     uint64_t subgroup = 8'000'000;
     std::string paths;
     int steps = 3;
+    int warmup = 1;
     std::string modes = "baseline,mlpo";
     std::string cache = "25%";
     std::string cap_change;
@@ -80,8 +81,16 @@ void AddStepBench(CLI::App& app) {
                   "var/nvme,var/pfs@300MB); default <dir>/nvme. The baseline "
                   "uses the first path only");
   cmd->add_option("--steps", a->steps, "Timed steps per mode (after one "
-                                       "untimed step that creates the state)")
-      ->capture_default_str();
+                                       "untimed step that creates the state "
+                                       "and the warm-up steps)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--warmup", a->warmup,
+                  "Untimed steps per mode after the one that creates the "
+                  "state: the first writes into space never written before, "
+                  "slower on a thin-provisioned disk than the steady state")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
   cmd->add_option("--modes", a->modes,
                   "Modes to run: baseline, paper (MLP-Offload as "
                   "published), mlpo, mlpo+cache (mlpo with the DRAM tier of "
@@ -298,6 +307,7 @@ void AddStepBench(CLI::App& app) {
                               .params = a->params,
                               .subgroup = a->subgroup,
                               .steps = a->steps,
+                              .warmup = a->warmup,
                               .prefetch = a->prefetch,
                               .commits = a->commits,
                               .threads = a->threads,
@@ -400,6 +410,7 @@ void AddStepBench(CLI::App& app) {
     out["params"] = a->params;
     out["subgroup"] = a->subgroup;
     out["steps"] = a->steps;
+    out["warmup"] = a->warmup;
     out["durability"] = a->durability;
     if (!a->trace.empty()) {
       size_t n = Trace::Get()->events();

@@ -86,7 +86,8 @@ struct ModeRun {
   std::vector<PathSpec> paths;
   std::string dir;  // the bench's working directory
   uint64_t params = 0, subgroup = 0;
-  int steps = 0;  // timed steps, after one untimed step that creates state
+  int steps = 0;   // timed steps, after the untimed ones
+  int warmup = 0;  // untimed steps after the one that creates the state
   int prefetch = 0, commits = 0, threads = 0;
   bool stream = false;  // gradients streamed in per subgroup
   bool keep = false;    // keep the store afterwards
@@ -102,7 +103,7 @@ struct ModeRun {
 };
 
 // One mode in one state format: one untimed step that creates the state,
-// then `run.steps` timed ones. Exits the process (BenchFail) on an error.
+// `run.warmup` more untimed ones, then `run.steps` timed ones. Exits the process (BenchFail) on an error.
 ModeResult RunMode(const ModeRun& run);
 
 }  // namespace mlpo

@@ -6,6 +6,7 @@
 // not asserted (speed is the benchmark's to show, not a test's).
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -46,6 +47,7 @@ TEST(StepBenchTest, EachModesBoundUsesTheProbesAroundIt) {
                                          "mlpo+cache/int8-moments"};
   ASSERT_EQ(j["mode_order"].get<std::vector<std::string>>(), rows);
   ASSERT_EQ(j["probes"].size(), rows.size() + 1);
+  EXPECT_EQ(j["warmup"].get<int>(), 1);
   // The first probe is the one the paths report.
   for (size_t k = 0; k < 2; ++k)
     EXPECT_EQ(j["probes"][0]["mixed_bps"][k].get<double>(),
@@ -53,6 +55,8 @@ TEST(StepBenchTest, EachModesBoundUsesTheProbesAroundIt) {
   for (size_t i = 0; i < rows.size(); ++i) {
     SCOPED_TRACE(rows[i]);
     const json& m = j["modes"][rows[i]];
+    // The creating step, the default warm-up step, then the timed one.
+    EXPECT_EQ(m["fractions_per_step"].size(), 3u);
     size_t n = m["paths_used"].get<size_t>();
     EXPECT_EQ(n, 2u);
     double u = std::max(ProbeU(j["probes"][i], n), ProbeU(j["probes"][i + 1], n));
@@ -82,14 +86,17 @@ TEST(StepBenchTest, EachModesBoundUsesTheProbesAroundIt) {
   }
 }
 
-TEST(StepBenchTest, ABadProbeDurationIsRefusedBeforeAnyWork) {
+TEST(StepBenchTest, BadCountsAndDurationsAreRefusedBeforeAnyWork) {
   TempDir dir;
-  for (const char* bad : {"0", "-1", "abc"}) {
-    CommandResult r = RunCommand(std::string(MLPO_BENCH) +
-                                 " step --quick --probe-seconds " + bad +
-                                 " --dir " + dir.Sub("w") + " 2>&1");
-    EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
-    EXPECT_NE(r.out.find("--probe-seconds"), std::string::npos) << r.out;
+  const std::pair<const char*, const char*> bad[] = {
+      {"--probe-seconds", "0"}, {"--probe-seconds", "-1"},
+      {"--probe-seconds", "abc"}, {"--steps", "0"}, {"--warmup", "-1"}};
+  for (const auto& [flag, value] : bad) {
+    CommandResult r = RunCommand(std::string(MLPO_BENCH) + " step --quick " +
+                                 flag + " " + value + " --dir " +
+                                 dir.Sub("w") + " 2>&1");
+    EXPECT_EQ(r.code, 2) << flag << " " << value << ": " << r.out;
+    EXPECT_NE(r.out.find(flag), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("probing"), std::string::npos) << r.out;
   }
 }
