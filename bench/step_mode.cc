@@ -172,9 +172,8 @@ DiskProbe DiskProber::Probe(const std::string& when) {
 
 ModeResult RunMode(const ModeRun& run) {
   const auto& [mode, paths, dir, params, subgroup, steps, warmup, prefetch,
-               commits,
-               threads, stream, keep, durability, u_scale, cache, change,
-               paper_ratio, format, after_steps] = run;
+               commits, threads, stream, keep, durability, u_scale, cache,
+               change, paper_ratio, format, after_steps] = run;
   const ModeConfig mc = ConfigFor(mode, prefetch, commits, paper_ratio);
   const bool baseline = mc.grad_offload;
   OptimizerOptions o;
