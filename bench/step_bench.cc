@@ -63,7 +63,7 @@ void AddStepBench(CLI::App& app) {
     std::string trace, plot;
     bool stream = false;
     int prefetch = 2, commits = 2, threads = 0;
-    double probe_s = 2;
+    double probe_s = 8;
     std::string durability = "step";
     std::string formats = "fp32";
   };
@@ -156,7 +156,9 @@ void AddStepBench(CLI::App& app) {
   cmd->add_option("--probe-seconds", a->probe_s,
                   "Seconds of each path's mixed-bandwidth probe (taken "
                   "before the first mode and after every mode; each mode's "
-                  "bound uses the faster of the two around it)")
+                  "bound uses the faster of the two around it). Long enough "
+                  "to measure the disk under sustained load, as a step sees "
+                  "it, not a write cache in front of it (1 with --quick)")
       ->capture_default_str()
       ->check(CLI::Range(0.05, 3600.0));
   cmd->callback([a] {
