@@ -129,18 +129,13 @@ double DiskProbe::BoundBps(size_t n) const {
 }
 
 DiskProber::DiskProber(const std::vector<PathSpec>& paths, double seconds) {
-  PathProbeOptions defaults;  // ProbePath's file size, block and depth
   for (const PathSpec& p : paths) {
-    ProbeJob job;
-    job.file = p.root + "/.mlpo-step-probe.dat";
-    job.read_cap = job.write_cap = p.cap;
-    job.options.load = ProbeLoad::kMixed;
-    job.options.block = defaults.block;
-    job.options.depth = defaults.depth;
-    job.options.file_bytes = defaults.file_bytes;
-    job.options.duration = absl::Seconds(seconds);
-    jobs_.push_back(job);
-    if (auto st = PrepareProbeFile(job.file, job.options.file_bytes); !st.ok())
+    PathProbeOptions po;  // ProbePath's file size, block and depth
+    po.duration = absl::Seconds(seconds);
+    po.read_cap = po.write_cap = p.cap;
+    jobs_.push_back(
+        PathProbeJob(p.root + "/.mlpo-step-probe.dat", po, ProbeLoad::kMixed));
+    if (auto st = PrepareProbeFile(jobs_.back().file, po.file_bytes); !st.ok())
       Die(p.root, st);
   }
 }

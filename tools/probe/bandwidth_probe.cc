@@ -188,6 +188,21 @@ absl::StatusOr<ProbeTogetherResult> RunProbesTogether(
   return out;
 }
 
+ProbeJob PathProbeJob(const std::string& file, const PathProbeOptions& o,
+                      ProbeLoad load) {
+  ProbeJob job;
+  job.file = file;
+  job.read_cap = o.read_cap;
+  job.write_cap = o.write_cap;
+  job.options.load = load;
+  job.options.block = o.block;
+  job.options.depth = o.depth;
+  job.options.file_bytes = o.file_bytes;
+  job.options.duration = o.duration;
+  job.options.engine = o.engine;
+  return job;
+}
+
 absl::StatusOr<PathBandwidth> ProbePath(const std::string& root,
                                         const PathProbeOptions& o) {
   std::string file = absl::StrCat(root, "/.mlpo-probe-", getpid(), ".tmp");
@@ -200,17 +215,7 @@ absl::StatusOr<PathBandwidth> ProbePath(const std::string& root,
         (load == ProbeLoad::kMixed && !o.mixed))
       continue;
     if (o.on_load) o.on_load(load);
-    ProbeJob job;
-    job.file = file;
-    job.read_cap = o.read_cap;
-    job.write_cap = o.write_cap;
-    job.options.load = load;
-    job.options.block = o.block;
-    job.options.depth = o.depth;
-    job.options.file_bytes = o.file_bytes;
-    job.options.duration = o.duration;
-    job.options.engine = o.engine;
-    auto r = RunProbesTogether({job});
+    auto r = RunProbesTogether({PathProbeJob(file, o, load)});
     if (!r.ok()) {
       st = r.status();
       break;

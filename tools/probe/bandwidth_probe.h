@@ -99,6 +99,12 @@ struct PathBandwidth {
 absl::StatusOr<PathBandwidth> ProbePath(const std::string& root,
                                         const PathProbeOptions& options);
 
+// One load of ProbePath's on `file` (prepared by the caller, of
+// options.file_bytes): for a caller that probes a path again and again on
+// one file, as `mlpo-bench step` does between its modes.
+ProbeJob PathProbeJob(const std::string& file, const PathProbeOptions& options,
+                      ProbeLoad load);
+
 }  // namespace mlpo
 
 #endif  // MLPO_TOOLS_PROBE_BANDWIDTH_PROBE_H_
