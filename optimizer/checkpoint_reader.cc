@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/json_number.h"
 #include "base/status_macros.h"
 
 namespace mlpo {
@@ -32,7 +33,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
           "adapter"));
     try {
       rank.manifest = nlohmann::json::parse(*text);
-      int w = rank.manifest.at("world").get<int>();
+      int w = JsonField<int>(rank.manifest, "world");
       if (k == 0) {
         world = w;
         if (world < 1 || world > 65536)
@@ -44,12 +45,16 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
             ", rank ", k, " one of ", w));
       }
       std::vector<uint64_t> numel;
-      for (auto& g : rank.manifest.at("groups"))
-        numel.push_back(g.at("shard_numel").get<uint64_t>());
+      for (auto& g : rank.manifest.at("groups")) {
+        // Every number the reader uses later, checked once here.
+        JsonField<uint64_t>(g, "flat_numel");
+        JsonField<uint64_t>(g, "shard_start");
+        numel.push_back(JsonField<uint64_t>(g, "shard_numel"));
+      }
       MLPO_ASSIGN_OR_RETURN(
           rank.subgroups,
           PartitionParams(numel,
-                          rank.manifest.at("subgroup_numel").get<uint64_t>()));
+                          JsonField<uint64_t>(rank.manifest, "subgroup_numel")));
     } catch (const std::exception& e) {
       return absl::DataLossError(absl::StrCat(
           "store ", rank.store->options().meta_dir, ": bad manifest: ",
@@ -87,15 +92,17 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
     try {
       const auto& params = rank.manifest.at("params");
       for (size_t i = 0; i < params.size(); ++i) {
-        const auto& gm = rank.manifest.at("groups").at(
-            params[i].at("group").get<size_t>());
-        uint64_t off = params[i].at("offset").get<uint64_t>();
-        uint64_t n = params[i].at("numel").get<uint64_t>();
+        size_t g = JsonField<size_t>(params[i], "group");
+        const auto& gm = rank.manifest.at("groups").at(g);
+        uint64_t off = JsonField<uint64_t>(params[i], "offset");
+        uint64_t n = JsonField<uint64_t>(params[i], "numel");
         uint64_t ss = gm.at("shard_start").get<uint64_t>();
         uint64_t sn = gm.at("shard_numel").get<uint64_t>();
+        for (const auto& d : params[i].at("shape"))
+          JsonNumber<uint64_t>(d, "a dimension of \"shape\"");
         if (std::max(off, ss) < std::min(off + n, ss + sn)) {
           rank.piece_param.push_back(i);
-          starts.at(params[i].at("group").get<size_t>())
+          starts.at(g)
               .push_back(std::max(off, ss) - ss);
         }
       }

@@ -14,9 +14,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
-#include "store/fs/file_util.h"
+#include "base/json_number.h"
 #include "base/size_units.h"
 #include "base/status_macros.h"
+#include "store/fs/file_util.h"
 
 namespace mlpo {
 namespace fs = std::filesystem;
@@ -456,11 +457,11 @@ absl::StatusOr<StoreOptions> StoreOptionsFromDescriptor(const std::string& text)
     auto j = nlohmann::json::parse(text);
     StoreOptions o;
     o.name = j.at("name");
-    o.rank = j.at("rank");
+    o.rank = JsonField<int>(j, "rank");
     o.durability = j.at("durability") == "tag" ? Durability::kTag
                                                : Durability::kStep;
     o.meta_dir = j.at("meta_dir");
-    o.extent_bytes = j.at("extent_bytes");
+    o.extent_bytes = JsonField<uint64_t>(j, "extent_bytes");
     o.create_if_missing = false;
     if (j.contains("store_uuid")) o.store_uuid = j.at("store_uuid");
     for (auto& p : j.at("paths")) {
@@ -468,13 +469,13 @@ absl::StatusOr<StoreOptions> StoreOptionsFromDescriptor(const std::string& text)
       pc.path.root = p.at("root");
       MLPO_ASSIGN_OR_RETURN(pc.path.kind,
                             ParsePathKind(p.at("kind").get<std::string>()));
-      pc.fraction = p.at("fraction");
-      pc.path.read_cap = p.at("read_cap");
-      pc.path.write_cap = p.at("write_cap");
-      pc.path.slots = p.at("slots");
-      pc.path.capacity = p.at("capacity");
-      pc.path.segment_bytes = p.at("segment_bytes");
-      pc.path.queue_depth = p.at("queue_depth");
+      pc.fraction = JsonField<double>(p, "fraction");
+      pc.path.read_cap = JsonField<uint64_t>(p, "read_cap");
+      pc.path.write_cap = JsonField<uint64_t>(p, "write_cap");
+      pc.path.slots = JsonField<int>(p, "slots");
+      pc.path.capacity = JsonField<uint64_t>(p, "capacity");
+      pc.path.segment_bytes = JsonField<uint64_t>(p, "segment_bytes");
+      pc.path.queue_depth = JsonField<int>(p, "queue_depth");
       o.paths.push_back(pc);
     }
     absl::Status valid = ValidateStoreOptions(o);

@@ -6,11 +6,14 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/size_units.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "store/store_options.h"
 #include "tests/test_util.h"
 
@@ -203,6 +206,69 @@ TEST(StoreOptionsTest, TomlLoadsAndRejectsUnknownKeysAndBadValues) {
   bad("name = \n", "line 1");
   EXPECT_EQ(LoadStoreOptions(dir.path() + "/missing.toml").status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// The STORE descriptor is read back from disk, so any byte of it may be
+// wrong: each number that is not an integer the field can hold (a float far
+// out of range, a negative size, a string) is a DataLoss naming the field,
+// never a silent wrap or an out-of-range cast (found by fuzz_store_options:
+// "extent_bytes": 1.05e34 was undefined behaviour in the JSON library's cast).
+TEST(StoreOptionsTest, ADescriptorsNumbersAreCheckedFieldByField) {
+  StoreOptions o;
+  o.name = "run";
+  o.rank = 3;
+  o.meta_dir = "/m";
+  o.extent_bytes = 2u << 20;
+  StorePathConfig pc;
+  pc.path.root = "/a";
+  pc.fraction = 1;
+  pc.path.read_cap = 5000;
+  pc.path.slots = 2;
+  pc.path.queue_depth = 16;
+  o.paths.push_back(pc);
+  auto good = nlohmann::json::parse(StoreDescriptorJson(o, "uuid-1"));
+  auto back = StoreOptionsFromDescriptor(good.dump());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->rank, 3);
+  EXPECT_EQ(back->extent_bytes, 2u << 20);
+  EXPECT_EQ(back->paths[0].path.read_cap, 5000u);
+  EXPECT_EQ(back->paths[0].path.slots, 2);
+  EXPECT_EQ(back->paths[0].path.queue_depth, 16);
+  EXPECT_EQ(back->store_uuid, "uuid-1");
+
+  const std::vector<std::string> top = {"rank", "extent_bytes"};
+  const std::vector<std::string> path = {"read_cap", "write_cap", "slots",
+                                         "capacity", "segment_bytes",
+                                         "queue_depth"};
+  const std::vector<nlohmann::json> wrong = {1.0485700e34, -1, 2.5, "4M",
+                                             nullptr, true};
+  for (const auto& value : wrong) {
+    for (const std::string& key : top) {
+      auto j = good;
+      j[key] = value;
+      auto r = StoreOptionsFromDescriptor(j.dump());
+      ASSERT_FALSE(r.ok()) << key << " = " << value.dump();
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+      EXPECT_TRUE(absl::StrContains(r.status().message(), key))
+          << r.status();
+    }
+    for (const std::string& key : path) {
+      if (key == "slots" && value == -1) continue;  // -1: slots by kind
+      auto j = good;
+      j["paths"][0][key] = value;
+      auto r = StoreOptionsFromDescriptor(j.dump());
+      ASSERT_FALSE(r.ok()) << key << " = " << value.dump();
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+      EXPECT_TRUE(absl::StrContains(r.status().message(), key))
+          << r.status();
+    }
+  }
+  auto j = good;
+  j["paths"][0]["fraction"] = "half";
+  auto r = StoreOptionsFromDescriptor(j.dump());
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "fraction"))
+      << r.status();
 }
 
 TEST(StoreOptionsTest, TheShippedDefaultConfigLoads) {
