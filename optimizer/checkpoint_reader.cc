@@ -9,6 +9,49 @@
 
 namespace mlpo {
 
+absl::StatusOr<ManifestLayout> ManifestSubgroups(
+    const nlohmann::json& manifest) {
+  ManifestLayout out;
+  try {
+    out.world = JsonField<int>(manifest, "world");
+    if (out.world < 1 || out.world > 65536)
+      return absl::DataLossError(
+          absl::StrCat("bad manifest: world ", out.world));
+    const nlohmann::json& groups = manifest.at("groups");
+    std::vector<uint64_t> numel;
+    for (const auto& g : groups) {
+      // Every number a reader uses later, checked once here.
+      JsonField<uint64_t>(g, "flat_numel");
+      JsonField<uint64_t>(g, "shard_start");
+      numel.push_back(JsonField<uint64_t>(g, "shard_numel"));
+    }
+    MLPO_ASSIGN_OR_RETURN(
+        out.subgroups,
+        PartitionParams(numel, JsonField<uint64_t>(manifest,
+                                                   "subgroup_numel")));
+    std::vector<std::vector<uint64_t>> starts(groups.size());
+    const nlohmann::json& params = manifest.at("params");
+    for (size_t i = 0; i < params.size(); ++i) {
+      size_t g = JsonField<size_t>(params[i], "group");
+      const auto& gm = groups.at(g);
+      uint64_t off = JsonField<uint64_t>(params[i], "offset");
+      uint64_t n = JsonField<uint64_t>(params[i], "numel");
+      uint64_t ss = gm.at("shard_start").get<uint64_t>();
+      uint64_t sn = gm.at("shard_numel").get<uint64_t>();
+      for (const auto& d : params[i].at("shape"))
+        JsonNumber<uint64_t>(d, "a dimension of \"shape\"");
+      if (std::max(off, ss) < std::min(off + n, ss + sn)) {
+        out.piece_param.push_back(i);
+        starts[g].push_back(std::max(off, ss) - ss);
+      }
+    }
+    AssignPieces(&out.subgroups, starts);
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat("bad manifest: ", e.what()));
+  }
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
     const StoreOptions& any_rank, const std::string& tag) {
   std::unique_ptr<CheckpointReader> r(new CheckpointReader());
@@ -33,33 +76,26 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
           "adapter"));
     try {
       rank.manifest = nlohmann::json::parse(*text);
-      int w = JsonField<int>(rank.manifest, "world");
-      if (k == 0) {
-        world = w;
-        if (world < 1 || world > 65536)
-          return absl::DataLossError(absl::StrCat("manifest: world ", world));
-        r->manifest_ = rank.manifest;
-      } else if (w != world) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "checkpoint ranks disagree: rank 0 was one of ", world,
-            ", rank ", k, " one of ", w));
-      }
-      std::vector<uint64_t> numel;
-      for (auto& g : rank.manifest.at("groups")) {
-        // Every number the reader uses later, checked once here.
-        JsonField<uint64_t>(g, "flat_numel");
-        JsonField<uint64_t>(g, "shard_start");
-        numel.push_back(JsonField<uint64_t>(g, "shard_numel"));
-      }
-      MLPO_ASSIGN_OR_RETURN(
-          rank.subgroups,
-          PartitionParams(numel,
-                          JsonField<uint64_t>(rank.manifest, "subgroup_numel")));
     } catch (const std::exception& e) {
       return absl::DataLossError(absl::StrCat(
           "store ", rank.store->options().meta_dir, ": bad manifest: ",
           e.what()));
     }
+    auto layout = ManifestSubgroups(rank.manifest);
+    if (!layout.ok())
+      return absl::DataLossError(absl::StrCat(
+          "store ", rank.store->options().meta_dir, ": ",
+          layout.status().message()));
+    if (k == 0) {
+      world = layout->world;
+      r->manifest_ = rank.manifest;
+    } else if (layout->world != world) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ranks disagree: rank 0 was one of ", world, ", rank ",
+          k, " one of ", layout->world));
+    }
+    rank.subgroups = std::move(layout->subgroups);
+    rank.piece_param = std::move(layout->piece_param);
     std::map<std::string, uint64_t> heads;
     if (tag.empty()) {
       for (const ObjectInfo& i : rank.store->List())
@@ -88,30 +124,6 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
             rec.step, " in ", rank.store->options().meta_dir, ")"));
       rank.versions[s.object] = it->second;
     }
-    std::vector<std::vector<uint64_t>> starts(rank.manifest.at("groups").size());
-    try {
-      const auto& params = rank.manifest.at("params");
-      for (size_t i = 0; i < params.size(); ++i) {
-        size_t g = JsonField<size_t>(params[i], "group");
-        const auto& gm = rank.manifest.at("groups").at(g);
-        uint64_t off = JsonField<uint64_t>(params[i], "offset");
-        uint64_t n = JsonField<uint64_t>(params[i], "numel");
-        uint64_t ss = gm.at("shard_start").get<uint64_t>();
-        uint64_t sn = gm.at("shard_numel").get<uint64_t>();
-        for (const auto& d : params[i].at("shape"))
-          JsonNumber<uint64_t>(d, "a dimension of \"shape\"");
-        if (std::max(off, ss) < std::min(off + n, ss + sn)) {
-          rank.piece_param.push_back(i);
-          starts.at(g)
-              .push_back(std::max(off, ss) - ss);
-        }
-      }
-    } catch (const std::exception& e) {
-      return absl::DataLossError(absl::StrCat(
-          "store ", rank.store->options().meta_dir, ": bad manifest: ",
-          e.what()));
-    }
-    AssignPieces(&rank.subgroups, starts);
     StateFormat format = StateFormat::kF32;
     if (auto f = rank.store->GetAttribute(kStateFormatAttribute); f.ok()) {
       auto parsed = ParseStateFormat(*f);

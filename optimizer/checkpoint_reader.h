@@ -34,6 +34,19 @@ namespace mlpo {
 
 inline constexpr char kManifestAttribute[] = "manifest";
 
+// One rank's optimizer state as its manifest lays it out: the subgroups
+// (objects), each with its parameters' pieces and int8 block grid, and the
+// manifest parameter of each piece of the rank's shard. DataLoss ("bad
+// manifest: ...", naming the field) for a manifest that does not parse into
+// one; every number a reader uses is checked here.
+struct ManifestLayout {
+  int world = 0;
+  std::vector<Subgroup> subgroups;
+  std::vector<size_t> piece_param;
+};
+absl::StatusOr<ManifestLayout> ManifestSubgroups(
+    const nlohmann::json& manifest);
+
 class CheckpointReader {
  public:
   // Opens, read-only, the stores of every rank of the checkpoint that

@@ -1,13 +1,15 @@
 // Pieces the store subcommands share across files (store_cmds.cc,
-// tag_copy_cmd.cc, recover_cmd.cc).
+// show_cmd.cc, tag_copy_cmd.cc, recover_cmd.cc).
 #ifndef MLPO_TOOLS_STORE_CMD_UTIL_H_
 #define MLPO_TOOLS_STORE_CMD_UTIL_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "nlohmann/json.hpp"
 #include "store/object_store.h"
 
 namespace mlpo {
@@ -20,8 +22,27 @@ struct CommonArgs {
 CLI::App* AddStoreSub(CLI::App& app, const std::string& name,
                       const std::string& help, CommonArgs* a);
 
-// `mlpo recover` (recover_cmd.cc), added by AddStoreCommands.
+// `mlpo recover` (recover_cmd.cc) and `mlpo show` (show_cmd.cc), added by
+// AddStoreCommands.
 void AddRecoverCommand(CLI::App& app);
+void AddShowCommand(CLI::App& app);
+
+// Opens the store `target` names (a TOML config or a store directory), or
+// fails the command `cmd`. Commands that only read open it read-only, so
+// they work beside a running job (which holds the writer lock), and say so
+// on stderr when one does; the others take the lock.
+std::unique_ptr<ObjectStore> OpenTarget(const std::string& cmd,
+                                        const std::string& target,
+                                        bool read_only = false);
+
+// The optimizer state format the store records (a store from before
+// formats, or one no optimizer opened: fp32).
+std::string StateFormatOf(const StoreView& s);
+
+// A version's extents (or replica extents) as JSON: path, segment file,
+// offset, length, offset in the blob, xxh3.
+nlohmann::json ExtentsJson(const StoreView& s,
+                           const std::vector<ExtentRef>& list);
 
 // "mlpo CMD: message" on stderr, then the command exits with `code`.
 [[noreturn]] void Fail(const std::string& cmd, const absl::Status& s,

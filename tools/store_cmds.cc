@@ -1,8 +1,7 @@
-// Store subcommands of the mlpo CLI: inspect, ls, show, verify, tag, tags,
-// restore, drop-tag, gc (recover: recover_cmd.cc). Each takes STORE (a TOML config or a store
-// directory) and --json.
+// Store subcommands of the mlpo CLI: inspect, ls, verify, tag, tags,
+// restore, drop-tag, gc (show: show_cmd.cc, recover: recover_cmd.cc). Each
+// takes STORE (a TOML config or a store directory) and --json.
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 #include <cstdio>
 #include <iostream>
@@ -32,16 +31,9 @@ CLI::App* AddStoreSub(CLI::App& app, const std::string& name,
   return c;
 }
 
-namespace {
-
-using json = nlohmann::json;
-
-
-// Commands that only read open the store read-only, so they work beside a
-// running job (which holds the writer lock); the others take the lock.
 std::unique_ptr<ObjectStore> OpenTarget(const std::string& cmd,
                                         const std::string& target,
-                                        bool read_only = false) {
+                                        bool read_only) {
   auto o = StoreOptionsForTarget(target);
   if (!o.ok()) Fail(cmd, o.status());
   o->read_only = read_only;
@@ -58,49 +50,35 @@ std::unique_ptr<ObjectStore> OpenTarget(const std::string& cmd,
   return std::move(*s);
 }
 
-// The read-only commands (inspect, ls, tags, verify) see a store only
-// through its read-only view.
-std::unique_ptr<StoreView> OpenView(const std::string& cmd,
-                                    const std::string& target) {
-  return OpenTarget(cmd, target, /*read_only=*/true);
-}
-
-
-// The optimizer state format the store records (a store from before
-// formats, or one no optimizer opened: fp32).
 std::string StateFormatOf(const StoreView& s) {
   auto f = s.GetAttribute(kStateFormatAttribute);
   return f.ok() ? *f : "fp32";
 }
 
-json SectionStats(const CheckoutLease& l) {
-  json out = json::array();
-  for (const auto& sec : l.layout().sections()) {
-    double mn = INFINITY, mx = -INFINITY, sum = 0, sq = 0;
-    uint64_t nan = 0, inf = 0, finite = 0;
-    const char* base = l.data() + sec.offset;
-    for (uint64_t i = 0; i < sec.spec.count; ++i) {
-      double v = LoadAsFloat(base, sec.spec.dtype, i);
-      if (std::isnan(v)) { ++nan; continue; }
-      if (std::isinf(v)) { ++inf; continue; }
-      ++finite;
-      mn = std::min(mn, v);
-      mx = std::max(mx, v);
-      sum += v;
-      sq += v * v;
-    }
-    out.push_back({{"name", sec.spec.name},
-                   {"dtype", DTypeName(sec.spec.dtype)},
-                   {"count", sec.spec.count},
-                   {"offset", sec.offset},
-                   {"min", finite ? mn : 0.0},
-                   {"max", finite ? mx : 0.0},
-                   {"mean", finite ? sum / finite : 0.0},
-                   {"l2", std::sqrt(sq)},
-                   {"nan", nan},
-                   {"inf", inf}});
+nlohmann::json ExtentsJson(const StoreView& s,
+                           const std::vector<ExtentRef>& list) {
+  nlohmann::json ext = nlohmann::json::array();
+  for (auto& e : list) {
+    const StoragePath* p = &s.path_at(e.path);
+    ext.push_back({{"path", p->root()},
+                   {"file", p->SegmentFile(e.offset)},
+                   {"offset", p->SegmentOffset(e.offset)},
+                   {"length", e.length},
+                   {"blob_offset", e.blob_offset},
+                   {"xxh3", absl::StrFormat("%016x", e.checksum)}});
   }
-  return out;
+  return ext;
+}
+
+namespace {
+
+using json = nlohmann::json;
+
+// The read-only commands (inspect, ls, tags, verify) see a store only
+// through its read-only view.
+std::unique_ptr<StoreView> OpenView(const std::string& cmd,
+                                    const std::string& target) {
+  return OpenTarget(cmd, target, /*read_only=*/true);
 }
 
 // The step a tag's versions were committed at: one number when all agree
@@ -124,20 +102,6 @@ std::string StepText(const json& step) {
   if (step.is_null()) return "-";
   if (step.is_string()) return step.get<std::string>();
   return std::to_string(step.get<uint64_t>());
-}
-
-json ExtentsJson(const StoreView& s, const std::vector<ExtentRef>& list) {
-  json ext = json::array();
-  for (auto& e : list) {
-    const StoragePath* p = &s.path_at(e.path);
-    ext.push_back({{"path", p->root()},
-                   {"file", p->SegmentFile(e.offset)},
-                   {"offset", p->SegmentOffset(e.offset)},
-                   {"length", e.length},
-                   {"blob_offset", e.blob_offset},
-                   {"xxh3", absl::StrFormat("%016x", e.checksum)}});
-  }
-  return ext;
 }
 
 json PathsJson(const StoreStats& st) {
@@ -241,98 +205,7 @@ void AddStoreCommands(CLI::App& app) {
                     o["layout"].get<std::string>().c_str());
     });
   }
-  {
-    auto a = std::make_shared<CommonArgs>();
-    auto obj = std::make_shared<std::string>();
-    auto ver = std::make_shared<int64_t>(0);
-    auto step = std::make_shared<int64_t>(0);
-    auto* c = AddStoreSub(app, "show", "One object: layout, extents per path "
-                                       "with checksums, per-section statistics "
-                                       "(min, max, mean, L2, NaN, Inf)", a.get());
-    c->add_option("object", *obj, "Object name")->required();
-    auto* vo = c->add_option("--version", *ver,
-                             "Version to show: its sequence number, as `mlpo "
-                             "ls --json` lists them (default: the head)")
-                   ->check(CLI::PositiveNumber);
-    c->add_option("--step", *step,
-                  "Show the newest kept version committed at this step "
-                  "(after a restore, two lineages can each hold one)")
-        ->check(CLI::PositiveNumber)
-        ->excludes(vo);
-    c->callback([a, obj, ver, step] {
-      auto s = OpenTarget("show", a->store, /*read_only=*/true);
-      uint64_t want = static_cast<uint64_t>(*ver);
-      if (*step > 0) {
-        for (auto& i : s->List())
-          if (i.name == *obj)
-            for (size_t k = 0; k < i.versions.size(); ++k)
-              if (i.steps[k] == static_cast<uint64_t>(*step))
-                want = std::max(want, i.versions[k]);
-        if (want == 0)
-          Fail("show", absl::NotFoundError(absl::StrCat(
-                           "object ", *obj, " has no kept version at step ",
-                           *step)));
-      }
-      auto rec = s->GetVersion(*obj, want);
-      if (!rec.ok()) Fail("show", rec.status());
-      auto lease = s->ReadVersion(*obj, rec->version);
-      // Beside a writer, the version read may have been replaced and its
-      // space reused meanwhile: a fresh look decides whether it is damage.
-      for (int look = 0; look < 3 && !lease.ok() && want == 0; ++look) {
-        s = OpenTarget("show", a->store, /*read_only=*/true);
-        auto again = s->GetVersion(*obj, 0);
-        if (!again.ok() || again->version == rec->version) break;  // damage
-        rec = again;
-        lease = s->ReadVersion(*obj, rec->version);
-      }
-      if (!lease.ok()) Fail("show", lease.status());
-      json ext = ExtentsJson(*s, rec->extents);
-      json j = {{"object", *obj},
-                {"version", rec->version},
-                {"step", rec->step},
-                {"bytes", rec->blob_bytes},
-                {"state_format", StateFormatOf(*s)},
-                {"sections", SectionStats(**lease)},
-                {"extents", ext},
-                {"replica", ExtentsJson(*s, rec->replica)}};
-      if (a->json) {
-        std::cout << j.dump(2) << "\n";
-        return;
-      }
-      std::printf("object %s step %lu (version %lu, %s; store state format "
-                  "%s: u8 sections are codes, ms/vs their block scales)\n",
-                  obj->c_str(), (unsigned long)rec->step,
-                  (unsigned long)rec->version,
-                  FormatBytes(rec->blob_bytes).c_str(),
-                  j["state_format"].get<std::string>().c_str());
-      std::printf("%-8s %-5s %12s %13s %13s %13s %13s %6s %6s\n", "section",
-                  "dtype", "count", "min", "max", "mean", "l2", "nan", "inf");
-      for (auto& x : j["sections"])
-        std::printf("%-8s %-5s %12lu %13.6g %13.6g %13.6g %13.6g %6lu %6lu\n",
-                    x["name"].get<std::string>().c_str(),
-                    x["dtype"].get<std::string>().c_str(),
-                    (unsigned long)x["count"].get<uint64_t>(),
-                    x["min"].get<double>(), x["max"].get<double>(),
-                    x["mean"].get<double>(), x["l2"].get<double>(),
-                    (unsigned long)x["nan"].get<uint64_t>(),
-                    (unsigned long)x["inf"].get<uint64_t>());
-      for (const char* which : {"extents", "replica"}) {
-        const json& list = j[which];
-        if (list.empty()) continue;
-        std::printf("%zu %s:\n", list.size(),
-                    std::string(which) == "extents"
-                        ? "extents"
-                        : "replica extents (tag --copy-to)");
-        for (auto& e : list)
-          std::printf("  %s @%lu +%lu  blob@%lu  xxh3 %s\n",
-                      e["file"].get<std::string>().c_str(),
-                      (unsigned long)e["offset"].get<uint64_t>(),
-                      (unsigned long)e["length"].get<uint64_t>(),
-                      (unsigned long)e["blob_offset"].get<uint64_t>(),
-                      e["xxh3"].get<std::string>().c_str());
-      }
-    });
-  }
+  AddShowCommand(app);
   {
     auto a = std::make_shared<CommonArgs>();
     auto tag = std::make_shared<std::string>();

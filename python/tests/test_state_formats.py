@@ -156,6 +156,52 @@ def test_torch_state_is_quantised_on_the_way_in(tmp_path, mlpo_cli):
 
 
 @pytest.mark.parametrize("fmt", ["bf16-moments", "int8-moments"])
+def test_show_prints_the_moments_values(tmp_path, mlpo_cli, fmt):
+    """`mlpo show` of a subgroup: int8 codes are decoded with the manifest's
+    block grid and bf16 sections are values already; both give the
+    statistics of the moments the optimizer holds."""
+    a, _ = model_pair()
+    opt = mlpo.torch.AdamW(a.named_parameters(), lr=LR, store=str(tmp_path),
+                           state_format=fmt)
+    train(a, opt, 3)
+    want = {k: torch.cat([opt.state[p][k].flatten()
+                          for p in a.parameters()]).double()
+            for k in ("exp_avg", "exp_avg_sq")}
+    opt.close()
+    store = os.path.join(str(tmp_path), "mlpo", "rank-0")
+
+    def show(obj):
+        r = subprocess.run([mlpo_cli, "show", store, obj, "--json"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    j = show("g0.s000000")  # the one subgroup of this small model
+    assert j["state_format"] == fmt
+    if fmt == "int8-moments":
+        rows = {x["name"]: x for x in j["decoded"]}
+        assert {x["name"]: x["dtype"] for x in j["sections"]}["m"] == "u8"
+    else:
+        assert j["decoded"] is None
+        rows = {x["name"]: x for x in j["sections"]}
+    for name, key in (("m", "exp_avg"), ("v", "exp_avg_sq")):
+        t, row = want[key], rows[name]
+        assert row["count"] == t.numel()
+        assert row["min"] == t.min().item() and row["max"] == t.max().item()
+        assert row["mean"] == pytest.approx(t.mean().item(), rel=1e-9,
+                                            abs=1e-300)
+        assert row["l2"] == pytest.approx(t.norm().item(), rel=1e-9)
+    # An object that is no subgroup (the step counts) has nothing to decode.
+    steps = show("param_steps.n4")
+    assert steps["decoded"] is None and "decode_note" not in steps
+    # Text output says what the rows are.
+    r = subprocess.run([mlpo_cli, "show", store, "g0.s000000"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert ("as values" in r.stdout) == (fmt == "int8-moments")
+
+
+@pytest.mark.parametrize("fmt", ["bf16-moments", "int8-moments"])
 def test_export_then_import_is_within_one_quantization_step(tmp_path, fmt):
     a, b = model_pair()
     opt = mlpo.torch.AdamW(a.named_parameters(), lr=LR,

@@ -1,0 +1,250 @@
+// `mlpo show STORE OBJECT`: one version of an object, its layout, extents
+// and per-section statistics. In an int8-moments store the sections m and v
+// hold codes and ms/vs their block scales; the statistics of the values
+// they stand for are decoded with the block grid of the optimizer's
+// manifest (blocks restart at each parameter, which only the manifest
+// knows), as `mlpo export` decodes them.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "base/dtype.h"
+#include "base/state_format.h"
+#include "nlohmann/json.hpp"
+#include "optimizer/checkpoint_reader.h"
+#include "optimizer/state_format.h"
+#include "store/object_store.h"
+#include "tools/cli_util.h"
+#include "tools/store_cmd_util.h"
+
+namespace mlpo {
+namespace {
+
+using json = nlohmann::json;
+
+// min, max, mean, L2, NaN and Inf counts of a run of values.
+struct ValueStats {
+  double mn = INFINITY, mx = -INFINITY, sum = 0, sq = 0;
+  uint64_t nan = 0, inf = 0, finite = 0;
+
+  void Add(double v) {
+    if (std::isnan(v)) { ++nan; return; }
+    if (std::isinf(v)) { ++inf; return; }
+    ++finite;
+    mn = std::min(mn, v);
+    mx = std::max(mx, v);
+    sum += v;
+    sq += v * v;
+  }
+  json Json(const std::string& name, const std::string& dtype, uint64_t count,
+            uint64_t offset) const {
+    return {{"name", name},
+            {"dtype", dtype},
+            {"count", count},
+            {"offset", offset},
+            {"min", finite ? mn : 0.0},
+            {"max", finite ? mx : 0.0},
+            {"mean", finite ? sum / finite : 0.0},
+            {"l2", std::sqrt(sq)},
+            {"nan", nan},
+            {"inf", inf}};
+  }
+};
+
+json SectionStats(const CheckoutLease& l) {
+  json out = json::array();
+  for (const auto& sec : l.layout().sections()) {
+    ValueStats st;
+    const char* base = l.data() + sec.offset;
+    for (uint64_t i = 0; i < sec.spec.count; ++i)
+      st.Add(LoadAsFloat(base, sec.spec.dtype, i));
+    out.push_back(st.Json(sec.spec.name, DTypeName(sec.spec.dtype),
+                          sec.spec.count, sec.offset));
+  }
+  return out;
+}
+
+// Statistics of m and v as fp32 values, for an object of an int8-moments
+// store that the optimizer's manifest names; `decoded` stays null and
+// `why` says why when they cannot be decoded (no manifest: a store not
+// written by the PyTorch adapter; an object that is no subgroup of it; a
+// layout other than the manifest's).
+void DecodedMomentStats(const StoreView& s, const std::string& obj,
+                        CheckoutLease* l, json* decoded, std::string* why) {
+  auto text = s.GetAttribute(kManifestAttribute);
+  if (!text.ok()) {
+    *why = "the store has no optimizer manifest, so its block grid is "
+           "unknown";
+    return;
+  }
+  json manifest;
+  try {
+    manifest = json::parse(*text);
+  } catch (const std::exception& e) {
+    *why = absl::StrCat("bad manifest: ", e.what());
+    return;
+  }
+  auto layout = ManifestSubgroups(manifest);
+  if (!layout.ok()) {
+    *why = std::string(layout.status().message());
+    return;
+  }
+  const Subgroup* sub = nullptr;
+  for (const Subgroup& g : layout->subgroups)
+    if (g.object == obj) sub = &g;
+  if (sub == nullptr) {
+    *why = "the object is not one of the optimizer's subgroups";
+    return;
+  }
+  auto want = StateLayout(StateFormat::kInt8Moments, sub->numel,
+                          sub->grid.blocks());
+  if (!want.ok() || !(l->layout() == *want)) {
+    *why = absl::StrCat("its layout ", l->layout().DebugString(),
+                        " is not the manifest's for ", sub->numel,
+                        " elements in ", sub->grid.blocks(), " blocks");
+    return;
+  }
+  auto ref = MomentsIn(StateFormat::kInt8Moments, l, sub->grid);
+  if (!ref.ok()) {
+    *why = std::string(ref.status().message());
+    return;
+  }
+  ValueStats m, v;
+  constexpr uint64_t kChunk = uint64_t{1} << 20;  // bounds the memory used
+  std::vector<float> mb(std::min(kChunk, sub->numel));
+  std::vector<float> vb(mb.size());
+  for (uint64_t from = 0; from < sub->numel; from += kChunk) {
+    uint64_t n = std::min(kChunk, sub->numel - from);
+    DecodeMoments(*ref, from, n, mb.data(), vb.data());
+    for (uint64_t i = 0; i < n; ++i) {
+      m.Add(mb[i]);
+      v.Add(vb[i]);
+    }
+  }
+  *decoded = json::array({m.Json("m", "f32", sub->numel, 0),
+                          v.Json("v", "f32", sub->numel, 0)});
+}
+
+void PrintStatsRows(const json& rows) {
+  for (auto& x : rows)
+    std::printf("%-8s %-5s %12lu %13.6g %13.6g %13.6g %13.6g %6lu %6lu\n",
+                x["name"].get<std::string>().c_str(),
+                x["dtype"].get<std::string>().c_str(),
+                (unsigned long)x["count"].get<uint64_t>(),
+                x["min"].get<double>(), x["max"].get<double>(),
+                x["mean"].get<double>(), x["l2"].get<double>(),
+                (unsigned long)x["nan"].get<uint64_t>(),
+                (unsigned long)x["inf"].get<uint64_t>());
+}
+
+}  // namespace
+
+void AddShowCommand(CLI::App& app) {
+  auto a = std::make_shared<CommonArgs>();
+  auto obj = std::make_shared<std::string>();
+  auto ver = std::make_shared<int64_t>(0);
+  auto step = std::make_shared<int64_t>(0);
+  auto* c = AddStoreSub(app, "show",
+                        "One object: layout, extents per path with "
+                        "checksums, per-section statistics (min, max, mean, "
+                        "L2, NaN, Inf); in an int8-moments store also of m "
+                        "and v decoded to fp32",
+                        a.get());
+  c->add_option("object", *obj, "Object name")->required();
+  auto* vo = c->add_option("--version", *ver,
+                           "Version to show: its sequence number, as `mlpo "
+                           "ls --json` lists them (default: the head)")
+                 ->check(CLI::PositiveNumber);
+  c->add_option("--step", *step,
+                "Show the newest kept version committed at this step "
+                "(after a restore, two lineages can each hold one)")
+      ->check(CLI::PositiveNumber)
+      ->excludes(vo);
+  c->callback([a, obj, ver, step] {
+    auto s = OpenTarget("show", a->store, /*read_only=*/true);
+    uint64_t want = static_cast<uint64_t>(*ver);
+    if (*step > 0) {
+      for (auto& i : s->List())
+        if (i.name == *obj)
+          for (size_t k = 0; k < i.versions.size(); ++k)
+            if (i.steps[k] == static_cast<uint64_t>(*step))
+              want = std::max(want, i.versions[k]);
+      if (want == 0)
+        Fail("show", absl::NotFoundError(absl::StrCat(
+                         "object ", *obj, " has no kept version at step ",
+                         *step)));
+    }
+    auto rec = s->GetVersion(*obj, want);
+    if (!rec.ok()) Fail("show", rec.status());
+    auto lease = s->ReadVersion(*obj, rec->version);
+    // Beside a writer, the version read may have been replaced and its
+    // space reused meanwhile: a fresh look decides whether it is damage.
+    for (int look = 0; look < 3 && !lease.ok() && want == 0; ++look) {
+      s = OpenTarget("show", a->store, /*read_only=*/true);
+      auto again = s->GetVersion(*obj, 0);
+      if (!again.ok() || again->version == rec->version) break;  // damage
+      rec = again;
+      lease = s->ReadVersion(*obj, rec->version);
+    }
+    if (!lease.ok()) Fail("show", lease.status());
+    json ext = ExtentsJson(*s, rec->extents);
+    json j = {{"object", *obj},
+              {"version", rec->version},
+              {"step", rec->step},
+              {"bytes", rec->blob_bytes},
+              {"state_format", StateFormatOf(*s)},
+              {"sections", SectionStats(**lease)},
+              {"extents", ext},
+              {"replica", ExtentsJson(*s, rec->replica)},
+              {"decoded", nullptr}};
+    std::string why;
+    if (j["state_format"] == StateFormatName(StateFormat::kInt8Moments) &&
+        (*lease)->layout().Find("ms") != nullptr) {
+      DecodedMomentStats(*s, *obj, lease->get(), &j["decoded"], &why);
+      if (!why.empty()) j["decode_note"] = why;
+    }
+    if (a->json) {
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
+    std::printf("object %s step %lu (version %lu, %s; store state format "
+                "%s)\n",
+                obj->c_str(), (unsigned long)rec->step,
+                (unsigned long)rec->version,
+                FormatBytes(rec->blob_bytes).c_str(),
+                j["state_format"].get<std::string>().c_str());
+    std::printf("%-8s %-5s %12s %13s %13s %13s %13s %6s %6s\n", "section",
+                "dtype", "count", "min", "max", "mean", "l2", "nan", "inf");
+    PrintStatsRows(j["sections"]);
+    if (!j["decoded"].is_null()) {
+      std::printf("m and v as values (codes times their block's scale):\n");
+      PrintStatsRows(j["decoded"]);
+    } else if (!why.empty()) {
+      std::printf("(u8 sections m and v are codes, ms and vs their block "
+                  "scales; not decoded: %s)\n", why.c_str());
+    }
+    for (const char* which : {"extents", "replica"}) {
+      const json& list = j[which];
+      if (list.empty()) continue;
+      std::printf("%zu %s:\n", list.size(),
+                  std::string(which) == "extents"
+                      ? "extents"
+                      : "replica extents (tag --copy-to)");
+      for (auto& e : list)
+        std::printf("  %s @%lu +%lu  blob@%lu  xxh3 %s\n",
+                    e["file"].get<std::string>().c_str(),
+                    (unsigned long)e["offset"].get<uint64_t>(),
+                    (unsigned long)e["length"].get<uint64_t>(),
+                    (unsigned long)e["blob_offset"].get<uint64_t>(),
+                    e["xxh3"].get<std::string>().c_str());
+    }
+  });
+}
+
+}  // namespace mlpo
