@@ -25,10 +25,12 @@ absl::StatusOr<ManifestLayout> ManifestSubgroups(
       JsonField<uint64_t>(g, "shard_start");
       numel.push_back(JsonField<uint64_t>(g, "shard_numel"));
     }
-    MLPO_ASSIGN_OR_RETURN(
-        out.subgroups,
-        PartitionParams(numel, JsonField<uint64_t>(manifest,
-                                                   "subgroup_numel")));
+    auto parts = PartitionParams(
+        numel, JsonField<uint64_t>(manifest, "subgroup_numel"));
+    if (!parts.ok())
+      return absl::DataLossError(
+          absl::StrCat("bad manifest: ", parts.status().message()));
+    out.subgroups = std::move(*parts);
     std::vector<std::vector<uint64_t>> starts(groups.size());
     const nlohmann::json& params = manifest.at("params");
     for (size_t i = 0; i < params.size(); ++i) {
@@ -45,6 +47,7 @@ absl::StatusOr<ManifestLayout> ManifestSubgroups(
         starts[g].push_back(std::max(off, ss) - ss);
       }
     }
+    for (auto& st : starts) std::sort(st.begin(), st.end());
     AssignPieces(&out.subgroups, starts);
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat("bad manifest: ", e.what()));
