@@ -38,13 +38,31 @@ def _store_name(name, world):
     return name if world == 1 else f"{name}-w{world}"
 
 
+def _parse_manifest(text):
+    """A manifest read back from a store; ValueError saying so when it is
+    not JSON."""
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise ValueError(
+            f"its parameter manifest is not JSON ({e})") from None
+
+
 def _model_difference(a, b):
     """The first (name, shape, group) that differs between two manifests'
     parameter lists, as a pair (None where one list is shorter); None when
-    they describe the same model."""
+    they describe the same model. ValueError when `a` (a manifest read back
+    from a store) is not one."""
     def key(m):
         return [(p["name"], tuple(p["shape"]), p["group"]) for p in m["params"]]
-    ka, kb = key(a), key(b)
+    try:
+        ka = key(a)
+    except (KeyError, TypeError, IndexError, AttributeError) as e:
+        raise ValueError(
+            "its parameter manifest cannot be read (" +
+            (f"no key {e}" if isinstance(e, KeyError) else str(e)) +
+            ")") from None
+    kb = key(b)
     if ka == kb:
         return None
     n = max(len(ka), len(kb))
@@ -371,7 +389,10 @@ class CheckpointMixin:
         self._params_from_store()
 
     def _check_manifest_of(self, other):
-        diff = _model_difference(other, self._manifest)
+        try:
+            diff = _model_difference(other, self._manifest)
+        except ValueError as e:
+            raise ValueError(f"mlpo.torch: the checkpoint: {e}") from None
         if diff is not None:
             raise ValueError(
                 "mlpo.torch: the checkpoint was written for another model "

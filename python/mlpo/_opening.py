@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from . import _mlpo
 from . import store_config
-from ._checkpoints import _model_difference, _store_name
+from ._checkpoints import _model_difference, _parse_manifest, _store_name
 
 _DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 # Bytes of state per parameter in each format (optimizer/state_format.h).
@@ -138,8 +138,17 @@ class StoreOpening:
                 raise
             old = eng.get_attribute("manifest")
             if old is not None and check_model:
-                if _model_difference(json.loads(old),
-                                     self._manifest) is not None:
+                try:
+                    diff = _model_difference(_parse_manifest(old),
+                                             self._manifest)
+                except ValueError as e:
+                    eng.close()
+                    raise RuntimeError(
+                        f"mlpo.torch: namespace {ns!r} of the store: {e}; "
+                        "nothing was changed. Its state cannot be matched "
+                        "to a model without it: pass name= (or store=) for "
+                        "a fresh state elsewhere") from None
+                if diff is not None:
                     eng.close()
                     return None
             return eng

@@ -1,7 +1,9 @@
 """Bad inputs: each is a Python exception that names the problem, and the
 store keeps its last committed state."""
+import json
 import os
 import shutil
+import subprocess
 
 import pytest
 import torch
@@ -119,3 +121,34 @@ def test_a_misspelt_store_option_names_the_key(tmp_path):
     cfg.write_text('[[path]]\nroot = "d"\nread_cpa = "1G"\n')
     with pytest.raises(ValueError, match="read_cpa"):
         mt.AdamW(make_model().parameters(), store=str(cfg))
+
+
+
+@pytest.mark.parametrize("manifest", ['{"world": 1}', "not json {",
+                                      '{"params": [{"shape": [3]}]}'])
+def test_an_unreadable_manifest_is_named_and_the_state_kept(
+        store_dir, mlpo_cli, manifest):
+    """A namespace whose parameter manifest cannot be read (edited by hand,
+    written by a broken tool) is neither taken for another model's (a fresh
+    namespace beside it) nor a bare KeyError: an error naming the manifest,
+    with the committed state untouched."""
+    model, opt = trained(store_dir)
+    opt._engine.set_attribute("manifest", manifest)
+    opt.close()
+    rank0 = os.path.join(store_dir, "mlpo", "rank-0")
+
+    def heads():
+        r = subprocess.run([mlpo_cli, "ls", rank0, "--json"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return [(o["name"], o["head"], o["head_step"])
+                for o in json.loads(r.stdout)["objects"]]
+
+    before = heads()
+    assert before and all(step == 3 for _, _, step in before)
+    for resume in (True, False):
+        with pytest.raises(RuntimeError, match="parameter manifest"):
+            mt.AdamW(make_model().named_parameters(), lr=1e-2,
+                     store=store_dir, resume=resume)
+    assert not os.path.exists(os.path.join(store_dir, "mlpo.2"))
+    assert heads() == before
