@@ -449,6 +449,7 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
   if (st.ok() && options_.durability == Durability::kStep) {
     for (size_t p = 0; p < paths_.size() && st.ok(); ++p)
       if (op->touched[p]) {
+        TraceSpan span("path sync", "store", "index");
         st = paths_[p]->Sync();
         if (!st.ok()) failed = static_cast<int>(p);
       }
@@ -546,7 +547,11 @@ absl::Status ObjectStore::ApplyRefChanges(MetaIndex::Batch* b,
         !it->second.deleted)
       b->DeleteVersion(k.first, k.second);
   }
-  MLPO_RETURN_IF_ERROR(meta_->Apply(b, sync));
+  {
+    TraceSpan span(sync ? "index write (synced)" : "index write", "store",
+                   "index");
+    MLPO_RETURN_IF_ERROR(meta_->Apply(b, sync));
+  }
   for (auto& [k, n] : dec) {
     auto it = versions_.find(k);
     if (it == versions_.end()) continue;

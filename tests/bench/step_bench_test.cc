@@ -1,10 +1,13 @@
 // `mlpo-bench step` as a script runs it (a small model, two formats, two
 // modes): the disk is probed before the first mode and after each one, and
 // every mode's bound is what its own figures and the faster of the two
-// probes around it give; the compact format's ratio is fp32's step time over its own. A bad
+// probes around it give; the compact format's ratio is fp32's step time
+// over its own; the trace shows the extents and the syncs. A bad
 // --probe-seconds is refused before any work. The figures themselves are
 // not asserted (speed is the benchmark's to show, not a test's).
 #include <algorithm>
+#include <fstream>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,7 +42,7 @@ TEST(StepBenchTest, EachModesBoundUsesTheProbesAroundIt) {
       " --subgroup 2097152 --steps 1 --modes mlpo,mlpo+cache "
       "--state-format fp32,int8-moments --probe-seconds 0.2 --paths " +
       dir.Sub("a") + "," + dir.Sub("b") + " --dir " + dir.path() +
-      " --json 2>/dev/null");
+      " --trace " + dir.path() + "/t.json --json 2>/dev/null");
   ASSERT_EQ(r.code, 0) << r.out;
   json j = json::parse(r.out);
   const std::vector<std::string> rows = {"mlpo/fp32", "mlpo/int8-moments",
@@ -76,6 +79,16 @@ TEST(StepBenchTest, EachModesBoundUsesTheProbesAroundIt) {
     EXPECT_NEAR(m["bytes_per_param"].get<double>(),
                 moved / static_cast<double>(params), 1e-9);
   }
+  // The trace shows the extents and, under the default durability (step),
+  // each commit's path syncs and synced index write.
+  std::ifstream in(dir.path() + "/t.json");
+  json t = json::parse(in);
+  std::set<std::string> names;
+  for (const auto& e : t["traceEvents"])
+    if (e.contains("name")) names.insert(e["name"].get<std::string>());
+  for (const char* want : {"read", "write", "path sync",
+                           "index write (synced)", "write wait"})
+    EXPECT_TRUE(names.count(want)) << want;
   for (const char* mode : {"mlpo", "mlpo+cache"}) {
     const json& fp = j["modes"][std::string(mode) + "/fp32"];
     const json& i8 = j["modes"][std::string(mode) + "/int8-moments"];
