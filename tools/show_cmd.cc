@@ -3,10 +3,12 @@
 // hold codes and ms/vs their block scales; the statistics of the values
 // they stand for are decoded with the block grid of the optimizer's
 // manifest (blocks restart at each parameter, which only the manifest
-// knows), as `mlpo export` decodes them.
+// knows), as `mlpo export` decodes them. The optimizer's step counts
+// (param_steps.n<K>: u64 values in an f32 section) are shown as counts.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -131,6 +133,26 @@ void DecodedMomentStats(const StoreView& s, const std::string& obj,
                           v.Json("v", "f32", sub->numel, 0)});
 }
 
+// The optimizer's per-parameter step counts (object "param_steps.n<K>",
+// Optimizer::ParamStepsObject): K uint64 counts kept in an f32 section "t"
+// of 2K elements. Their statistics as counts, or null for any other object.
+json StepCountStats(const std::string& obj, const CheckoutLease& l) {
+  const auto& secs = l.layout().sections();
+  if (obj.rfind("param_steps.n", 0) != 0 || secs.size() != 1 ||
+      secs[0].spec.name != "t" || secs[0].spec.dtype != DType::kF32 ||
+      secs[0].spec.count % 2 != 0)
+    return nullptr;
+  uint64_t k = secs[0].spec.count / 2;
+  const char* base = l.data() + secs[0].offset;
+  ValueStats st;
+  for (uint64_t i = 0; i < k; ++i) {
+    uint64_t t;
+    std::memcpy(&t, base + i * sizeof(t), sizeof(t));
+    st.Add(static_cast<double>(t));
+  }
+  return json::array({st.Json("t", "u64", k, secs[0].offset)});
+}
+
 void PrintStatsRows(const json& rows) {
   for (auto& x : rows)
     std::printf("%-8s %-5s %12lu %13.6g %13.6g %13.6g %13.6g %6lu %6lu\n",
@@ -154,7 +176,8 @@ void AddShowCommand(CLI::App& app) {
                         "One object: layout, extents per path with "
                         "checksums, per-section statistics (min, max, mean, "
                         "L2, NaN, Inf); in an int8-moments store also of m "
-                        "and v decoded to fp32",
+                        "and v decoded to fp32, and the optimizer's step "
+                        "counts as counts",
                         a.get());
   c->add_option("object", *obj, "Object name")->required();
   auto* vo = c->add_option("--version", *ver,
@@ -204,6 +227,7 @@ void AddShowCommand(CLI::App& app) {
               {"replica", ExtentsJson(*s, rec->replica)},
               {"decoded", nullptr}};
     std::string why;
+    j["decoded"] = StepCountStats(*obj, **lease);
     if (j["state_format"] == StateFormatName(StateFormat::kInt8Moments) &&
         (*lease)->layout().Find("ms") != nullptr) {
       DecodedMomentStats(*s, *obj, lease->get(), &j["decoded"], &why);
@@ -223,7 +247,11 @@ void AddShowCommand(CLI::App& app) {
                 "dtype", "count", "min", "max", "mean", "l2", "nan", "inf");
     PrintStatsRows(j["sections"]);
     if (!j["decoded"].is_null()) {
-      std::printf("m and v as values (codes times their block's scale):\n");
+      std::printf("%s\n", j["decoded"][0]["name"] == "t"
+                              ? "t as the parameters' step counts (u64, "
+                                "two f32 slots each):"
+                              : "m and v as values (codes times their "
+                                "block's scale):");
       PrintStatsRows(j["decoded"]);
     } else if (!why.empty()) {
       std::printf("(u8 sections m and v are codes, ms and vs their block "

@@ -164,6 +164,10 @@ def test_show_prints_the_moments_values(tmp_path, mlpo_cli, fmt):
     opt = mlpo.torch.AdamW(a.named_parameters(), lr=LR, store=str(tmp_path),
                            state_format=fmt)
     train(a, opt, 3)
+    for p in a[2].parameters():  # frozen: its step counts stay at 3
+        p.requires_grad_(False)
+        p.grad = None
+    train(a, opt, 2)
     want = {k: torch.cat([opt.state[p][k].flatten()
                           for p in a.parameters()]).double()
             for k in ("exp_avg", "exp_avg_sq")}
@@ -191,9 +195,13 @@ def test_show_prints_the_moments_values(tmp_path, mlpo_cli, fmt):
         assert row["mean"] == pytest.approx(t.mean().item(), rel=1e-9,
                                             abs=1e-300)
         assert row["l2"] == pytest.approx(t.norm().item(), rel=1e-9)
-    # An object that is no subgroup (the step counts) has nothing to decode.
+    # The step counts (u64 in an f32 section) are shown as counts: two
+    # parameters took five steps, the frozen layer's two three.
     steps = show("param_steps.n4")
-    assert steps["decoded"] is None and "decode_note" not in steps
+    assert "decode_note" not in steps
+    (t,) = steps["decoded"]
+    assert (t["dtype"], t["count"], t["min"], t["max"], t["mean"]) == (
+        "u64", 4, 3, 5, 4)
     # Text output says what the rows are.
     r = subprocess.run([mlpo_cli, "show", store, "g0.s000000"],
                        capture_output=True, text=True)
