@@ -5,12 +5,12 @@
 // written fails before any work. The figures themselves are not asserted
 // (speed is the benchmark's to show, not a test's).
 #include <cstdio>
-#include <fstream>
 #include <set>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/bench/bench_test_util.h"
 #include "tests/test_util.h"
 
 namespace mlpo {
@@ -38,11 +38,7 @@ TEST(GpuBenchTest, HostStepIsMeasuredAgainstTheKernelAndTraced) {
   EXPECT_EQ(s["bytes_per_param"]["total"].get<int>(), 34);
   EXPECT_FALSE(j.contains("copies"));  // --skip-copies
   // The trace: every part of a step on its row.
-  std::ifstream in(trace);
-  auto t = nlohmann::json::parse(in);
-  std::set<std::string> names;
-  for (const auto& e : t["traceEvents"])
-    if (e.contains("name")) names.insert(e["name"].get<std::string>());
+  std::set<std::string> names = TraceEventNames(trace);
   for (const char* want : {"stage copy+stats", "param copy", "step",
                            "read wait", "commit call"})
     EXPECT_TRUE(names.count(want)) << want;

@@ -6,7 +6,6 @@
 // --probe-seconds is refused before any work. The figures themselves are
 // not asserted (speed is the benchmark's to show, not a test's).
 #include <algorithm>
-#include <fstream>
 #include <set>
 #include <string>
 #include <utility>
@@ -14,6 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/bench/bench_test_util.h"
 #include "tests/test_util.h"
 
 namespace mlpo {
@@ -81,11 +81,7 @@ TEST(StepBenchTest, EachModesBoundUsesTheProbesAroundIt) {
   }
   // The trace shows the extents and, under the default durability (step),
   // each commit's path syncs and synced index write.
-  std::ifstream in(dir.path() + "/t.json");
-  json t = json::parse(in);
-  std::set<std::string> names;
-  for (const auto& e : t["traceEvents"])
-    if (e.contains("name")) names.insert(e["name"].get<std::string>());
+  std::set<std::string> names = TraceEventNames(dir.path() + "/t.json");
   for (const char* want : {"read", "write", "path sync",
                            "index write (synced)", "write wait"})
     EXPECT_TRUE(names.count(want)) << want;
