@@ -21,12 +21,11 @@
 
 namespace mlpo {
 
-// value as a T, for a value that `what` names in the error; throws
+// v as a T, for a value that `what` names in the error; throws
 // std::invalid_argument when it is not a T.
 template <typename T>
-T JsonNumber(const nlohmann::json& value, const std::string& what) {
+T JsonNumber(const nlohmann::json& v, const std::string& what) {
   static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>);
-  const nlohmann::json& v = value;
   if constexpr (std::is_floating_point_v<T>) {
     if (v.is_number()) return v.get<T>();
   } else if (v.is_number_unsigned()) {

@@ -229,10 +229,9 @@ void AddStepBench(CLI::App& app) {
     // before and just after it (DiskProber).
     DiskProber prober(paths, a->probe_s);
     std::vector<DiskProbe> probes;
-    // A rested disk reads fast for its first seconds of writes (a host-side
-    // write cache fills), which would judge the first mode against a rate
-    // no sustained load sees: one probe to condition it, not recorded.
-    (void)prober.Probe("conditioning the disk, not recorded");
+    // A rested disk would judge the first mode against a rate no sustained
+    // load sees.
+    prober.Condition();
     probes.push_back(prober.Probe("before the first mode"));
     for (size_t k = 0; k < paths.size(); ++k) {
       PathSpec& p = paths[k];

@@ -165,6 +165,12 @@ DiskProbe DiskProber::Probe(const std::string& when) {
   return d;
 }
 
+void DiskProber::Condition() {
+  Progress("conditioning the disk: every path under the probe's load, not "
+           "recorded");
+  if (auto r = RunProbesTogether(jobs_); !r.ok()) Die("probe", r.status());
+}
+
 ModeResult RunMode(const ModeRun& run) {
   const auto& [mode, paths, dir, params, subgroup, steps, warmup, prefetch,
                commits, threads, stream, keep, durability, u_scale, cache,

@@ -75,6 +75,10 @@ class DiskProber {
   DiskProber& operator=(const DiskProber&) = delete;
   // One progress line per probe, naming `when`.
   DiskProbe Probe(const std::string& when);
+  // Puts every path under the probe's load for its duration, all at once,
+  // measuring nothing: a rested disk first fills a host-side write cache
+  // and reads faster than any sustained load sees.
+  void Condition();
 
  private:
   std::vector<ProbeJob> jobs_;

@@ -18,11 +18,11 @@ absl::StatusOr<ManifestLayout> ManifestSubgroups(
       return absl::DataLossError(
           absl::StrCat("bad manifest: world ", out.world));
     const nlohmann::json& groups = manifest.at("groups");
-    std::vector<uint64_t> numel;
+    std::vector<uint64_t> shard_start, numel;
     for (const auto& g : groups) {
       // Every number a reader uses later, checked once here.
       JsonField<uint64_t>(g, "flat_numel");
-      JsonField<uint64_t>(g, "shard_start");
+      shard_start.push_back(JsonField<uint64_t>(g, "shard_start"));
       numel.push_back(JsonField<uint64_t>(g, "shard_numel"));
     }
     auto parts = PartitionParams(
@@ -35,11 +35,9 @@ absl::StatusOr<ManifestLayout> ManifestSubgroups(
     const nlohmann::json& params = manifest.at("params");
     for (size_t i = 0; i < params.size(); ++i) {
       size_t g = JsonField<size_t>(params[i], "group");
-      const auto& gm = groups.at(g);
       uint64_t off = JsonField<uint64_t>(params[i], "offset");
       uint64_t n = JsonField<uint64_t>(params[i], "numel");
-      uint64_t ss = gm.at("shard_start").get<uint64_t>();
-      uint64_t sn = gm.at("shard_numel").get<uint64_t>();
+      uint64_t ss = shard_start.at(g), sn = numel.at(g);
       for (const auto& d : params[i].at("shape"))
         JsonNumber<uint64_t>(d, "a dimension of \"shape\"");
       if (std::max(off, ss) < std::min(off + n, ss + sn)) {
@@ -142,7 +140,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
           "checkpoint ranks disagree: rank 0 holds ",
           StateFormatName(r->format_), " state, rank ", k, " ",
           StateFormatName(format)));
-    std::string obj = absl::StrCat("param_steps.n", rank.piece_param.size());
+    std::string obj = ParamStepsObject(rank.piece_param.size());
     if (auto it = heads.find(obj); it != heads.end()) {
       rank.steps_object = obj;
       rank.steps_version = it->second;
@@ -168,9 +166,8 @@ absl::StatusOr<std::vector<uint64_t>> CheckpointReader::ParamSteps() {
     if (rank.steps_object.empty()) continue;
     MLPO_ASSIGN_OR_RETURN(Lease l, rank.store->ReadVersion(
                                        rank.steps_object, rank.steps_version));
-    std::vector<uint64_t> steps(rank.piece_param.size());
-    std::memcpy(steps.data(), l->Section<float>("t"),
-                steps.size() * sizeof(uint64_t));
+    MLPO_ASSIGN_OR_RETURN(std::vector<uint64_t> steps,
+                          ParamStepsIn(*l, rank.piece_param.size()));
     for (size_t k = 0; k < steps.size(); ++k)
       if (rank.piece_param[k] < out.size()) out[rank.piece_param[k]] = steps[k];
   }

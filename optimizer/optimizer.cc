@@ -118,9 +118,7 @@ absl::Status Optimizer::Init() {
   MLPO_ASSIGN_OR_RETURN(store_, ObjectStore::Open(so));
   overrides_.resize(subgroups_.size());
   if (!params_.empty()) {
-    MLPO_ASSIGN_OR_RETURN(
-        ObjectLayout sl,
-        ObjectLayout::Make({{"t", DType::kF32, 2 * params_.size()}}));
+    MLPO_ASSIGN_OR_RETURN(ObjectLayout sl, ParamStepsLayout(params_.size()));
     MLPO_RETURN_IF_ERROR(store_->Declare(ParamStepsObject(), sl));
   }
   MLPO_RETURN_IF_ERROR(CheckStateFormat());
@@ -207,8 +205,7 @@ absl::Status Optimizer::LoadStep() {
         ": a step was interrupted; restore a tag (OptimizerOptions."
         "restore_tag, or `mlpo restore STORE TAG`)"));
   MLPO_ASSIGN_OR_RETURN(Lease l, store_->Checkout(steps_object).get());
-  std::memcpy(param_steps_.data(), l->Section<float>("t"),
-              params_.size() * sizeof(uint64_t));
+  MLPO_ASSIGN_OR_RETURN(param_steps_, ParamStepsIn(*l, params_.size()));
   for (uint64_t t : param_steps_)
     if (t > step_)
       return absl::DataLossError(absl::StrCat(
@@ -259,7 +256,7 @@ absl::Status Optimizer::ContinueHeads() {
 }
 
 std::string Optimizer::ParamStepsObject() const {
-  return absl::StrCat("param_steps.n", params_.size());
+  return mlpo::ParamStepsObject(params_.size());
 }
 
 absl::Status Optimizer::Reset() {

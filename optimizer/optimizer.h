@@ -176,9 +176,8 @@ class Optimizer {
   // (count floats each).
   absl::Status ReadRange(int group, uint64_t offset, uint64_t count, float* p,
                          float* m, float* v);
-  // The object holding every parameter's step count (2 floats' bytes per
-  // parameter, a little-endian uint64): "param_steps.n<parameters>", so a
-  // store whose groups grew (add_param_group) declares a new one.
+  // The object holding every parameter's step count (ParamStepsObject of
+  // state_format.h for this optimizer's parameters).
   std::string ParamStepsObject() const;
   ObjectStore* store() { return store_.get(); }
   const std::vector<Subgroup>& subgroups() const { return subgroups_; }

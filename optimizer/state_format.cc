@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "base/dtype.h"
@@ -70,6 +71,27 @@ absl::StatusOr<ObjectLayout> StateLayout(StateFormat f, uint64_t numel,
                                  {"m", DType::kF32, numel},
                                  {"v", DType::kF32, numel}});
   }
+}
+
+std::string ParamStepsObject(size_t params) {
+  return absl::StrCat("param_steps.n", params);
+}
+
+absl::StatusOr<ObjectLayout> ParamStepsLayout(size_t params) {
+  return ObjectLayout::Make({{"t", DType::kF32, 2 * uint64_t{params}}});
+}
+
+absl::StatusOr<std::vector<uint64_t>> ParamStepsIn(const CheckoutLease& lease,
+                                                   size_t params) {
+  auto want = ParamStepsLayout(params);
+  if (!want.ok() || !(lease.layout() == *want))
+    return absl::DataLossError(absl::StrCat(
+        lease.object(), " is laid out as ", lease.layout().DebugString(),
+        ", not as the step counts of ", params, " parameters"));
+  std::vector<uint64_t> out(params);
+  std::memcpy(out.data(), lease.data() + lease.layout().Find("t")->offset,
+              params * sizeof(uint64_t));
+  return out;
 }
 
 absl::StatusOr<MomentsRef> MomentsIn(StateFormat f, CheckoutLease* lease,

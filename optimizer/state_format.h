@@ -79,6 +79,17 @@ class QuantGrid {
 absl::StatusOr<ObjectLayout> StateLayout(StateFormat f, uint64_t numel,
                                          uint64_t blocks);
 
+// Each parameter's own step count (Optimizer::param_steps) for a rank of
+// `params` parameters: object "param_steps.n<params>" (a store whose groups
+// grew, add_param_group, declares a new one), one section "t" of 2 * params
+// f32 slots holding the params little-endian uint64 counts.
+std::string ParamStepsObject(size_t params);
+absl::StatusOr<ObjectLayout> ParamStepsLayout(size_t params);
+// The counts in a lease of ParamStepsObject(params); DataLoss when it is
+// not laid out as ParamStepsLayout(params).
+absl::StatusOr<std::vector<uint64_t>> ParamStepsIn(const CheckoutLease& lease,
+                                                   size_t params);
+
 // A subgroup's moments as the store holds them (pointers into a lease).
 struct MomentsRef {
   StateFormat format = StateFormat::kF32;

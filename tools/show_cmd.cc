@@ -4,11 +4,10 @@
 // they stand for are decoded with the block grid of the optimizer's
 // manifest (blocks restart at each parameter, which only the manifest
 // knows), as `mlpo export` decodes them. The optimizer's step counts
-// (param_steps.n<K>: u64 values in an f32 section) are shown as counts.
+// (ParamStepsObject: u64 values in an f32 section) are shown as counts.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -133,23 +132,18 @@ void DecodedMomentStats(const StoreView& s, const std::string& obj,
                           v.Json("v", "f32", sub->numel, 0)});
 }
 
-// The optimizer's per-parameter step counts (object "param_steps.n<K>",
-// Optimizer::ParamStepsObject): K uint64 counts kept in an f32 section "t"
-// of 2K elements. Their statistics as counts, or null for any other object.
+// The optimizer's per-parameter step counts (ParamStepsObject: K uint64
+// counts kept in an f32 section "t" of 2K elements) as counts, or null for
+// any other object.
 json StepCountStats(const std::string& obj, const CheckoutLease& l) {
   const auto& secs = l.layout().sections();
-  if (obj.rfind("param_steps.n", 0) != 0 || secs.size() != 1 ||
-      secs[0].spec.name != "t" || secs[0].spec.dtype != DType::kF32 ||
-      secs[0].spec.count % 2 != 0)
-    return nullptr;
+  if (secs.size() != 1) return nullptr;
   uint64_t k = secs[0].spec.count / 2;
-  const char* base = l.data() + secs[0].offset;
+  if (obj != ParamStepsObject(k)) return nullptr;
+  auto counts = ParamStepsIn(l, k);
+  if (!counts.ok()) return nullptr;
   ValueStats st;
-  for (uint64_t i = 0; i < k; ++i) {
-    uint64_t t;
-    std::memcpy(&t, base + i * sizeof(t), sizeof(t));
-    st.Add(static_cast<double>(t));
-  }
+  for (uint64_t t : *counts) st.Add(static_cast<double>(t));
   return json::array({st.Json("t", "u64", k, secs[0].offset)});
 }
 

@@ -123,7 +123,6 @@ def test_a_misspelt_store_option_names_the_key(tmp_path):
         mt.AdamW(make_model().parameters(), store=str(cfg))
 
 
-
 @pytest.mark.parametrize("manifest", ['{"world": 1}', "not json {",
                                       '{"params": [{"shape": [3]}]}'])
 def test_an_unreadable_manifest_is_named_and_the_state_kept(
