@@ -4,7 +4,8 @@
 //   lower_bound_s = max(bytes moved / sum over the mode's paths of U_k,
 //                       params / R_adam)
 // where U_k is each path's mixed read+write bandwidth (probed here, with the
-// path's cap, before and after each mode: the mode's bound uses the faster)
+// path's cap, around every round of timed steps: a step's bound uses the
+// faster of the probes before and after its round)
 // and R_adam the fused kernel's params/s (measured here).
 #include <spawn.h>
 #include <sys/stat.h>
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/ascii.h"
@@ -109,8 +111,9 @@ void AddStepBench(CLI::App& app) {
   cmd->add_option("--state-format", a->formats,
                   "State formats of the optimizer's stores, comma-separated "
                   "(fp32, bf16-moments, int8-moments); with more than one, "
-                  "every mode runs in each (rows MODE/FORMAT, interleaved) "
-                  "and each compact row gets its ratio to fp32")
+                  "every mode runs in each (rows MODE/FORMAT), a mode's "
+                  "formats taking turns step by step, and each compact row "
+                  "gets its ratio to fp32")
       ->capture_default_str();
   cmd->add_option("--prefetch", a->prefetch, "mlpo prefetch depth")
       ->capture_default_str();
@@ -155,8 +158,9 @@ void AddStepBench(CLI::App& app) {
                   "the fractions following it");
   cmd->add_option("--probe-seconds", a->probe_s,
                   "Seconds of each path's mixed-bandwidth probe (taken "
-                  "before the first mode and after every mode; each mode's "
-                  "bound uses the faster of the two around it). Long enough "
+                  "before the first mode and around every round of a mode's "
+                  "timed steps; each step's bound uses the faster of the "
+                  "two around its round). Long enough "
                   "to measure the disk under sustained load, as a step sees "
                   "it, not a write cache in front of it (1 with --quick)")
       ->capture_default_str()
@@ -289,8 +293,8 @@ void AddStepBench(CLI::App& app) {
       r_adam_of[fmt] = MeasureKernelRates(size_t{16} << 20, threads, 3, fmt).adam;
       out["r_adam_params_per_s_of"][StateFormatName(fmt)] = r_adam_of[fmt];
     }
-    // Every mode in every format, formats interleaved within each mode:
-    // rows "mode" (one format) or "mode/format".
+    // Every mode in every format: rows "mode" (one format) or
+    // "mode/format".
     std::vector<std::string> rows;
     std::map<std::string, std::pair<std::string, StateFormat>> row_of;
     for (auto& m : modes)
@@ -304,65 +308,110 @@ void AddStepBench(CLI::App& app) {
     if (formats.size() > 1) modes = rows;
     std::map<std::string, ModeResult> res;
     if (!a->trace.empty()) Trace::Get()->Start();
-    for (auto& row : rows) {
-      const auto& [m, fmt] = row_of[row];
-      ModeResult r = RunMode({.mode = m,
-                              .paths = paths,
-                              .dir = f.dir,
-                              .params = a->params,
-                              .subgroup = a->subgroup,
-                              .steps = a->steps,
-                              .warmup = a->warmup,
-                              .prefetch = a->prefetch,
-                              .commits = a->commits,
-                              .threads = a->threads,
-                              .stream = a->stream,
-                              .keep = f.keep,
-                              .durability = a->durability == "tag"
-                                                ? Durability::kTag
-                                                : Durability::kStep,
-                              .u_scale = u_scale,
-                              .cache = a->cache,
-                              .change = change,
-                              .paper_ratio = a->paper_ratio,
-                              .format = fmt,
-                              .after_steps = [&prober, &probes, &row] {
-                                probes.push_back(prober.Probe("after " + row));
-                              }});
-      // The disk as it was around this mode: the faster of the probes on
-      // either side of it (a dip in one short probe must not flatter the
-      // mode; the faster figure gives the tighter bound).
-      const size_t np = r.paths_used;
-      const double bound_bps = std::max(probes[probes.size() - 2].BoundBps(np),
-                                        probes.back().BoundBps(np));
-      double moved = r.bytes_read + r.bytes_written;
-      double lower_bound_s =
-          std::max(moved / bound_bps, a->params / r_adam_of[fmt]);
-      json pj = json::array();
-      for (auto& p : r.paths)
-        pj.push_back({{"root", p.root}, {"bytes_read", p.read},
-                      {"bytes_written", p.written}});
-      const std::string& m_row = row;
-      out["modes"][m_row] = {{"state_format", StateFormatName(fmt)},
-                         {"step_s", r.step_s},
-                         {"backward_s", r.backward_s},
-                         {"read_wait_s", r.read_wait_s},
-                         {"compute_s", r.compute_s},
-                         {"write_wait_s", r.write_wait_s},
-                         {"bytes_read", r.bytes_read},
-                         {"bytes_written", r.bytes_written},
-                         {"bytes_per_param", moved / a->params},
-                         {"effective_gbps", moved / r.step_s / 1e9},
-                         {"params_per_s", a->params / r.step_s},
-                         {"bound_bps", bound_bps},
-                         {"paths_used", np},
-                         {"lower_bound_s", lower_bound_s},
-                         {"bound_efficiency", lower_bound_s / r.step_s},
-                         {"cache_hit_bytes", r.cache_hit_bytes},
-                         {"peak_rss_bytes", r.peak_rss},
-                         {"fractions_per_step", r.fractions_per_step},
-                         {"paths", pj}};
-      res[m_row] = r;
+    // A mode's rows (its formats) run together, a step at a time: each
+    // opens its store and takes its untimed steps; then round after round
+    // every row takes one timed step (in rotating order), and the disk is
+    // probed before the
+    // first round and after each one. Each timed step is judged against the
+    // faster of the probes on either side of its round (a dip in one short
+    // probe must not flatter it; the faster figure gives the tighter bound),
+    // and a compact format's ratio to fp32 compares steps that saw the same
+    // minutes of a disk whose speed drifts from minute to minute.
+    for (size_t g = 0; g < rows.size();) {
+      const std::string& mode = row_of[rows[g]].first;
+      size_t g_end = g;
+      while (g_end < rows.size() && row_of[rows[g_end]].first == mode) ++g_end;
+      std::vector<std::unique_ptr<ModeRunner>> runners;
+      for (size_t i = g; i < g_end; ++i) {
+        runners.push_back(std::make_unique<ModeRunner>(ModeRun{
+            .mode = mode,
+            .row = rows[i],
+            .paths = paths,
+            .dir = f.dir,
+            .params = a->params,
+            .subgroup = a->subgroup,
+            .steps = a->steps,
+            .warmup = a->warmup,
+            .prefetch = a->prefetch,
+            .commits = a->commits,
+            .threads = a->threads,
+            .stream = a->stream,
+            .keep = f.keep,
+            .durability = a->durability == "tag" ? Durability::kTag
+                                                 : Durability::kStep,
+            .u_scale = u_scale,
+            .cache = a->cache,
+            .change = change,
+            .paper_ratio = a->paper_ratio,
+            .format = row_of[rows[i]].second}));
+        runners.back()->UntimedSteps();
+      }
+      const size_t first_probe = probes.size();
+      probes.push_back(prober.Probe("before the timed steps of " + mode));
+      // The first step after a probe can be the slow one (the probe's
+      // writes may still be flushing below us), so the order rotates:
+      // round k starts with the mode's k-th format, and over as many rounds
+      // as formats each goes first once.
+      const size_t n_rows = g_end - g;
+      for (int k = 0; k < a->steps; ++k) {
+        for (size_t j = 0; j < n_rows; ++j) {
+          const size_t i = (k + j) % n_rows;
+          runners[i]->TimedStep();
+          out["timed_step_order"].push_back(rows[g + i]);
+        }
+        probes.push_back(prober.Probe(absl::StrFormat(
+            "after timed round %d/%d of %s", k + 1, a->steps, mode)));
+      }
+      for (size_t i = g; i < g_end; ++i) {
+        const std::string& row = rows[i];
+        const StateFormat fmt = row_of[row].second;
+        ModeResult r = runners[i - g]->Finish();
+        const size_t np = r.paths_used;
+        double moved = r.bytes_read + r.bytes_written;
+        double lower_bound_s = 0, io_s = 0;
+        json step_bounds = json::array();
+        for (size_t k = 0; k < r.timed_moved.size(); ++k) {
+          const double b =
+              std::max(probes[first_probe + k].BoundBps(np),
+                       probes[first_probe + k + 1].BoundBps(np));
+          step_bounds.push_back(b);
+          io_s += r.timed_moved[k] / b;
+          lower_bound_s += std::max(r.timed_moved[k] / b,
+                                    a->params / r_adam_of[fmt]) /
+                           r.timed_moved.size();
+        }
+        json pj = json::array();
+        for (auto& p : r.paths)
+          pj.push_back({{"root", p.root}, {"bytes_read", p.read},
+                        {"bytes_written", p.written}});
+        out["modes"][row] = {
+            {"state_format", StateFormatName(fmt)},
+            {"step_s", r.step_s},
+            {"timed_step_s", r.timed_step_s},
+            {"backward_s", r.backward_s},
+            {"read_wait_s", r.read_wait_s},
+            {"compute_s", r.compute_s},
+            {"write_wait_s", r.write_wait_s},
+            {"bytes_read", r.bytes_read},
+            {"bytes_written", r.bytes_written},
+            {"timed_step_bytes", r.timed_moved},
+            {"bytes_per_param", moved / a->params},
+            {"effective_gbps", moved / r.step_s / 1e9},
+            {"params_per_s", a->params / r.step_s},
+            // The rate the steps' bytes were judged against, as one figure.
+            {"bound_bps", moved * a->steps / io_s},
+            {"step_bound_bps", step_bounds},
+            {"probes_used", {first_probe, first_probe + a->steps}},
+            {"paths_used", np},
+            {"lower_bound_s", lower_bound_s},
+            {"bound_efficiency", lower_bound_s / r.step_s},
+            {"cache_hit_bytes", r.cache_hit_bytes},
+            {"peak_rss_bytes", r.peak_rss},
+            {"fractions_per_step", r.fractions_per_step},
+            {"paths", pj}};
+        res[row] = r;
+      }
+      g = g_end;
     }
     // Each compact format against fp32 in the same mode.
     for (auto& row : rows) {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <thread>
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -171,13 +172,29 @@ void DiskProber::Condition() {
   if (auto r = RunProbesTogether(jobs_); !r.ok()) Die("probe", r.status());
 }
 
-ModeResult RunMode(const ModeRun& run) {
-  const auto& [mode, paths, dir, params, subgroup, steps, warmup, prefetch,
-               commits, threads, stream, keep, durability, u_scale, cache,
-               change, paper_ratio, format, after_steps] = run;
-  const ModeConfig mc = ConfigFor(mode, prefetch, commits, paper_ratio);
-  const bool baseline = mc.grad_offload;
+struct ModeRunner::Impl {
+  ModeRun run;
+  ModeConfig mc;
+  bool baseline = false;
   OptimizerOptions o;
+  size_t np = 0;
+  std::unique_ptr<StreamingSink> sink;
+  std::unique_ptr<Optimizer> opt;
+  int untimed = 0;  // untimed steps: the creating one and the warm-up ones
+  int s = 0;        // steps taken
+  ModeResult r;
+};
+
+ModeRunner::ModeRunner(const ModeRun& run) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.run = run;
+  const auto& [mode, row, paths, dir, params, subgroup, steps, warmup, prefetch,
+               commits, threads, stream, keep, durability, u_scale, cache,
+               change, paper_ratio, format] = m.run;
+  m.mc = ConfigFor(mode, prefetch, commits, paper_ratio);
+  const ModeConfig& mc = m.mc;
+  m.baseline = mc.grad_offload;
+  OptimizerOptions& o = m.o;
   o.state_format = format;
   std::string store_name =
       absl::StrCat("step-", mode, "-", StateFormatName(format));
@@ -191,7 +208,7 @@ ModeResult RunMode(const ModeRun& run) {
       !ParseCacheBudget(cache, &o.store.cache_bytes, &o.store.cache_percent)
            .ok())
     Die("--cache", absl::InvalidArgumentError(cache));
-  size_t np = mc.all_paths ? paths.size() : 1;
+  const size_t np = m.np = mc.all_paths ? paths.size() : 1;
   for (size_t i = 0; i < np; ++i) {
     StorePathConfig pc;
     pc.path.root = paths[i].root;
@@ -226,92 +243,114 @@ ModeResult RunMode(const ModeRun& run) {
   // --stream: new parameters go through one subgroup-sized buffer and are
   // handed on (summed, as a copy to the device would read them) instead of
   // kept: 2 bytes per parameter less resident memory.
-  StreamingSink sink(std::min(subgroup, params));
-  if (stream) o.param_sink = &sink;
+  m.sink = std::make_unique<StreamingSink>(std::min(subgroup, params));
+  if (stream) o.param_sink = m.sink.get();
   auto opt = Optimizer::Open(o);
   if (!opt.ok()) Die(mode, opt.status());
+  m.opt = std::move(*opt);
   if (mc.paper_ratio > 0 && np > 1) {
     // Whole subgroups: every r-th on the second path, the rest on the first.
-    for (const Subgroup& sg : (*opt)->subgroups()) {
+    for (const Subgroup& sg : m.opt->subgroups()) {
       std::vector<double> f(np, 0.0);
       f[sg.index % mc.paper_ratio == 0 ? 1 : 0] = 1.0;
-      auto st = (*opt)->store()->placement()->SetObjectFractions(sg.object, f);
+      auto st = m.opt->store()->placement()->SetObjectFractions(sg.object, f);
       if (!st.ok()) Die(mode, st);
     }
   }
-  ModeResult r;
-  r.mode = mode;
+  m.r.mode = mode;
   // Step 0 (untimed) creates the state on the store; `warmup` more untimed
   // steps (the first after creation writes into space never written
   // before, 5-20% slower on this disk than the steady state a training run
   // sees, and the probe measures); then `steps` timed.
-  const int untimed = 1 + warmup;
-  for (int s = 0; s < untimed + steps; ++s) {
-    if (!change.root.empty() && s == change.step)
-      for (size_t i = 0; i < np; ++i)
-        if (paths[i].root == change.root) {
-          auto st = (*opt)->store()->path(i)->SetCaps(change.cap, change.cap);
-          if (!st.ok()) Die("--cap-change", st);
-          Progress(absl::StrFormat("%s: cap of %s now %s", mode, change.root,
-                                   FormatRate(double(change.cap))));
-        }
-    absl::Time t0 = absl::Now();
-    // Deterministic fp16 gradients, generated a chunk at a time (as they
-    // would arrive from the device) so the bench holds no second copy.
-    {
-      const uint64_t chunk = uint64_t{16} << 20;
-      std::vector<uint16_t> buf(std::min(chunk, params));
-      for (uint64_t off = 0; off < params; off += chunk) {
-        uint64_t n = std::min(chunk, params - off);
-        uint32_t x = 12345u ^ static_cast<uint32_t>(off / chunk * 2654435761u);
-        for (uint64_t i = 0; i < n; ++i) {
-          x ^= x << 13;
-          x ^= x >> 17;
-          x ^= x << 5;
-          buf[i] = FloatToF16(
-              static_cast<float>(static_cast<int>(x % 2001) - 1000) * 1e-3f);
-        }
-        auto st = (*opt)->StageGrad(0, off, buf.data(), DType::kF16, n);
-        if (!st.ok()) Die(mode, st);
+  m.untimed = 1 + warmup;
+}
+
+ModeRunner::~ModeRunner() = default;
+
+void ModeRunner::UntimedSteps() {
+  while (impl_->s < impl_->untimed) OneStep(/*timed=*/false);
+}
+
+void ModeRunner::TimedStep() { OneStep(/*timed=*/true); }
+
+void ModeRunner::OneStep(bool timed) {
+  Impl& m = *impl_;
+  const ModeRun& run = m.run;
+  const std::string& mode = run.mode;
+  const uint64_t params = run.params;
+  const int s = m.s++;
+  if (!run.change.root.empty() && s == run.change.step)
+    for (size_t i = 0; i < m.np; ++i)
+      if (run.paths[i].root == run.change.root) {
+        auto st = m.opt->store()->path(i)->SetCaps(run.change.cap,
+                                                   run.change.cap);
+        if (!st.ok()) Die("--cap-change", st);
+        Progress(absl::StrFormat("%s: cap of %s now %s", mode,
+                                 run.change.root,
+                                 FormatRate(double(run.change.cap))));
       }
+  absl::Time t0 = absl::Now();
+  // Deterministic fp16 gradients, generated a chunk at a time (as they
+  // would arrive from the device) so the bench holds no second copy.
+  {
+    const uint64_t chunk = uint64_t{16} << 20;
+    std::vector<uint16_t> buf(std::min(chunk, params));
+    for (uint64_t off = 0; off < params; off += chunk) {
+      uint64_t n = std::min(chunk, params - off);
+      uint32_t x = 12345u ^ static_cast<uint32_t>(off / chunk * 2654435761u);
+      for (uint64_t i = 0; i < n; ++i) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        buf[i] = FloatToF16(
+            static_cast<float>(static_cast<int>(x % 2001) - 1000) * 1e-3f);
+      }
+      auto st = m.opt->StageGrad(0, off, buf.data(), DType::kF16, n);
+      if (!st.ok()) Die(mode, st);
     }
-    if (baseline)
-      if (auto e = (*opt)->OffloadGrads(); !e.ok()) Die(mode, e);
-    double bw = absl::ToDoubleSeconds(absl::Now() - t0);
-    auto rep = (*opt)->Step(1024.0);
-    if (!rep.ok()) Die(mode, rep.status());
-    std::string fr;
-    for (double x : rep->fractions) fr += absl::StrFormat(" %.2f", x);
-    Progress(absl::StrFormat(
-        "%s step %d/%d: %.2f s (read wait %.2f, compute %.2f, write wait "
-        "%.2f), %s moved; fractions now%s%s",
-        mode, s, untimed + steps - 1, rep->total_s, rep->read_wait_s,
-        rep->compute_s, rep->write_wait_s,
-        FormatBytes(static_cast<double>(rep->bytes_read + rep->bytes_written)),
-        fr, s == 0 ? " (creates the state, untimed)"
-            : s < untimed ? " (warm-up, untimed)" : ""));
-    r.fractions_per_step.push_back(rep->fractions);
-    if (s < untimed) continue;
-    r.step_s += rep->total_s / steps;
-    r.backward_s += bw / steps;
-    r.read_wait_s += rep->read_wait_s / steps;
-    r.compute_s += rep->compute_s / steps;
-    r.write_wait_s += rep->write_wait_s / steps;
-    r.bytes_read += static_cast<double>(rep->bytes_read) / steps;
-    r.bytes_written += static_cast<double>(rep->bytes_written) / steps;
-    r.cache_hit_bytes += static_cast<double>(rep->cache_hit_bytes) / steps;
-    if (r.paths.empty()) r.paths = rep->paths;
   }
-  r.paths_used = np;
-  r.peak_rss = PeakRss();
-  opt->reset();
-  // Before the store goes: deleting gigabytes of segment files slows this
-  // disk (mounted with online discard) for seconds afterwards.
-  if (after_steps) after_steps();
-  if (!keep)
-    for (size_t i = 0; i < np; ++i)
-      std::filesystem::remove_all(paths[i].root + "/" + o.store.name);
-  return r;
+  if (m.baseline)
+    if (auto e = m.opt->OffloadGrads(); !e.ok()) Die(mode, e);
+  double bw = absl::ToDoubleSeconds(absl::Now() - t0);
+  auto rep = m.opt->Step(1024.0);
+  if (!rep.ok()) Die(mode, rep.status());
+  std::string fr;
+  for (double x : rep->fractions) fr += absl::StrFormat(" %.2f", x);
+  Progress(absl::StrFormat(
+      "%s step %d/%d: %.2f s (read wait %.2f, compute %.2f, write wait "
+      "%.2f), %s moved; fractions now%s%s",
+      run.row, s, m.untimed + run.steps - 1, rep->total_s, rep->read_wait_s,
+      rep->compute_s, rep->write_wait_s,
+      FormatBytes(static_cast<double>(rep->bytes_read + rep->bytes_written)),
+      fr, s == 0 ? " (creates the state, untimed)"
+          : !timed ? " (warm-up, untimed)" : ""));
+  ModeResult& r = m.r;
+  r.fractions_per_step.push_back(rep->fractions);
+  if (!timed) return;
+  const int steps = run.steps;
+  r.step_s += rep->total_s / steps;
+  r.backward_s += bw / steps;
+  r.read_wait_s += rep->read_wait_s / steps;
+  r.compute_s += rep->compute_s / steps;
+  r.write_wait_s += rep->write_wait_s / steps;
+  r.bytes_read += static_cast<double>(rep->bytes_read) / steps;
+  r.bytes_written += static_cast<double>(rep->bytes_written) / steps;
+  r.cache_hit_bytes += static_cast<double>(rep->cache_hit_bytes) / steps;
+  r.timed_step_s.push_back(rep->total_s);
+  r.timed_moved.push_back(
+      static_cast<double>(rep->bytes_read + rep->bytes_written));
+  if (r.paths.empty()) r.paths = rep->paths;
+}
+
+ModeResult ModeRunner::Finish() {
+  Impl& m = *impl_;
+  m.r.paths_used = m.np;
+  m.r.peak_rss = PeakRss();
+  m.opt.reset();
+  if (!m.run.keep)
+    for (size_t i = 0; i < m.np; ++i)
+      std::filesystem::remove_all(m.run.paths[i].root + "/" + m.o.store.name);
+  return std::move(m.r);
 }
 
 }  // namespace mlpo

@@ -8,7 +8,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +36,8 @@ struct ModeResult {
   std::vector<std::vector<double>> fractions_per_step;  // after each step
   std::vector<PathBytes> paths;
   size_t paths_used = 0;  // the first paths_used of the run's paths
+  // Each timed step's own time and bytes read + written, in order.
+  std::vector<double> timed_step_s, timed_moved;
 };
 
 // --cap-change ROOT@CAP:STEP: the path's cap becomes CAP from step STEP on.
@@ -50,8 +52,8 @@ extern const char* const kAblation[5];
 
 // The paths' mixed bandwidth at one moment of a run. The disk here moves
 // 1-8 GB/s depending on the minute, so the bench probes before the first
-// mode and again after every mode, and each mode's bound uses the faster
-// of the probes on either side of it.
+// mode and again around every round of a mode's timed steps, and each
+// step's bound uses the faster of the probes on either side of its round.
 struct DiskProbe {
   std::vector<double> each;  // U_k, each path alone
   double together = 0;       // every path driven at once (one path: U_0)
@@ -87,6 +89,7 @@ class DiskProber {
 // One run of a mode: what `mlpo-bench step`'s flags say for it.
 struct ModeRun {
   std::string mode;  // baseline, paper, mlpo, mlpo+cache or an ablation row
+  std::string row;   // the row's name in the output (progress lines)
   std::vector<PathSpec> paths;
   std::string dir;  // the bench's working directory
   uint64_t params = 0, subgroup = 0;
@@ -101,14 +104,33 @@ struct ModeRun {
   CapChange change;    // --cap-change
   int paper_ratio = 0;
   StateFormat format = StateFormat::kF32;
-  // Called once the store is closed and before its files are removed (the
-  // bench probes the disk here).
-  std::function<void()> after_steps;
 };
 
-// One mode in one state format: one untimed step that creates the state,
-// `run.warmup` more untimed ones, then `run.steps` timed ones. Exits the process (BenchFail) on an error.
-ModeResult RunMode(const ModeRun& run);
+// One mode in one state format over its own store, driven a step at a
+// time so that the bench can interleave several runners step by step (a
+// mode's formats take turns, and the disk's drift from minute to minute
+// falls on all of them alike). Exits the process (BenchFail) on an error.
+class ModeRunner {
+ public:
+  // Opens the store (removing one left by an earlier run).
+  explicit ModeRunner(const ModeRun& run);
+  ~ModeRunner();
+  ModeRunner(const ModeRunner&) = delete;
+  ModeRunner& operator=(const ModeRunner&) = delete;
+
+  // One untimed step that creates the state, then `run.warmup` more.
+  void UntimedSteps();
+  // One timed step, added to the result.
+  void TimedStep();
+  // Closes the store and removes its files (unless `run.keep`).
+  ModeResult Finish();
+
+ private:
+  void OneStep(bool timed);
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace mlpo
 

@@ -1,7 +1,8 @@
 // `mlpo-bench step` as a script runs it (a small model, two formats, two
-// modes): the disk is probed before the first mode and after each one, and
-// every mode's bound is what its own figures and the faster of the two
-// probes around it give; the compact format's ratio is fp32's step time
+// modes): a mode's formats take turns step by step, the disk is probed
+// before a mode's first round of timed steps and after each round, and
+// every step's bound is what its own bytes and the faster of the two probes
+// around its round give; the compact format's ratio is fp32's step time
 // over its own; the trace shows the extents and the syncs. A bad
 // --probe-seconds is refused before any work. The figures themselves are
 // not asserted (speed is the benchmark's to show, not a test's).
@@ -34,12 +35,14 @@ double ProbeU(const json& probe, size_t n) {
   return sum * std::min(1.0, probe["together_bps"].get<double>() / all);
 }
 
-TEST(StepBenchTest, EachModesBoundUsesTheProbesAroundIt) {
+TEST(StepBenchTest, EachStepsBoundUsesTheProbesAroundItsRound) {
   TempDir dir;
   const uint64_t params = 8388608;
+  const int steps = 2;
   CommandResult r = RunCommand(
       std::string(MLPO_BENCH) + " step --params " + std::to_string(params) +
-      " --subgroup 2097152 --steps 1 --modes mlpo,mlpo+cache "
+      " --subgroup 2097152 --steps " + std::to_string(steps) +
+      " --modes mlpo,mlpo+cache "
       "--state-format fp32,int8-moments --probe-seconds 0.2 --paths " +
       dir.Sub("a") + "," + dir.Sub("b") + " --dir " + dir.path() +
       " --trace " + dir.path() + "/t.json --json 2>/dev/null");
@@ -49,7 +52,15 @@ TEST(StepBenchTest, EachModesBoundUsesTheProbesAroundIt) {
                                          "mlpo+cache/fp32",
                                          "mlpo+cache/int8-moments"};
   ASSERT_EQ(j["mode_order"].get<std::vector<std::string>>(), rows);
-  ASSERT_EQ(j["probes"].size(), rows.size() + 1);
+  // A mode's formats take turns, one timed step each per round, and each
+  // round starts with the next format.
+  const std::vector<std::string> order = {
+      rows[0], rows[1], rows[1], rows[0], rows[2], rows[3], rows[3], rows[2]};
+  EXPECT_EQ(j["timed_step_order"].get<std::vector<std::string>>(), order);
+  // One probe before everything, then per mode one before its first round
+  // and one after each round.
+  const size_t per_mode = steps + 1;
+  ASSERT_EQ(j["probes"].size(), 1 + 2 * per_mode);
   EXPECT_EQ(j["warmup"].get<int>(), 1);
   // The first probe is the one the paths report.
   for (size_t k = 0; k < 2; ++k)
@@ -58,24 +69,41 @@ TEST(StepBenchTest, EachModesBoundUsesTheProbesAroundIt) {
   for (size_t i = 0; i < rows.size(); ++i) {
     SCOPED_TRACE(rows[i]);
     const json& m = j["modes"][rows[i]];
-    // The creating step, the default warm-up step, then the timed one.
-    EXPECT_EQ(m["fractions_per_step"].size(), 3u);
+    // The creating step, the default warm-up step, then the timed ones.
+    EXPECT_EQ(m["fractions_per_step"].size(), 2u + steps);
     size_t n = m["paths_used"].get<size_t>();
     EXPECT_EQ(n, 2u);
-    double u = std::max(ProbeU(j["probes"][i], n), ProbeU(j["probes"][i + 1], n));
-    EXPECT_GT(u, 0);
-    EXPECT_NEAR(m["bound_bps"].get<double>(), u, 1e-9 * u);
-    double moved = m["bytes_read"].get<double>() +
-                   m["bytes_written"].get<double>();
+    const size_t first = 1 + (i / 2) * per_mode;
+    EXPECT_EQ(m["probes_used"].get<std::vector<size_t>>(),
+              (std::vector<size_t>{first, first + steps}));
     std::string fmt = m["state_format"].get<std::string>();
     double kernel = fmt == "fp32"
                         ? j["r_adam_params_per_s"].get<double>()
                         : j["r_adam_params_per_s_of"][fmt].get<double>();
-    double bound = std::max(moved / u, params / kernel);
+    std::vector<double> step_s = m["timed_step_s"].get<std::vector<double>>();
+    std::vector<double> bytes = m["timed_step_bytes"].get<std::vector<double>>();
+    ASSERT_EQ(step_s.size(), size_t{steps});
+    ASSERT_EQ(bytes.size(), size_t{steps});
+    double sum_s = 0, sum_bytes = 0, bound = 0, io_s = 0;
+    for (int k = 0; k < steps; ++k) {
+      double u = std::max(ProbeU(j["probes"][first + k], n),
+                          ProbeU(j["probes"][first + k + 1], n));
+      EXPECT_GT(u, 0);
+      EXPECT_NEAR(m["step_bound_bps"][k].get<double>(), u, 1e-9 * u);
+      sum_s += step_s[k];
+      sum_bytes += bytes[k];
+      io_s += bytes[k] / u;
+      bound += std::max(bytes[k] / u, params / kernel) / steps;
+    }
+    EXPECT_NEAR(m["step_s"].get<double>(), sum_s / steps, 1e-9);
+    double moved = m["bytes_read"].get<double>() +
+                   m["bytes_written"].get<double>();
+    EXPECT_NEAR(moved, sum_bytes / steps, 1e-6 * moved);
+    EXPECT_NEAR(m["bound_bps"].get<double>(), sum_bytes / io_s,
+                1e-9 * sum_bytes / io_s);
     EXPECT_NEAR(m["lower_bound_s"].get<double>(), bound, 1e-9 * bound);
     EXPECT_NEAR(m["bound_efficiency"].get<double>(),
                 bound / m["step_s"].get<double>(), 1e-9);
-    // The compact format moves about half of fp32's bytes per parameter.
     EXPECT_NEAR(m["bytes_per_param"].get<double>(),
                 moved / static_cast<double>(params), 1e-9);
   }
