@@ -4,8 +4,8 @@
 //   lower_bound_s = max(bytes moved / sum over the mode's paths of U_k,
 //                       params / R_adam)
 // where U_k is each path's mixed read+write bandwidth (probed here, with the
-// path's cap, around every round of timed steps: a step's bound uses the
-// faster of the probes before and after its round)
+// path's cap, before and after each mode's steps: the mode's bound uses the
+// faster)
 // and R_adam the fused kernel's params/s (measured here).
 #include <spawn.h>
 #include <sys/stat.h>
@@ -158,9 +158,9 @@ void AddStepBench(CLI::App& app) {
                   "the fractions following it");
   cmd->add_option("--probe-seconds", a->probe_s,
                   "Seconds of each path's mixed-bandwidth probe (taken "
-                  "before the first mode and around every round of a mode's "
-                  "timed steps; each step's bound uses the faster of the "
-                  "two around its round). Long enough "
+                  "before the first mode and before and after each mode's "
+                  "steps; each mode's bound uses the faster of the two "
+                  "around it). Long enough "
                   "to measure the disk under sustained load, as a step sees "
                   "it, not a write cache in front of it (1 with --quick)")
       ->capture_default_str()
@@ -309,14 +309,14 @@ void AddStepBench(CLI::App& app) {
     std::map<std::string, ModeResult> res;
     if (!a->trace.empty()) Trace::Get()->Start();
     // A mode's rows (its formats) run together, a step at a time: each
-    // opens its store and takes its untimed steps; then round after round
-    // every row takes one timed step (in rotating order), and the disk is
-    // probed before the
-    // first round and after each one. Each timed step is judged against the
-    // faster of the probes on either side of its round (a dip in one short
-    // probe must not flatter it; the faster figure gives the tighter bound),
-    // and a compact format's ratio to fp32 compares steps that saw the same
-    // minutes of a disk whose speed drifts from minute to minute.
+    // opens its store and takes the step that creates its state; the disk
+    // is probed; each takes its warm-up steps (the first step after a probe
+    // can be a slow one: the probe's writes may still be flushing below
+    // us); then round after round every row takes one timed step, and the
+    // disk is probed again. A compact format's ratio to fp32 then compares
+    // steps that saw the same seconds of a disk whose speed drifts from
+    // minute to minute. Each round starts with the next format, so that no
+    // format always follows the same one.
     for (size_t g = 0; g < rows.size();) {
       const std::string& mode = row_of[rows[g]].first;
       size_t g_end = g;
@@ -344,42 +344,32 @@ void AddStepBench(CLI::App& app) {
             .change = change,
             .paper_ratio = a->paper_ratio,
             .format = row_of[rows[i]].second}));
-        runners.back()->UntimedSteps();
+        runners.back()->CreateStep();
       }
-      const size_t first_probe = probes.size();
-      probes.push_back(prober.Probe("before the timed steps of " + mode));
-      // The first step after a probe can be the slow one (the probe's
-      // writes may still be flushing below us), so the order rotates:
-      // round k starts with the mode's k-th format, and over as many rounds
-      // as formats each goes first once.
+      const size_t before = probes.size();
+      probes.push_back(prober.Probe("before the steps of " + mode));
+      for (auto& r : runners) r->WarmupSteps();
       const size_t n_rows = g_end - g;
-      for (int k = 0; k < a->steps; ++k) {
+      for (int k = 0; k < a->steps; ++k)
         for (size_t j = 0; j < n_rows; ++j) {
           const size_t i = (k + j) % n_rows;
           runners[i]->TimedStep();
           out["timed_step_order"].push_back(rows[g + i]);
         }
-        probes.push_back(prober.Probe(absl::StrFormat(
-            "after timed round %d/%d of %s", k + 1, a->steps, mode)));
-      }
+      probes.push_back(prober.Probe("after the steps of " + mode));
       for (size_t i = g; i < g_end; ++i) {
         const std::string& row = rows[i];
         const StateFormat fmt = row_of[row].second;
         ModeResult r = runners[i - g]->Finish();
         const size_t np = r.paths_used;
-        double moved = r.bytes_read + r.bytes_written;
-        double lower_bound_s = 0, io_s = 0;
-        json step_bounds = json::array();
-        for (size_t k = 0; k < r.timed_moved.size(); ++k) {
-          const double b =
-              std::max(probes[first_probe + k].BoundBps(np),
-                       probes[first_probe + k + 1].BoundBps(np));
-          step_bounds.push_back(b);
-          io_s += r.timed_moved[k] / b;
-          lower_bound_s += std::max(r.timed_moved[k] / b,
-                                    a->params / r_adam_of[fmt]) /
-                           r.timed_moved.size();
-        }
+        // The disk as it was around the mode's steps: the faster of the two
+        // probes (a dip in one probe must not flatter a mode; the faster
+        // figure gives the tighter bound).
+        const double bound_bps = std::max(probes[before].BoundBps(np),
+                                          probes[before + 1].BoundBps(np));
+        const double moved = r.bytes_read + r.bytes_written;
+        const double lower_bound_s =
+            std::max(moved / bound_bps, a->params / r_adam_of[fmt]);
         json pj = json::array();
         for (auto& p : r.paths)
           pj.push_back({{"root", p.root}, {"bytes_read", p.read},
@@ -398,10 +388,8 @@ void AddStepBench(CLI::App& app) {
             {"bytes_per_param", moved / a->params},
             {"effective_gbps", moved / r.step_s / 1e9},
             {"params_per_s", a->params / r.step_s},
-            // The rate the steps' bytes were judged against, as one figure.
-            {"bound_bps", moved * a->steps / io_s},
-            {"step_bound_bps", step_bounds},
-            {"probes_used", {first_probe, first_probe + a->steps}},
+            {"bound_bps", bound_bps},
+            {"probes_used", {before, before + 1}},
             {"paths_used", np},
             {"lower_bound_s", lower_bound_s},
             {"bound_efficiency", lower_bound_s / r.step_s},

@@ -267,7 +267,12 @@ ModeRunner::ModeRunner(const ModeRun& run) : impl_(std::make_unique<Impl>()) {
 
 ModeRunner::~ModeRunner() = default;
 
-void ModeRunner::UntimedSteps() {
+void ModeRunner::CreateStep() {
+  if (impl_->s == 0) OneStep(/*timed=*/false);
+}
+
+void ModeRunner::WarmupSteps() {
+  CreateStep();
   while (impl_->s < impl_->untimed) OneStep(/*timed=*/false);
 }
 

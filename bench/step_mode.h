@@ -52,8 +52,8 @@ extern const char* const kAblation[5];
 
 // The paths' mixed bandwidth at one moment of a run. The disk here moves
 // 1-8 GB/s depending on the minute, so the bench probes before the first
-// mode and again around every round of a mode's timed steps, and each
-// step's bound uses the faster of the probes on either side of its round.
+// mode and again before and after each mode's steps, and each mode's bound
+// uses the faster of the probes on either side of it.
 struct DiskProbe {
   std::vector<double> each;  // U_k, each path alone
   double together = 0;       // every path driven at once (one path: U_0)
@@ -118,8 +118,10 @@ class ModeRunner {
   ModeRunner(const ModeRunner&) = delete;
   ModeRunner& operator=(const ModeRunner&) = delete;
 
-  // One untimed step that creates the state, then `run.warmup` more.
-  void UntimedSteps();
+  // The untimed step that creates the state.
+  void CreateStep();
+  // `run.warmup` more untimed steps.
+  void WarmupSteps();
   // One timed step, added to the result.
   void TimedStep();
   // Closes the store and removes its files (unless `run.keep`).
