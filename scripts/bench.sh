@@ -12,5 +12,5 @@ build/tools/mlpo profile var/nvme var/pfs
 echo "== mlpo-bench step (baseline vs mlpo, 300M params)"
 build/bench/mlpo-bench step --params 300000000 --steps 2 \
   --paths var/nvme,var/pfs --dir var/bench --keep
-echo "== mlpo inspect var/nvme/step-mlpo/rank-0"
-build/tools/mlpo inspect var/nvme/step-mlpo/rank-0
+echo "== mlpo inspect var/nvme/step-mlpo-fp32/rank-0"
+build/tools/mlpo inspect var/nvme/step-mlpo-fp32/rank-0

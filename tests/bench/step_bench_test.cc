@@ -7,6 +7,7 @@
 // --probe-seconds is refused before any work. The figures themselves are
 // not asserted (speed is the benchmark's to show, not a test's).
 #include <algorithm>
+#include <fstream>
 #include <set>
 #include <string>
 #include <utility>
@@ -117,6 +118,29 @@ TEST(StepBenchTest, AModesFormatsTakeTurnsBetweenTwoProbes) {
     EXPECT_LT(i8["bytes_per_param"].get<double>(),
               0.6 * fp["bytes_per_param"].get<double>());
   }
+}
+
+// scripts/bench.sh keeps the mlpo store and inspects it: the store must be
+// where the script looks (it looked under the name from before the state
+// format joined the store's name, and the script failed).
+TEST(StepBenchTest, AKeptStoreIsWhereTheBenchScriptInspectsIt) {
+  std::ifstream in(std::string(MLPO_SOURCE_DIR) + "/scripts/bench.sh");
+  ASSERT_TRUE(in) << "scripts/bench.sh";
+  std::string line, store;
+  const std::string cmd = "build/tools/mlpo inspect var/nvme/";
+  while (std::getline(in, line))
+    if (line.rfind(cmd, 0) == 0) store = line.substr(cmd.size());
+  ASSERT_FALSE(store.empty()) << "no `" << cmd << "...` line in bench.sh";
+  TempDir dir;
+  CommandResult r = RunCommand(
+      std::string(MLPO_BENCH) + " step --params 4194304 --subgroup 1048576 "
+      "--steps 1 --warmup 0 --modes mlpo --probe-seconds 0.1 --keep --paths " +
+      dir.Sub("nvme") + " --dir " + dir.path() + " --json 2>/dev/null");
+  ASSERT_EQ(r.code, 0) << r.out;
+  CommandResult inspect = RunCommand(std::string(MLPO_CLI) + " inspect " +
+                                     dir.Sub("nvme") + "/" + store +
+                                     " --json 2>&1");
+  EXPECT_EQ(inspect.code, 0) << store << ": " << inspect.out;
 }
 
 TEST(StepBenchTest, BadCountsAndDurationsAreRefusedBeforeAnyWork) {
