@@ -90,7 +90,9 @@ void AddStepBench(CLI::App& app) {
   cmd->add_option("--warmup", a->warmup,
                   "Untimed steps per mode after the one that creates the "
                   "state: the first writes into space never written before, "
-                  "slower on a thin-provisioned disk than the steady state")
+                  "slower on a thin-provisioned disk than the steady state, "
+                  "and the first after the probe that precedes them is "
+                  "slower still (with 0, a timed step pays for both)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));
   cmd->add_option("--modes", a->modes,
