@@ -64,7 +64,7 @@ void AddStepBench(CLI::App& app) {
     bool ablation = false;
     std::string trace, plot;
     bool stream = false;
-    int prefetch = 2, commits = 2, threads = 0;
+    int prefetch = 2, commits = 2, threads = 0, queue_depth = 16;
     double probe_s = 8;
     std::string durability = "step";
     std::string formats = "fp32";
@@ -117,6 +117,11 @@ void AddStepBench(CLI::App& app) {
                   "formats taking turns step by step, and each compact row "
                   "gets its ratio to fp32")
       ->capture_default_str();
+  cmd->add_option("--queue-depth", a->queue_depth,
+                  "I/O requests in flight per path, every mode (the probe's "
+                  "depth by default)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--prefetch", a->prefetch, "mlpo prefetch depth")
       ->capture_default_str();
   cmd->add_option("--commits", a->commits, "mlpo commits in flight")
@@ -337,6 +342,7 @@ void AddStepBench(CLI::App& app) {
             .prefetch = a->prefetch,
             .commits = a->commits,
             .threads = a->threads,
+            .queue_depth = a->queue_depth,
             .stream = a->stream,
             .keep = f.keep,
             .durability = a->durability == "tag" ? Durability::kTag

@@ -189,7 +189,7 @@ ModeRunner::ModeRunner(const ModeRun& run) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.run = run;
   const auto& [mode, row, paths, dir, params, subgroup, steps, warmup, prefetch,
-               commits, threads, stream, keep, durability, u_scale, cache,
+               commits, threads, queue_depth, stream, keep, durability, u_scale, cache,
                change, paper_ratio, format] = m.run;
   m.mc = ConfigFor(mode, prefetch, commits, paper_ratio);
   const ModeConfig& mc = m.mc;
@@ -216,7 +216,7 @@ ModeRunner::ModeRunner(const ModeRun& run) : impl_(std::make_unique<Impl>()) {
     // MLP-Offload: one PFS writer per node.
     pc.path.slots = mode == "paper" && i > 0 ? 1 : 0;
     pc.path.read_cap = pc.path.write_cap = paths[i].cap;
-    pc.path.queue_depth = 16;
+    pc.path.queue_depth = queue_depth;
     pc.path.segment_bytes = uint64_t{1} << 30;
     pc.fraction = paths[i].mixed_bps;  // f_k proportional to U_k
     o.store.paths.push_back(pc);

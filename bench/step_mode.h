@@ -96,6 +96,7 @@ struct ModeRun {
   int steps = 0;   // timed steps, after the untimed ones
   int warmup = 0;  // untimed steps after the one that creates the state
   int prefetch = 0, commits = 0, threads = 0;
+  int queue_depth = 16;  // I/O requests in flight per path
   bool stream = false;  // gradients streamed in per subgroup
   bool keep = false;    // keep the store afterwards
   Durability durability = Durability::kStep;

@@ -147,7 +147,8 @@ TEST(StepBenchTest, BadCountsAndDurationsAreRefusedBeforeAnyWork) {
   TempDir dir;
   const std::pair<const char*, const char*> bad[] = {
       {"--probe-seconds", "0"}, {"--probe-seconds", "-1"},
-      {"--probe-seconds", "abc"}, {"--steps", "0"}, {"--warmup", "-1"}};
+      {"--probe-seconds", "abc"}, {"--steps", "0"}, {"--warmup", "-1"},
+      {"--queue-depth", "0"}, {"--queue-depth", "5000"}};
   for (const auto& [flag, value] : bad) {
     CommandResult r = RunCommand(std::string(MLPO_BENCH) + " step --quick " +
                                  flag + " " + value + " --dir " +
