@@ -301,14 +301,19 @@ void AddStepBench(CLI::App& app) {
       out["r_adam_params_per_s_of"][StateFormatName(fmt)] = r_adam_of[fmt];
     }
     // Every mode in every format: rows "mode" (one format) or
-    // "mode/format".
+    // "mode/format". The baseline is DeepSpeed's offload, whose state is
+    // fp32: one row "baseline", in fp32 whatever the formats.
     std::vector<std::string> rows;
     std::map<std::string, std::pair<std::string, StateFormat>> row_of;
     for (auto& m : modes)
       for (StateFormat fmt : formats) {
-        if (m == "baseline" && fmt != StateFormat::kF32) continue;
-        std::string row =
-            formats.size() == 1 ? m : absl::StrCat(m, "/", StateFormatName(fmt));
+        if (m == "baseline") {
+          if (fmt != formats[0]) continue;
+          fmt = StateFormat::kF32;
+        }
+        std::string row = formats.size() == 1 || m == "baseline"
+                              ? m
+                              : absl::StrCat(m, "/", StateFormatName(fmt));
         rows.push_back(row);
         row_of[row] = {m, fmt};
       }
@@ -416,15 +421,27 @@ void AddStepBench(CLI::App& app) {
       if (fmt != StateFormat::kF32 && res.count(base))
         out["modes"][row]["ratio_to_fp32"] = res[base].step_s / res[row].step_s;
     }
-    if (res.count("baseline")) {
+    // The modes compared with each other by their fp32 rows ("" if none).
+    auto fp32_row = [&](const std::string& mode) -> std::string {
+      std::string row = mode == "baseline" || formats.size() == 1
+                            ? mode
+                            : absl::StrCat(mode, "/fp32");
+      return res.count(row) && row_of[row].second == StateFormat::kF32
+                 ? row
+                 : std::string();
+    };
+    const std::string base_row = fp32_row("baseline"),
+                      mlpo_row = fp32_row("mlpo"),
+                      cache_row = fp32_row("mlpo+cache");
+    if (!base_row.empty()) {
+      const ModeResult& b = res[base_row];
       for (auto& [m, r] : res) {
-        out["modes"][m]["ratio_to_baseline"] = res["baseline"].step_s / r.step_s;
+        out["modes"][m]["ratio_to_baseline"] = b.step_s / r.step_s;
         out["modes"][m]["total_ratio_to_baseline"] =
-            (res["baseline"].step_s + res["baseline"].backward_s) /
-            (r.step_s + r.backward_s);
+            (b.step_s + b.backward_s) / (r.step_s + r.backward_s);
       }
-      if (res.count("mlpo"))
-        out["speedup_vs_baseline"] = res["baseline"].step_s / res["mlpo"].step_s;
+      if (!mlpo_row.empty())
+        out["speedup_vs_baseline"] = b.step_s / res[mlpo_row].step_s;
     }
     if (paths.size() >= 2) {
       // The integer a careful MLP-Offload user would pick: the share 1/r on
@@ -443,14 +460,14 @@ void AddStepBench(CLI::App& app) {
       out["paper_ratio"] = a->paper_ratio;
       out["paper_best_ratio"] = best;
     }
-    if (res.count("paper")) {
-      const char* ours = res.count("mlpo+cache") ? "mlpo+cache" : "mlpo";
-      if (res.count(ours))
-        out["speedup_vs_paper"] = res["paper"].step_s / res[ours].step_s;
+    if (const std::string paper_row = fp32_row("paper"); !paper_row.empty()) {
+      const std::string& ours = !cache_row.empty() ? cache_row : mlpo_row;
+      if (!ours.empty())
+        out["speedup_vs_paper"] = res[paper_row].step_s / res[ours].step_s;
     }
-    if (res.count("mlpo") && res.count("mlpo+cache"))
+    if (!mlpo_row.empty() && !cache_row.empty())
       out["speedup_cache_vs_mlpo"] =
-          res["mlpo"].step_s / res["mlpo+cache"].step_s;
+          res[mlpo_row].step_s / res[cache_row].step_s;
     for (const DiskProbe& d : probes)
       out["probes"].push_back({{"mixed_bps", d.each},
                                {"together_bps", d.together}});
@@ -542,7 +559,7 @@ void AddStepBench(CLI::App& app) {
       std::printf("speedup_vs_baseline (update phase) %.2fx; with the backward "
                   "phase %.2fx\n",
                   out["speedup_vs_baseline"].get<double>(),
-                  out["modes"]["mlpo"]["total_ratio_to_baseline"].get<double>());
+                  out["modes"][mlpo_row]["total_ratio_to_baseline"].get<double>());
     {
       std::string rss;
       for (const std::string& m : modes)
@@ -562,7 +579,7 @@ void AddStepBench(CLI::App& app) {
       std::printf("mlpo+cache (cache %s): %.2fx mlpo's update phase, %s of "
                   "reads per step served from DRAM\n",
                   a->cache.c_str(), out["speedup_cache_vs_mlpo"].get<double>(),
-                  FormatBytes(out["modes"]["mlpo+cache"]["cache_hit_bytes"]
+                  FormatBytes(out["modes"][cache_row]["cache_hit_bytes"]
                                   .get<double>())
                       .c_str());
   });

@@ -120,6 +120,37 @@ TEST(StepBenchTest, AModesFormatsTakeTurnsBetweenTwoProbes) {
   }
 }
 
+// With several formats the baseline (DeepSpeed's offload, fp32 state) is
+// one row, and the comparisons between modes use their fp32 rows: they
+// were missing when the rows were named MODE/FORMAT.
+TEST(StepBenchTest, TheBaselineIsComparedWithTheFp32RowsOfSeveralFormats) {
+  TempDir dir;
+  CommandResult r = RunCommand(
+      std::string(MLPO_BENCH) + " step --params 4194304 --subgroup 1048576 "
+      "--steps 1 --modes baseline,mlpo,mlpo+cache "
+      "--state-format int8-moments,fp32 --probe-seconds 0.1 --paths " +
+      dir.Sub("nvme") + " --dir " + dir.path() + " --json 2>/dev/null");
+  ASSERT_EQ(r.code, 0) << r.out;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["mode_order"].get<std::vector<std::string>>(),
+            (std::vector<std::string>{"baseline", "mlpo/int8-moments",
+                                      "mlpo/fp32", "mlpo+cache/int8-moments",
+                                      "mlpo+cache/fp32"}));
+  const json& modes = j["modes"];
+  EXPECT_EQ(modes["baseline"]["state_format"], "fp32");
+  const double base = modes["baseline"]["step_s"].get<double>();
+  const double mlpo = modes["mlpo/fp32"]["step_s"].get<double>();
+  const double cache = modes["mlpo+cache/fp32"]["step_s"].get<double>();
+  ASSERT_TRUE(j.contains("speedup_vs_baseline")) << j.dump();
+  EXPECT_NEAR(j["speedup_vs_baseline"].get<double>(), base / mlpo, 1e-9);
+  ASSERT_TRUE(j.contains("speedup_cache_vs_mlpo")) << j.dump();
+  EXPECT_NEAR(j["speedup_cache_vs_mlpo"].get<double>(), mlpo / cache, 1e-9);
+  for (const char* row : {"mlpo/int8-moments", "mlpo+cache/int8-moments"})
+    EXPECT_NEAR(modes[row]["ratio_to_baseline"].get<double>(),
+                base / modes[row]["step_s"].get<double>(), 1e-9)
+        << row;
+}
+
 // scripts/bench.sh keeps the mlpo store and inspects it: the store must be
 // where the script looks (it looked under the name from before the state
 // format joined the store's name, and the script failed).
