@@ -10,7 +10,10 @@ mkdir -p var/nvme var/pfs
 echo "== mlpo profile var/nvme var/pfs (read / write / mixed bandwidth)"
 build/tools/mlpo profile var/nvme var/pfs
 echo "== mlpo-bench step (baseline vs mlpo, 300M params)"
-build/bench/mlpo-bench step --params 300000000 --steps 2 \
+# Durability tag, as DeepSpeed's swapper: neither syncs each step (under
+# `step` every commit waits for the device's flush, on this disk most of a
+# step; docs/benchmarks.md).
+build/bench/mlpo-bench step --params 300000000 --steps 2 --durability tag \
   --paths var/nvme,var/pfs --dir var/bench --keep
 echo "== mlpo inspect var/nvme/step-mlpo-fp32/rank-0"
 build/tools/mlpo inspect var/nvme/step-mlpo-fp32/rank-0
