@@ -188,9 +188,9 @@ struct ModeRunner::Impl {
 ModeRunner::ModeRunner(const ModeRun& run) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.run = run;
-  const auto& [mode, row, paths, dir, params, subgroup, steps, warmup, prefetch,
-               commits, threads, queue_depth, stream, keep, durability, u_scale, cache,
-               change, paper_ratio, format] = m.run;
+  const auto& [mode, row, paths, dir, params, subgroup, steps, warmup,
+               prefetch, commits, threads, queue_depth, stream, keep,
+               durability, u_scale, cache, change, paper_ratio, format] = m.run;
   m.mc = ConfigFor(mode, prefetch, commits, paper_ratio);
   const ModeConfig& mc = m.mc;
   m.baseline = mc.grad_offload;
@@ -276,7 +276,10 @@ void ModeRunner::WarmupSteps() {
   while (impl_->s < impl_->untimed) OneStep(/*timed=*/false);
 }
 
-void ModeRunner::TimedStep() { OneStep(/*timed=*/true); }
+void ModeRunner::TimedStep() {
+  WarmupSteps();  // (none left once taken)
+  OneStep(/*timed=*/true);
+}
 
 void ModeRunner::OneStep(bool timed) {
   Impl& m = *impl_;

@@ -123,7 +123,8 @@ class ModeRunner {
   void CreateStep();
   // `run.warmup` more untimed steps.
   void WarmupSteps();
-  // One timed step, added to the result.
+  // One timed step, added to the result (after any untimed ones not yet
+  // taken).
   void TimedStep();
   // Closes the store and removes its files (unless `run.keep`).
   ModeResult Finish();
