@@ -2,12 +2,12 @@
 
 #include <unistd.h>
 
-#include <filesystem>
-
-#include <unistd.h>
-
 #include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <limits>
 #include <memory>
+#include <new>
 #include <random>
 #include <thread>
 #include <vector>
@@ -32,7 +32,11 @@ struct ProbeRun {
   IoEngine* engine;
   int file;
   ProbeOptions opt;
-  std::vector<AlignedBuffer> bufs;
+  // One allocation holding every slot's block back to back, so that small
+  // blocks lie on huge pages as a store's section buffers do (AlignedBuffer
+  // gives them only to buffers of 4 MiB and more). Slot i: slab + i * block.
+  AlignedBuffer slab;
+  char* Slot(size_t i) const { return slab.data() + i * opt.block; }
   std::atomic<uint64_t> next{0};  // request sequence number
   std::atomic<uint64_t> bytes{0};
   absl::Time deadline;
@@ -56,7 +60,7 @@ struct ProbeRun {
                                            : IoOp::kWrite;
     r.file = file;
     r.offset = (seq % blocks) * opt.block;
-    r.buf = bufs[slot].data();
+    r.buf = Slot(slot);
     r.len = opt.block;
     r.done = [this, slot](const absl::Status& s) {
       if (!s.ok()) {
@@ -109,6 +113,19 @@ absl::StatusOr<ProbeResult> RunProbe(const std::string& file,
   if (blocks == 0)
     return absl::InvalidArgumentError(absl::StrCat(
         "probe region of ", opt.file_bytes, " bytes is smaller than a block"));
+  if (opt.block > std::numeric_limits<size_t>::max() / opt.depth)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "probe buffers of ", opt.depth, " x ", opt.block,
+        " bytes (depth x block) overflow the address space"));
+  // Every slot's block in one allocation (see ProbeRun::slab).
+  AlignedBuffer slab;
+  try {
+    slab = AlignedBuffer(opt.block * opt.depth, opt.huge_pages);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "probe buffers of ", opt.depth, " x ", opt.block, " bytes (depth x "
+        "block) do not fit in memory; lower the depth or the block size"));
+  }
   IoEngineOptions eo;
   eo.kind = opt.engine;
   eo.queue_depth = opt.depth;
@@ -127,11 +144,11 @@ absl::StatusOr<ProbeResult> RunProbe(const std::string& file,
   run.file = *handle;
   run.opt = opt;
   run.blocks = blocks;
+  run.slab = std::move(slab);
   std::vector<iovec> iov;
   for (int i = 0; i < opt.depth; ++i) {
-    run.bufs.emplace_back(opt.block, opt.huge_pages);
-    std::memset(run.bufs.back().data(), 0x5a + i, opt.block);
-    iov.push_back({run.bufs.back().data(), opt.block});
+    std::memset(run.Slot(i), 0x5a + i, opt.block);
+    iov.push_back({run.Slot(i), opt.block});
   }
   absl::Status st;
   if (opt.register_buffers) st = engine->RegisterBuffers(iov);

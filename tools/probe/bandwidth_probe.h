@@ -30,8 +30,11 @@ struct ProbeOptions {
   IoEngineKind engine = IoEngineKind::kAuto;
   IoAdmission* admission = nullptr;  // e.g. a capped path's; borrowed
   bool register_buffers = true;
-  // Transfer buffers on huge pages (see AlignedBuffer). false = ordinary
-  // 4 KiB pages, like fio's default buffers.
+  // Transfer buffers on huge pages (see AlignedBuffer; the depth's blocks
+  // share one allocation, so blocks under 4 MiB get them too, as a store's
+  // requests into its section buffers do). false = ordinary 4 KiB pages,
+  // like fio's default buffers. Depth x block bytes are allocated; more than
+  // memory holds is ResourceExhausted.
   bool huge_pages = true;
 };
 

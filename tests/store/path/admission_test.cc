@@ -4,7 +4,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <string>
+
 #include "gtest/gtest.h"
+#include "store/fs/file_system.h"
 #include "tools/probe/bandwidth_probe.h"
 #include "tests/test_util.h"
 
@@ -55,6 +59,69 @@ TEST_P(CapTest, CappedTransferTakesAtLeastBytesOverCap) {
 INSTANTIATE_TEST_SUITE_P(Engines, CapTest,
                          ::testing::Values(IoEngineKind::kUring,
                                            IoEngineKind::kThreadPool));
+
+// The depth's blocks share one allocation: every block a write probe leaves
+// in the file is one slot's whole fill byte (a slot stride other than the
+// block would mix two slots' bytes in a block or leave a block unwritten).
+TEST(ProbeTest, EachWrittenBlockHoldsOneSlotsBytes) {
+  TempDir dir;
+  std::string file = dir.path() + "/slots.dat";
+  const size_t block = 256 << 10;
+  const int depth = 6;
+  const uint64_t bytes = 24 * block;
+  ASSERT_TRUE(PrepareProbeFile(file, bytes).ok());
+  ProbeOptions po;
+  po.load = ProbeLoad::kWrite;
+  po.block = block;
+  po.depth = depth;
+  po.file_bytes = bytes;
+  auto r = RunProbe(file, po);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->bytes, bytes);
+  auto read = DefaultFileSystem()->ReadFile(file, bytes);
+  ASSERT_TRUE(read.ok()) << read.status();
+  const std::string& data = *read;
+  ASSERT_EQ(data.size(), bytes);
+  for (uint64_t b = 0; b < bytes / block; ++b) {
+    const unsigned char first = data[b * block];
+    EXPECT_GE(first, 0x5a) << "block " << b;
+    EXPECT_LT(first, 0x5a + depth) << "block " << b;
+    EXPECT_EQ(data.find_first_not_of(static_cast<char>(first), b * block),
+              b == bytes / block - 1 ? std::string::npos : (b + 1) * block)
+        << "block " << b;
+  }
+}
+
+// Bad input: more buffer than the address space holds, or a depth x block
+// that overflows, is an error naming depth and block, not a crash, and the
+// file is not touched.
+TEST(ProbeTest, BuffersBeyondMemoryAreAnErrorNotACrash) {
+  TempDir dir;
+  std::string file = dir.path() + "/none.dat";
+  ProbeOptions po;
+  po.block = size_t{1} << 62;
+  po.depth = 8;
+  po.file_bytes = uint64_t{1} << 62;
+  auto r = RunProbe(file, po);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("depth x block"), std::string::npos)
+      << r.status();
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer aborts on a 4 PiB allocation instead of "
+                  "failing it; the overflow case above ran";
+#else
+  po.block = size_t{1} << 40;  // 4 PiB in all: no address space holds it
+  po.depth = 4096;
+  po.file_bytes = uint64_t{1} << 40;
+  r = RunProbe(file, po);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("depth x block"), std::string::npos)
+      << r.status();
+  EXPECT_FALSE(std::filesystem::exists(file));
+#endif
+}
 
 // Child: take the slot, report through the pipe, then hold it until killed
 // or for `hold_ms`.
