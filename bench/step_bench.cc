@@ -22,6 +22,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/trace.h"
@@ -41,6 +42,35 @@ using json = nlohmann::json;
 
 [[noreturn]] void Die(const std::string& what, const absl::Status& s) {
   BenchFail("step", what, s);
+}
+
+// A mode's formats stay resident together while they take turns. Called
+// once the first (`first_row`) has created its state, `rss_before` having
+// been read before it opened: if the other formats, each taken to hold as
+// much, would not fit in `limit` bytes (0: the machine's available memory),
+// removes the stores made so far and fails, rather than be killed for
+// memory minutes later.
+void CheckFormatsFit(uint64_t limit, const std::string& first_row,
+                     size_t rows, uint64_t rss_before,
+                     std::vector<std::unique_ptr<ModeRunner>>* runners) {
+  const uint64_t rss = ResidentBytes();
+  const uint64_t one = rss > rss_before ? rss - rss_before : 0;
+  const uint64_t need = one * (rows - 1);
+  const uint64_t avail = limit > 0 ? (limit > rss ? limit - rss : 0)
+                                   : AvailableMemory();
+  if ((limit == 0 && avail == 0) || need <= avail) return;  // fits, or unknown
+  for (auto& r : *runners) r->Finish();
+  Die("--state-format", absl::ResourceExhaustedError(absl::StrCat(
+      "a mode's formats stay resident together while they take turns; ",
+      first_row, " holds ", FormatBytes(double(one)), ", so the other ",
+      rows - 1, " need about ", FormatBytes(double(need)), " more, and ",
+      limit > 0 ? absl::StrCat(FormatBytes(double(avail)),
+                               " are left of --memory-limit ",
+                               FormatBytes(double(limit)), " (the run holds ",
+                               FormatBytes(double(rss)), ")")
+                : absl::StrCat(FormatBytes(double(avail)),
+                               " are available (MemAvailable)"),
+      "; run fewer formats at once, add --stream, or lower --params")));
 }
 
 }  // namespace
@@ -68,6 +98,7 @@ void AddStepBench(CLI::App& app) {
     double probe_s = 8;
     std::string durability = "step";
     std::string formats = "fp32";
+    std::string memory_limit;  // empty: MemAvailable
   };
   auto a = std::make_shared<Args>();
   AddBenchFlags(cmd, &a->f);
@@ -122,6 +153,13 @@ void AddStepBench(CLI::App& app) {
                   "depth by default)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  cmd->add_option("--memory-limit", a->memory_limit,
+                  "With several --state-format: the memory this run may "
+                  "hold (default: the machine's available memory). A mode's "
+                  "formats stay resident together; once the first has "
+                  "created its state, a run whose other formats would need "
+                  "more stops with an error instead of being killed for "
+                  "memory later");
   cmd->add_option("--prefetch", a->prefetch, "mlpo prefetch depth")
       ->capture_default_str();
   cmd->add_option("--commits", a->commits, "mlpo commits in flight")
@@ -175,6 +213,13 @@ void AddStepBench(CLI::App& app) {
   cmd->callback([a] {
     BenchFlags& f = a->f;
     if (!a->trace.empty()) EnsureWritableFile("--trace", a->trace);
+    const uint64_t memory_limit =
+        a->memory_limit.empty() ? 0 : SizeArg("--memory-limit",
+                                              a->memory_limit);
+    if (!a->memory_limit.empty() && memory_limit == 0) {
+      std::cerr << "mlpo-bench: --memory-limit: must be more than 0\n";
+      throw CLI::RuntimeError(2);
+    }
     if (f.quick) {
       if (a->params == 500'000'000) a->params = 64'000'000;
       if (a->subgroup == 8'000'000) a->subgroup = 4'000'000;
@@ -334,7 +379,11 @@ void AddStepBench(CLI::App& app) {
       size_t g_end = g;
       while (g_end < rows.size() && row_of[rows[g_end]].first == mode) ++g_end;
       std::vector<std::unique_ptr<ModeRunner>> runners;
+      const uint64_t rss_before = ResidentBytes();
       for (size_t i = g; i < g_end; ++i) {
+        if (i == g + 1)
+          CheckFormatsFit(memory_limit, rows[g], g_end - g, rss_before,
+                          &runners);
         runners.push_back(std::make_unique<ModeRunner>(ModeRun{
             .mode = mode,
             .row = rows[i],

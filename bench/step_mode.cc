@@ -51,14 +51,18 @@ class StreamingSink final : public ParamSink {
   uint64_t sum_ = 0;
 };
 
-// Peak resident memory of this process so far (VmHWM), bytes.
-uint64_t PeakRss() {
-  std::ifstream in("/proc/self/status");
+// A "KEY: N kB" line of a /proc file, in bytes; 0 when absent.
+uint64_t ProcKilobytes(const char* file, const std::string& key) {
+  std::ifstream in(file);
   std::string line;
   while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+    if (line.rfind(key, 0) == 0)
+      return std::stoull(line.substr(key.size())) * 1024;
   return 0;
 }
+
+// Peak resident memory of this process so far (VmHWM), bytes.
+uint64_t PeakRss() { return ProcKilobytes("/proc/self/status", "VmHWM:"); }
 
 // What a mode turns on. The ablation rows add one idea at a time on top of
 // the baseline, in the order of the design card.
@@ -110,6 +114,14 @@ ModeConfig ConfigFor(const std::string& mode, int prefetch, int commits,
 }
 
 }  // namespace
+
+uint64_t ResidentBytes() {
+  return ProcKilobytes("/proc/self/status", "VmRSS:");
+}
+
+uint64_t AvailableMemory() {
+  return ProcKilobytes("/proc/meminfo", "MemAvailable:");
+}
 
 const char* const kAblation[5] = {"+path2", "+fp16grad", "+order+cache",
                                  "+adaptive", "+prefetch"};

@@ -40,6 +40,11 @@ struct ModeResult {
   std::vector<double> timed_step_s, timed_moved;
 };
 
+// Resident memory of this process now (VmRSS) and the machine's available
+// memory (MemAvailable), bytes; 0 when unknown.
+uint64_t ResidentBytes();
+uint64_t AvailableMemory();
+
 // --cap-change ROOT@CAP:STEP: the path's cap becomes CAP from step STEP on.
 struct CapChange {
   std::string root;

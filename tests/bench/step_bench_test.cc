@@ -7,6 +7,7 @@
 // --probe-seconds is refused before any work. The figures themselves are
 // not asserted (speed is the benchmark's to show, not a test's).
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
@@ -179,7 +180,8 @@ TEST(StepBenchTest, BadCountsAndDurationsAreRefusedBeforeAnyWork) {
   const std::pair<const char*, const char*> bad[] = {
       {"--probe-seconds", "0"}, {"--probe-seconds", "-1"},
       {"--probe-seconds", "abc"}, {"--steps", "0"}, {"--warmup", "-1"},
-      {"--queue-depth", "0"}, {"--queue-depth", "5000"}};
+      {"--queue-depth", "0"}, {"--queue-depth", "5000"},
+      {"--memory-limit", "0"}, {"--memory-limit", "12Q"}};
   for (const auto& [flag, value] : bad) {
     CommandResult r = RunCommand(std::string(MLPO_BENCH) + " step --quick " +
                                  flag + " " + value + " --dir " +
@@ -188,6 +190,32 @@ TEST(StepBenchTest, BadCountsAndDurationsAreRefusedBeforeAnyWork) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("probing"), std::string::npos) << r.out;
   }
+}
+
+// A mode's formats stay resident together: when the first has created its
+// state and the others would not fit in --memory-limit, the run stops with
+// an error naming the sizes, before any timed step, and leaves no store
+// behind; the same run with room enough goes through.
+TEST(StepBenchTest, FormatsThatWouldNotFitInMemoryStopTheRunCleanly) {
+  TempDir dir;
+  const std::string run =
+      std::string(MLPO_BENCH) + " step --params 8388608 --subgroup 2097152 "
+      "--steps 1 --modes mlpo --state-format fp32,bf16-moments,int8-moments "
+      "--probe-seconds 0.1 --paths " + dir.Sub("nvme") + " --dir " +
+      dir.path();
+  CommandResult r = RunCommand(run + " --memory-limit 10M 2>&1");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("stay resident together"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the other 2 need about"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--memory-limit 10.00 MiB"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << r.out;  // no timed
+  for (const auto& e : std::filesystem::directory_iterator(dir.Sub("nvme")))
+    EXPECT_NE(e.path().filename().string().rfind("step-", 0), 0u)
+        << "store left behind: " << e.path();
+  r = RunCommand(run + " --memory-limit 64G --json 2>/dev/null");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(json::parse(r.out)["timed_step_order"].size(), 3u);
 }
 
 }  // namespace
