@@ -2,10 +2,12 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <toml++/toml.h>
 
@@ -13,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "base/json_number.h"
 #include "base/size_units.h"
@@ -494,16 +497,51 @@ bool SameDirectory(const std::string& a, const std::string& b) {
   return S_ISDIR(x.st_mode) && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
-absl::StatusOr<StoreOptions> StoreOptionsForTarget(const std::string& target,
+absl::StatusOr<std::string> ResolveStoreDir(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(dir + "/STORE", ec)) return dir;
+  // rank-<r> directories holding STORE, at DIR/rank-<r> (DIR is a store's
+  // name directory) or DIR/<store>/rank-<r> (DIR is a path root).
+  auto ranks_in = [](const fs::path& d, std::vector<std::string>* out) {
+    std::error_code e;
+    for (fs::directory_iterator it(d, e), end; !e && it != end;
+         it.increment(e)) {
+      const std::string name = it->path().filename().string();
+      std::error_code e2;
+      if (name.rfind("rank-", 0) == 0 && it->is_directory(e2) &&
+          fs::exists(it->path() / "STORE", e2))
+        out->push_back(it->path().string());
+    }
+  };
+  std::vector<std::string> found;
+  ranks_in(dir, &found);
+  if (found.empty()) {
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end;
+         it.increment(ec)) {
+      std::error_code e2;
+      if (it->is_directory(e2) && !it->is_symlink(e2))
+        ranks_in(it->path(), &found);
+    }
+  }
+  std::sort(found.begin(), found.end());
+  if (found.size() == 1) return found[0];
+  if (found.empty())
+    return absl::NotFoundError(absl::StrCat(
+        dir, " is not a store directory (no STORE file) and holds none; "
+             "pass the store's TOML config, <path>/<store>/rank-<r>, or a "
+             "path root that holds one store"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      dir, " holds ", found.size(), " stores (", absl::StrJoin(found, ", "),
+      "); pass the one meant"));
+}
+
+absl::StatusOr<StoreOptions> StoreOptionsForTarget(const std::string& given,
                                                    bool any_location) {
   std::error_code ec;
-  if (fs::is_directory(target, ec)) {
+  if (fs::is_directory(given, ec)) {
+    MLPO_ASSIGN_OR_RETURN(const std::string target, ResolveStoreDir(given));
     std::string f = target + "/STORE";
     auto text = ReadSmallFile(f, kMaxConfigBytes);
-    if (absl::IsNotFound(text.status()))
-      return absl::NotFoundError(absl::StrCat(
-          target, " is not a store directory (no STORE file); pass the "
-                  "store's TOML config or <path>/<store>/rank-<r>"));
     if (!text.ok()) return text.status();
     auto o = StoreOptionsFromDescriptor(*text);
     if (!o.ok()) return Annotate(o.status(), f);
@@ -524,9 +562,9 @@ absl::StatusOr<StoreOptions> StoreOptionsForTarget(const std::string& target,
         "` makes it a store at its own place (a copy gets an identity of "
         "its own)"));
   }
-  if (!fs::exists(target, ec))
-    return absl::NotFoundError(absl::StrCat("no such store or config: ", target));
-  auto o = LoadStoreOptions(target);
+  if (!fs::exists(given, ec))
+    return absl::NotFoundError(absl::StrCat("no such store or config: ", given));
+  auto o = LoadStoreOptions(given);
   if (o.ok()) o->create_if_missing = false;
   return o;
 }

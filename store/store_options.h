@@ -150,7 +150,15 @@ absl::StatusOr<StoreOptions> StoreOptionsFromDescriptor(
 // Largest config or descriptor file read (a store config is a few KiB).
 inline constexpr size_t kMaxConfigBytes = 1 << 20;
 
-// For the CLI: a TOML config file, or a store directory holding STORE.
+// A directory holding STORE is itself; a directory holding none resolves
+// to the one store directory below it: DIR/<store>/rank-<r> (DIR is a path
+// root, as the adapter's store= names it) or DIR/rank-<r> (DIR is a store's
+// name directory). NotFound when there is none, InvalidArgument naming
+// them when there are several.
+absl::StatusOr<std::string> ResolveStoreDir(const std::string& dir);
+
+// For the CLI: a TOML config file, or a store directory holding STORE (or a
+// directory ResolveStoreDir resolves to one).
 // A directory that is not one of the roots its descriptor records (a copy
 // or a moved store: descriptors record absolute roots) is refused with
 // FailedPrecondition naming `mlpo relocate`, unless `any_location` (what

@@ -7,8 +7,9 @@
 int main(int argc, char** argv) {
   CLI::App app{
       "mlpo: inspect and manage tiered optimizer-state stores.\n"
-      "STORE arguments name a store's TOML config file or a store directory "
-      "(<path>/<store>/rank-<r>). Every subcommand takes --json."};
+      "STORE arguments name a store's TOML config file, a store directory "
+      "(<path>/<store>/rank-<r>), or a directory holding one store (the "
+      "adapter's store= path). Every subcommand takes --json."};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
   mlpo::AddProfileCommand(app);

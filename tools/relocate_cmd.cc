@@ -112,6 +112,8 @@ void AddRelocateCommand(CLI::App& app) {
       ->excludes(cp);
   c->add_flag("--json", a->json, "Print one JSON object on stdout");
   c->callback([a] {
+    // A path root holding one store names that store's directory.
+    if (auto d = ResolveStoreDir(a->dir); d.ok()) a->dir = *d;
     auto old = StoreOptionsForTarget(a->dir, /*any_location=*/true);
     if (!old.ok()) Fail("relocate", old.status());
     std::vector<std::string> roots;

@@ -145,6 +145,31 @@ TEST_F(CliTest, BadTargetsAndNamesFailWithStatusOne) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["freed_bytes"], 0);  // still tagged
 }
 
+// A user passes the CLI the directory they gave the adapter's store=: a
+// path root holding one store names that store (on either path); a root
+// holding two is an error naming both, and nothing is opened.
+TEST_F(CliTest, APathRootHoldingOneStoreNamesIt) {
+  for (const auto& pc : o_.paths) {
+    CliRun r = Mlpo("inspect " + pc.path.root + " --json");
+    ASSERT_EQ(r.code, 0) << pc.path.root << ": " << r.out;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["objects"], 1);
+  }
+  EXPECT_EQ(Mlpo("verify " + o_.paths[0].path.root).code, 0);
+  // The store's name directory too.
+  EXPECT_EQ(Mlpo("ls " + o_.paths[0].path.root + "/t").code, 0);
+  StoreOptions two = o_;
+  two.name = "u";
+  ASSERT_TRUE(ObjectStore::Open(two).ok());
+  CliRun r = Mlpo("tag " + o_.paths[0].path.root + " x", /*with_stderr=*/true);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("holds 2 stores"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("/t/rank-0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("/u/rank-0"), std::string::npos) << r.out;
+  r = Mlpo("tags " + store_dir_ + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("\"x\""), std::string::npos) << "tagged: " << r.out;
+}
+
 // Issue 7, items 9 and 13: bounded reads, named subcommands, checked
 // version numbers, no table before an error.
 TEST_F(CliTest, BadArgumentsAreNamedWithoutOutputOrHanging) {
