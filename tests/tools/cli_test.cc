@@ -322,6 +322,30 @@ TEST_F(CliTest, ACopyIsRefusedUntilRelocatedAndThenNeverTouchesTheOriginal) {
   EXPECT_NE((*orig)->store_uuid(), (*cs)->store_uuid());
 }
 
+// The copy named by a path root, as a user names the adapter's store=:
+// refused until relocated, naming the store's directory; relocated through
+// the root, it finds both copied roots and becomes a store of its own.
+TEST_F(CliTest, ACopiedRootIsRelocatedThroughTheRoot) {
+  TempDir copies;
+  const std::string copy = copies.path() + "/backup";
+  ASSERT_EQ(std::system(("cp -a " + dir_.path() + " " + copy).c_str()), 0);
+  CliRun r = Mlpo("ls " + copy + "/p1", true);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("mlpo relocate " + copy + "/p1/t/rank-0"),
+            std::string::npos)
+      << r.out;
+  r = Mlpo("relocate " + copy + "/p1 --json", true);
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_TRUE(j["copy"].get<bool>());
+  EXPECT_EQ(j["new_roots"],
+            nlohmann::json::array({copy + "/p0", copy + "/p1"}));
+  r = Mlpo("ls " + copy + "/p0 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["objects"][0]["head_step"], 7);
+  EXPECT_EQ(Mlpo("verify " + copy + "/p1").code, 0);
+}
+
 // A moved store (the original is gone) keeps its identity when relocated;
 // the error before names the old root as gone.
 TEST_F(CliTest, AMovedStoreIsRelocatedWithItsIdentity) {
