@@ -1,18 +1,25 @@
 """A stateful property test of mlpo.torch against torch.optim.AdamW: random
 sequences of what a user does (steps with random frozen parameters, lr
 changes, model edits, state_dict, loading any saved dict, rebuilding the
-optimizer, resuming) applied to both, checked after every operation:
-parameters within 1e-6 of the reference, opt.state equal to torch's, and
-every saved dict loads to exactly the state it was saved at. A second
-optimizer steps on the same store now and then (its own namespace).
+optimizer, resuming, copying the store and training on in the copy)
+applied to both, checked after every operation: parameters within 1e-6 of
+the reference, opt.state equal to torch's, and every saved dict loads to
+exactly the state it was saved at. A second optimizer steps on the same
+store now and then (its own namespace). A copy (`cp -a`, then `mlpo
+relocate` through its root) resumes to what the heads held, refuses the
+dicts saved on the original, and never changes the original, which still
+resumes to what its heads held when it was copied.
 
 MLPO_WORKFLOW_EXAMPLES sets the number of examples (default 12; the slow
 run, scripts/test.sh --slow, uses 1500)."""
 import copy
+import json
 import os
 import shutil
+import subprocess
 import tempfile
 
+import pytest
 import torch
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize,
@@ -24,6 +31,10 @@ from helpers import make_model, loss_of
 EXAMPLES = int(os.environ.get("MLPO_WORKFLOW_EXAMPLES", "12"))
 HYPER = dict(lr=1e-2, weight_decay=0.05)
 NAMES = [n for n, _ in make_model().named_parameters()]
+CLI = os.path.join(
+    os.environ.get("MLPO_BUILD_DIR",
+                   os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "build")), "tools", "mlpo")
 
 
 def params_of(model):
@@ -43,6 +54,9 @@ class Workflow(RuleBasedStateMachine):
         self.saved = []   # (our dict, model params, reference opt dict)
         self.stored = self.snapshot()  # what the store's heads hold
         self.batch = 0
+        self.copies = 0
+        self.originals = []  # (store a copy was made of, what it held)
+        self.foreign = []    # dicts saved on a store this one copied
 
     def teardown(self):
         if hasattr(self, "opt"):
@@ -144,6 +158,66 @@ class Workflow(RuleBasedStateMachine):
         """resume=True: the state the store's heads hold, and the model's
         parameters with it."""
         self.opt.close()
+        self.reopen()
+
+    @precondition(lambda self: self.copies < 2 and os.access(CLI, os.X_OK))
+    @rule()
+    def copy_store(self):
+        """cp -a the store, `mlpo relocate` the copy through its root, and
+        go on in the copy with resume=True."""
+        self.opt.close()
+        if getattr(self, "other", None):
+            self.other[1].close()
+            self.other = None
+        self.copies += 1
+        new = os.path.join(self.dir, f"copy{self.copies}")
+        subprocess.run(["cp", "-a", self.store, new], check=True)
+        # The root names its store when it holds one; with the second
+        # optimizer's store beside it, each is relocated by its directory.
+        stores = sorted(os.path.join(new, d, "rank-0") for d in os.listdir(new)
+                        if os.path.exists(os.path.join(new, d, "rank-0")))
+        for target in [new] if len(stores) == 1 else stores:
+            r = subprocess.run([CLI, "relocate", target, "--json"],
+                               capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            assert json.loads(r.stdout)["copy"] is True
+        self.originals.append((self.store, self.stored))
+        self.foreign += self.saved
+        self.saved = []
+        self.store = new
+        self.reopen()
+
+    @precondition(lambda self: self.foreign)
+    @rule(data=st.data())
+    def load_foreign(self, data):
+        """A dict saved on the store this one is a copy of is refused, and
+        nothing changes."""
+        sd, _, _ = data.draw(st.sampled_from(self.foreign))
+        before = params_of(self.model)
+        with pytest.raises(ValueError, match="another store"):
+            self.opt.load_state_dict(sd)
+        for n, p in self.model.named_parameters():
+            assert torch.equal(p, before[n]), n
+
+    @precondition(lambda self: self.originals)
+    @rule(data=st.data())
+    def reopen_original(self, data):
+        """A store a copy was made of still resumes to what its heads held
+        when it was copied: nothing done in the copy reached it."""
+        root, (params, _) = data.draw(st.sampled_from(self.originals))
+        m = make_model()
+        o = mt.AdamW(m.named_parameters(), **HYPER, store=root, resume=True)
+        try:
+            if o.step_count > 0:
+                for n, p in m.named_parameters():
+                    d = (p - params[n]).abs().max().item()
+                    assert d <= 1e-6, f"original's {n} moved by {d}"
+        finally:
+            o.close()
+
+    def reopen(self):
+        """A new optimizer on self.store with resume=True, and the
+        reference at what the heads hold."""
         params, rsd = self.stored
         self.ref.load_state_dict(params)
         self.ropt = torch.optim.AdamW(self.ref.parameters(), **HYPER)
