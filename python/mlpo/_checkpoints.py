@@ -2,8 +2,10 @@
 store tags, resharding a checkpoint of W ranks into W' ranks, importing a
 torch.optim state dict, and export_state_dict(). A mixin of the optimizer
 class in torch.py, which owns the layout, the engine and the step."""
+import hashlib
 import json
 import math
+import warnings
 from collections.abc import Mapping
 
 import torch
@@ -191,6 +193,17 @@ class CheckpointMixin:
         dist.all_gather_object(out, mine, group=self._pg)
         return out
 
+    def _params_digest(self):
+        """sha256 of this optimizer's parameters as the model holds them now
+        (group order, as fp32): what a dict taken before the first step
+        records, since the store holds no parameters then."""
+        h = hashlib.sha256()
+        for g in self.param_groups:
+            for p in g["params"]:
+                h.update(p.detach().float().cpu().contiguous().numpy()
+                         .tobytes())
+        return h.hexdigest()
+
     def state_dict(self):
         """A small dict naming the store, a tag taken now ("step-<t>") and
         the hyperparameters; no tensors. torch.save it with the model."""
@@ -225,7 +238,9 @@ class CheckpointMixin:
                      "tag": tag, "step": eng.step_count,
                      "param_counts": [len(g["params"])
                                       for g in self.param_groups],
-                     "store_uuids": self._uuids()},
+                     "store_uuids": self._uuids(),
+                     **({"initial_digest": self._params_digest()}
+                        if eng.step_count == 0 else {})},
         }
 
     def load_state_dict(self, state_dict):
@@ -259,6 +274,7 @@ class CheckpointMixin:
         for g, group in enumerate(groups):
             _check_hyper(group, g)
         if "mlpo" in state_dict:
+            self._warn_if_model_moved(state_dict["mlpo"])
             self._load_mlpo(state_dict["mlpo"])
         else:
             self._import_torch(state_dict)
@@ -266,6 +282,21 @@ class CheckpointMixin:
             for k, v in theirs.items():
                 if k != "params":
                     mine[k] = tuple(v) if k == "betas" else v
+
+    def _warn_if_model_moved(self, info):
+        """A dict taken before the first step restores a fresh optimizer:
+        the store holds no parameters for it, so the model keeps the ones
+        it has. Say so when they are not the ones the dict was taken with
+        (the model's own state_dict was not loaded with it)."""
+        digest = info.get("initial_digest") if isinstance(info, dict) else None
+        if isinstance(digest, str) and digest != self._params_digest():
+            warnings.warn(
+                f"mlpo.torch: this state dict (tag {info.get('tag')!r}) was "
+                "taken before the first step, when the store held no "
+                "parameters: loading it restores a fresh optimizer and "
+                "leaves the model's parameters as they are, which are not "
+                "the ones it was taken with. Load the model's state_dict "
+                "saved with it as well (as with torch.optim)", stacklevel=3)
 
     def _load_mlpo(self, info):
         if not isinstance(info, dict):

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -45,6 +46,28 @@ def test_state_dict_is_a_tag_and_load_restores_model_and_state(store_dir):
     assert opt.step_count == 5
     assert all(torch.equal(a, b) for a, b in zip(at5, model.parameters()))
     assert train(model, opt, range(5, 8)) == later  # bit for bit again
+
+
+def test_a_dict_from_before_the_first_step_warns_when_the_model_moved(
+        store_dir):
+    """Before the first step the store holds no parameters: such a dict
+    restores a fresh optimizer and cannot restore the model. Loaded without
+    the model's own state_dict it warns (it used to leave the trained
+    parameters with fresh moments, silently); with it, it is silent and
+    training on repeats the first run exactly."""
+    model = make_model()
+    opt = mt.AdamW(model.named_parameters(), lr=1e-2, store=store_dir)
+    ck = {"model": copy.deepcopy(model.state_dict()), "opt": opt.state_dict()}
+    first = train(model, opt, range(3))
+    with pytest.warns(UserWarning, match="taken before the first step"):
+        opt.load_state_dict(ck["opt"])
+    assert opt.step_count == 0
+    model.load_state_dict(ck["model"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt.load_state_dict(ck["opt"])
+    assert train(model, opt, range(3)) == first
+    opt.close()
 
 
 def test_state_dict_keeps_the_newest_checkpoints_and_frees_the_rest(store_dir):

@@ -1,0 +1,152 @@
+"""The workflow model's history checks in the compact state formats, where
+torch is no reference (their moments are rounded): random sequences of
+steps (random frozen parameters), state_dict, loading any saved dict
+(older ones after training on included), training on from a saved dict,
+rebuilding and resuming, checked against what mlpo itself held: a loaded
+dict gives exactly the parameters and opt.state it was saved with, a
+resume exactly what the store's heads held, and the same batch stepped
+from the same saved dict gives the same numbers however much happened in
+between. MLPO_WORKFLOW_EXAMPLES as in test_workflow_model.py (default 12).
+"""
+import os
+import shutil
+import tempfile
+import warnings
+
+import torch
+from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis.stateful import (RuleBasedStateMachine, initialize,
+                                 precondition, rule)
+
+import mlpo.torch as mt
+from helpers import make_model, loss_of
+
+EXAMPLES = int(os.environ.get("MLPO_WORKFLOW_EXAMPLES", "12"))
+HYPER = dict(lr=1e-2, weight_decay=0.05)
+NAMES = [n for n, _ in make_model().named_parameters()]
+
+
+class FormatWorkflow(RuleBasedStateMachine):
+    @initialize(fmt=st.sampled_from(["bf16-moments", "int8-moments"]))
+    def start(self, fmt):
+        self.fmt = fmt
+        self.dir = tempfile.mkdtemp(prefix="mlpo-formats-")
+        self.store = os.path.join(self.dir, "s")
+        self.model = make_model()
+        self.opt = self.open()
+        self.saved = []              # (dict, snapshot)
+        self.stored = self.snapshot()  # what the store's heads hold
+        self.after = {}              # saved index -> snapshot one step on
+        self.batch = 0
+
+    def teardown(self):
+        if hasattr(self, "opt"):
+            self.opt.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def open(self, resume=False):
+        return mt.AdamW(self.model.named_parameters(), **HYPER,
+                        store=self.store, state_format=self.fmt,
+                        resume=resume)
+
+    def snapshot(self):
+        """The model's parameters and opt.state (the moments as the format
+        holds them, decoded), copied."""
+        params = {n: p.detach().clone()
+                  for n, p in self.model.named_parameters()}
+        state = {}
+        for n, p in self.model.named_parameters():
+            if p in self.opt.state:
+                s = self.opt.state[p]
+                state[n] = (float(s["step"]), s["exp_avg"].clone(),
+                            s["exp_avg_sq"].clone())
+        return params, state
+
+    def check(self, snap, what):
+        params, state = snap
+        now_params, now = self.snapshot()
+        for n in NAMES:
+            assert torch.equal(now_params[n], params[n]), f"{what}: {n}"
+        assert now.keys() == state.keys(), what
+        for n, (step, m, v) in state.items():
+            assert now[n][0] == step, f"{what}: {n} step"
+            assert torch.equal(now[n][1], m), f"{what}: {n} exp_avg"
+            assert torch.equal(now[n][2], v), f"{what}: {n} exp_avg_sq"
+
+    def one_step(self, batch, frozen):
+        self.opt.zero_grad(set_to_none=True)
+        loss_of(self.model, batch).backward()
+        for n, p in self.model.named_parameters():
+            if n in frozen:
+                p.grad = None
+        self.opt.step()
+
+    @rule(frozen=st.sets(st.sampled_from(NAMES)))
+    def step(self, frozen):
+        self.batch += 1
+        self.one_step(self.batch, frozen)
+        if len(frozen) < len(NAMES):
+            self.stored = self.snapshot()
+
+    @rule()
+    def state_dict(self):
+        sd = self.opt.state_dict()
+        self.stored = self.snapshot()
+        self.saved.append((sd, self.stored))
+
+    def load_dict(self, sd, snap):
+        """As a user does: the dict, and for one taken before the first
+        step (the store held no parameters then) the model's parameters
+        saved with it, first; no warning either way."""
+        if sd["mlpo"]["step"] == 0:
+            with torch.no_grad():
+                for n, p in self.model.named_parameters():
+                    p.copy_(snap[0][n])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            self.opt.load_state_dict(sd)
+
+    @precondition(lambda self: self.saved)
+    @rule(data=st.data())
+    def load(self, data):
+        sd, snap = data.draw(st.sampled_from(self.saved))
+        self.load_dict(sd, snap)
+        self.check(snap, "after loading")
+        self.stored = snap
+
+    @precondition(lambda self: self.saved)
+    @rule(data=st.data())
+    def train_on_from_saved(self, data):
+        """Back to a saved dict and one step on with that dict's own batch:
+        the same numbers every time, whatever ran in between."""
+        i = data.draw(st.integers(0, len(self.saved) - 1))
+        sd, snap = self.saved[i]
+        self.load_dict(sd, snap)
+        self.check(snap, f"after loading dict {i}")
+        self.one_step(10_000 + i, frozen=set())
+        self.stored = self.snapshot()
+        if i in self.after:
+            self.check(self.after[i], f"one step on from dict {i}")
+        else:
+            self.after[i] = self.stored
+
+    @rule()
+    def rebuild(self):
+        """A new optimizer on the same store: fresh; the heads still hold
+        the last run."""
+        self.opt.close()
+        self.opt = self.open()
+
+    @rule()
+    def resume(self):
+        self.opt.close()
+        self.opt = self.open(resume=True)
+        if self.opt.step_count > 0:
+            self.check(self.stored, "after resuming")
+        self.stored = self.snapshot()
+
+
+FormatWorkflow.TestCase.settings = settings(
+    max_examples=EXAMPLES, stateful_step_count=25, deadline=None,
+    suppress_health_check=list(HealthCheck), database=None)
+test_format_workflow = FormatWorkflow.TestCase
