@@ -6,7 +6,9 @@ rebuilding and resuming, checked against what mlpo itself held: a loaded
 dict gives exactly the parameters and opt.state it was saved with, a
 resume exactly what the store's heads held, and the same batch stepped
 from the same saved dict gives the same numbers however much happened in
-between. MLPO_WORKFLOW_EXAMPLES as in test_workflow_model.py (default 12).
+between. MLPO_WORKFLOW_EXAMPLES as in test_workflow_model.py (default 12),
+at most 400 here (an example takes ~1.5 s) unless
+MLPO_FORMAT_WORKFLOW_EXAMPLES says otherwise.
 """
 import os
 import shutil
@@ -21,7 +23,9 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize,
 import mlpo.torch as mt
 from helpers import make_model, loss_of
 
-EXAMPLES = int(os.environ.get("MLPO_WORKFLOW_EXAMPLES", "12"))
+EXAMPLES = int(os.environ.get(
+    "MLPO_FORMAT_WORKFLOW_EXAMPLES",
+    min(400, int(os.environ.get("MLPO_WORKFLOW_EXAMPLES", "12")))))
 HYPER = dict(lr=1e-2, weight_decay=0.05)
 NAMES = [n for n, _ in make_model().named_parameters()]
 
