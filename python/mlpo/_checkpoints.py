@@ -274,8 +274,10 @@ class CheckpointMixin:
         for g, group in enumerate(groups):
             _check_hyper(group, g)
         if "mlpo" in state_dict:
-            self._warn_if_model_moved(state_dict["mlpo"])
             self._load_mlpo(state_dict["mlpo"])
+            # (a step-0 dict changes no parameter: checked after it loaded,
+            # so that a refused dict only raises)
+            self._warn_if_model_moved(state_dict["mlpo"])
         else:
             self._import_torch(state_dict)
         for mine, theirs in zip(self.param_groups, groups):

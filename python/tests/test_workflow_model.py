@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import warnings
 
 import pytest
 import torch
@@ -194,7 +195,9 @@ class Workflow(RuleBasedStateMachine):
         nothing changes."""
         sd, _, _ = data.draw(st.sampled_from(self.foreign))
         before = params_of(self.model)
-        with pytest.raises(ValueError, match="another store"):
+        with pytest.raises(ValueError, match="another store"), \
+                warnings.catch_warnings():
+            warnings.simplefilter("error")  # refused, and nothing else said
             self.opt.load_state_dict(sd)
         for n, p in self.model.named_parameters():
             assert torch.equal(p, before[n]), n
