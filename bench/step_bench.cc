@@ -44,35 +44,6 @@ using json = nlohmann::json;
   BenchFail("step", what, s);
 }
 
-// A mode's formats stay resident together while they take turns. Called
-// once the first (`first_row`) has created its state, `rss_before` having
-// been read before it opened: if the other formats, each taken to hold as
-// much, would not fit in `limit` bytes (0: the machine's available memory),
-// removes the stores made so far and fails, rather than be killed for
-// memory minutes later.
-void CheckFormatsFit(uint64_t limit, const std::string& first_row,
-                     size_t rows, uint64_t rss_before,
-                     std::vector<std::unique_ptr<ModeRunner>>* runners) {
-  const uint64_t rss = ResidentBytes();
-  const uint64_t one = rss > rss_before ? rss - rss_before : 0;
-  const uint64_t need = one * (rows - 1);
-  const uint64_t avail = limit > 0 ? (limit > rss ? limit - rss : 0)
-                                   : AvailableMemory();
-  if ((limit == 0 && avail == 0) || need <= avail) return;  // fits, or unknown
-  for (auto& r : *runners) r->Finish();
-  Die("--state-format", absl::ResourceExhaustedError(absl::StrCat(
-      "a mode's formats stay resident together while they take turns; ",
-      first_row, " holds ", FormatBytes(double(one)), ", so the other ",
-      rows - 1, " need about ", FormatBytes(double(need)), " more, and ",
-      limit > 0 ? absl::StrCat(FormatBytes(double(avail)),
-                               " are left of --memory-limit ",
-                               FormatBytes(double(limit)), " (the run holds ",
-                               FormatBytes(double(rss)), ")")
-                : absl::StrCat(FormatBytes(double(avail)),
-                               " are available (MemAvailable)"),
-      "; run fewer formats at once, add --stream, or lower --params")));
-}
-
 }  // namespace
 
 void AddStepBench(CLI::App& app) {

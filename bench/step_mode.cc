@@ -64,6 +64,11 @@ uint64_t ProcKilobytes(const char* file, const std::string& key) {
 // Peak resident memory of this process so far (VmHWM), bytes.
 uint64_t PeakRss() { return ProcKilobytes("/proc/self/status", "VmHWM:"); }
 
+// The machine's available memory (MemAvailable), bytes; 0 when unknown.
+uint64_t AvailableMemory() {
+  return ProcKilobytes("/proc/meminfo", "MemAvailable:");
+}
+
 // What a mode turns on. The ablation rows add one idea at a time on top of
 // the baseline, in the order of the design card.
 struct ModeConfig {
@@ -119,8 +124,27 @@ uint64_t ResidentBytes() {
   return ProcKilobytes("/proc/self/status", "VmRSS:");
 }
 
-uint64_t AvailableMemory() {
-  return ProcKilobytes("/proc/meminfo", "MemAvailable:");
+void CheckFormatsFit(uint64_t limit, const std::string& first_row,
+                     size_t rows, uint64_t rss_before,
+                     std::vector<std::unique_ptr<ModeRunner>>* runners) {
+  const uint64_t rss = ResidentBytes();
+  const uint64_t one = rss > rss_before ? rss - rss_before : 0;
+  const uint64_t need = one * (rows - 1);
+  const uint64_t avail = limit > 0 ? (limit > rss ? limit - rss : 0)
+                                   : AvailableMemory();
+  if ((limit == 0 && avail == 0) || need <= avail) return;  // fits, or unknown
+  for (auto& r : *runners) r->Finish();
+  Die("--state-format", absl::ResourceExhaustedError(absl::StrCat(
+      "a mode's formats stay resident together while they take turns; ",
+      first_row, " holds ", FormatBytes(double(one)), ", so the other ",
+      rows - 1, " need about ", FormatBytes(double(need)), " more, and ",
+      limit > 0 ? absl::StrCat(FormatBytes(double(avail)),
+                               " are left of --memory-limit ",
+                               FormatBytes(double(limit)), " (the run holds ",
+                               FormatBytes(double(rss)), ")")
+                : absl::StrCat(FormatBytes(double(avail)),
+                               " are available (MemAvailable)"),
+      "; run fewer formats at once, add --stream, or lower --params")));
 }
 
 const char* const kAblation[5] = {"+path2", "+fp16grad", "+order+cache",

@@ -40,10 +40,8 @@ struct ModeResult {
   std::vector<double> timed_step_s, timed_moved;
 };
 
-// Resident memory of this process now (VmRSS) and the machine's available
-// memory (MemAvailable), bytes; 0 when unknown.
+// Resident memory of this process now (VmRSS), bytes; 0 when unknown.
 uint64_t ResidentBytes();
-uint64_t AvailableMemory();
 
 // --cap-change ROOT@CAP:STEP: the path's cap becomes CAP from step STEP on.
 struct CapChange {
@@ -140,6 +138,16 @@ class ModeRunner {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// A mode's formats stay resident together while they take turns. Called
+// once the first (`first_row`) has created its state, `rss_before` having
+// been read before it opened: if the other formats, each taken to hold as
+// much, would not fit in `limit` bytes (0: the machine's available memory),
+// finishes `runners` (removing their stores) and fails, rather than be
+// killed for memory minutes later.
+void CheckFormatsFit(uint64_t limit, const std::string& first_row,
+                     size_t rows, uint64_t rss_before,
+                     std::vector<std::unique_ptr<ModeRunner>>* runners);
 
 }  // namespace mlpo
 
