@@ -57,6 +57,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
     const StoreOptions& any_rank, const std::string& tag) {
   std::unique_ptr<CheckpointReader> r(new CheckpointReader());
   int world = 1;
+  bool have_step = false;  // step_ is the first object's (0 is a step too)
   for (int k = 0; k < world; ++k) {
     StoreOptions o = any_rank;
     o.rank = k;
@@ -118,7 +119,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
             " has no version ", tag.empty() ? "" : "in tag " + tag));
       MLPO_ASSIGN_OR_RETURN(VersionRecord rec,
                             rank.store->GetVersion(s.object, it->second));
-      if (r->step_ == 0) r->step_ = rec.step;
+      if (!have_step) r->step_ = rec.step, have_step = true;
       if (rec.step != r->step_)
         return absl::FailedPreconditionError(absl::StrCat(
             "checkpoint holds state from different steps (", r->step_, " and ",

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 #include <algorithm>
+#include <deque>
+#include <future>
 #include <map>
 #include <set>
 
@@ -182,10 +184,14 @@ absl::Status Optimizer::LoadStep() {
   const std::string steps_object = ParamStepsObject();
   bool has = false;  // per-parameter step counts kept (at step `at`)
   uint64_t at = 0;
+  // Every state object has a version (step 0's too); at step 0 a part of
+  // them is a Tag cut short, not the initial state (CompletePartialInitial).
+  bool stored = true;
   for (const ObjectInfo& i : store_->List()) {
-    if (by_object_.count(i.name))
+    if (by_object_.count(i.name)) {
       versions.insert(i.has_head ? i.head_step : 0);
-    else if (i.name == steps_object && i.has_head && !params_.empty())
+      stored = stored && i.has_head;
+    } else if (i.name == steps_object && i.has_head && !params_.empty())
       has = true, at = i.head_step;
   }
   if (versions.size() > 1)
@@ -197,6 +203,7 @@ absl::Status Optimizer::LoadStep() {
         "restore_tag, or `mlpo restore STORE TAG`)"));
   step_ = versions.empty() ? 0 : *versions.begin();
   param_steps_.assign(params_.size(), step_);
+  initial_stored_ = stored;
   if (!has) return absl::OkStatus();  // a store from before per-parameter steps
   if (at != step_)
     return absl::FailedPreconditionError(absl::StrCat(
@@ -218,6 +225,52 @@ absl::Status Optimizer::StartFresh() {
   if (!reset_pending_) return absl::OkStatus();
   MLPO_RETURN_IF_ERROR(store_->ResetHeads());
   reset_pending_ = false;
+  initial_stored_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status Optimizer::CompletePartialInitial() {
+  if (step_ != 0 || initial_stored_) return absl::OkStatus();
+  bool partial = initial_failed_;  // (its versions may be dirty in DRAM)
+  for (const ObjectInfo& i : store_->List())
+    partial = partial || (i.has_head && by_object_.count(i.name));
+  return partial ? StoreInitialState() : absl::OkStatus();
+}
+
+absl::Status Optimizer::StoreInitialState() {
+  if (initial_stored_) return absl::OkStatus();
+  // Every object, whatever an attempt cut short left: init_params now.
+  // A few commits in flight: each holds one object's buffer until written.
+  constexpr size_t kInFlight = 8;
+  std::deque<std::future<absl::Status>> writes;
+  absl::Status first;
+  auto wait_one = [&] {
+    absl::Status st = writes.front().get();
+    writes.pop_front();
+    if (first.ok() && !st.ok()) first = st;
+  };
+  for (const Subgroup& s : subgroups_) {
+    absl::StatusOr<Lease> l = store_->Blank(s.object);
+    if (!l.ok()) {
+      first = l.status();
+      break;
+    }
+    std::memset((*l)->data(), 0, (*l)->size());  // zero moments (and scales)
+    if (options_.init_params)
+      options_.init_params(s.group, s.group_offset,
+                           (*l)->Section<float>("p"), s.numel);
+    writes.push_back(store_->Commit(std::move(*l), 0));
+    if (writes.size() >= kInFlight) wait_one();
+    if (!first.ok()) break;
+  }
+  while (!writes.empty()) wait_one();
+  if (first.ok()) first = CommitParamSteps(0, param_steps_);
+  // A part written is not the initial state: the next Step or Tag at step
+  // 0 writes it whole again (CompletePartialInitial), and a reopen does
+  // not take it for stored (LoadStep).
+  initial_failed_ = !first.ok();
+  MLPO_RETURN_IF_ERROR(Annotate(first, "storing the initial state (step 0)"));
+  initial_stored_ = true;
   return absl::OkStatus();
 }
 
@@ -232,6 +285,9 @@ absl::Status Optimizer::CommitParamSteps(uint64_t t,
 
 absl::Status Optimizer::Tag(const std::string& name) {
   MLPO_RETURN_IF_ERROR(StartFresh());
+  // A tag names stored versions: before the first step, the initial state
+  // becomes step 0's, so that the tag gives these parameters back.
+  if (step_ == 0) MLPO_RETURN_IF_ERROR(StoreInitialState());
   return store_->Tag(name);
 }
 
@@ -262,6 +318,7 @@ std::string Optimizer::ParamStepsObject() const {
 absl::Status Optimizer::Reset() {
   MLPO_RETURN_IF_ERROR(store_->ResetHeads());
   reset_pending_ = false;
+  initial_stored_ = false;
   grads_->Reset();
   for (auto& o : overrides_) o.clear();
   step_ = 0;
@@ -285,7 +342,8 @@ absl::Status Optimizer::OverrideMasters(int group, uint64_t offset,
 }
 
 absl::Status Optimizer::AdoptEdits(const std::vector<int>& params) {
-  if (step_ == 0) return absl::OkStatus();  // the first step takes them
+  // Nothing stored yet: the first step (or step 0's Tag) takes them.
+  if (!state_stored()) return absl::OkStatus();
   for (int k : params)
     if (k < 0 || k >= static_cast<int>(params_.size()))
       return absl::InvalidArgumentError(absl::StrCat("no parameter ", k));
@@ -526,6 +584,7 @@ absl::StatusOr<StepReport> Optimizer::Step(double loss_scale,
     return rep;
   }
   MLPO_RETURN_IF_ERROR(StartFresh());
+  MLPO_RETURN_IF_ERROR(CompletePartialInitial());
   rep.grad_norm = std::sqrt(tot.sum_sq) / loss_scale;
   if (options_.max_grad_norm > 0 && rep.grad_norm > options_.max_grad_norm)
     rep.clip_coef = options_.max_grad_norm / (rep.grad_norm + 1e-6);

@@ -148,7 +148,16 @@ class Optimizer {
   // where they differ) and every pending override into the store, as
   // versions of the current step; subgroups with nothing changed are left
   // alone. Before a Tag, so that a checkpoint holds what the model holds.
+  // Nothing to do while !state_stored() (the first step or Tag takes the
+  // initial parameters as they are then).
   absl::Status AdoptEdits(const std::vector<int>& params);
+  // The store holds this lineage's state: from the first step, or from a
+  // Tag taken before it (which stores the initial state as step 0, so that
+  // restoring that tag gives the initial parameters back). Until then the
+  // state is init_params and zero moments, kept nowhere.
+  bool state_stored() const {
+    return !reset_pending_ && (step_ > 0 || initial_stored_);
+  }
   // Step count of every parameter (see ParamGroup::params).
   const std::vector<uint64_t>& param_steps() const { return param_steps_; }
   size_t num_params() const { return params_.size(); }
@@ -160,6 +169,8 @@ class Optimizer {
   uint64_t step() const { return step_; }
   uint64_t skipped_steps() const { return skipped_; }
 
+  // Names the current state. At step 0 the initial state is first stored
+  // as step 0 (one write of every state object).
   absl::Status Tag(const std::string& name);
   // Restores a tag; the step number becomes the tag's.
   absl::Status Restore(const std::string& name);
@@ -195,6 +206,13 @@ class Optimizer {
   // Drops the heads if a fresh start is pending.
   absl::Status StartFresh();
   absl::Status CommitParamSteps(uint64_t t, const std::vector<uint64_t>& s);
+  // Writes the initial state (init_params, zero moments) of every state
+  // object as step 0, unless stored already.
+  absl::Status StoreInitialState();
+  // At step 0 with the initial state partly stored (a StoreInitialState
+  // that failed, or was cut short by a kill): stores it whole, so that no
+  // object's leftover is taken for its initial state.
+  absl::Status CompletePartialInitial();
   // Records the state format in a new store, or checks the one recorded.
   absl::Status CheckStateFormat();
   // The step's work per subgroup; false in `active` skips a parameter.
@@ -228,6 +246,10 @@ class Optimizer {
   std::vector<std::map<uint64_t, std::vector<float>>> overrides_;
   StateFormat format_ = StateFormat::kF32;
   bool reset_pending_ = false;
+  // Step 0's state is in the store (a Tag before the first step, or a
+  // restore of one).
+  bool initial_stored_ = false;
+  bool initial_failed_ = false;  // the last StoreInitialState failed
   bool grads_offloaded_ = false;
 };
 

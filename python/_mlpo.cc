@@ -204,6 +204,7 @@ class Engine {
   }
   void ContinueHeads() { Check(opt()->ContinueHeads()); }
   bool fresh_pending() const { return opt()->fresh_pending(); }
+  bool state_stored() const { return opt()->state_stored(); }
   std::vector<uint64_t> ParamSteps() const { return opt()->param_steps(); }
   py::tuple ReadRange(int group, uint64_t offset, uint64_t count) {
     std::vector<float> p(count), m(count), v(count);
@@ -496,6 +497,7 @@ PYBIND11_MODULE(_mlpo, m) {
       .def("reset", &Engine::Reset)
       .def("continue_heads", &Engine::ContinueHeads)
       .def_property_readonly("fresh_pending", &Engine::fresh_pending)
+      .def_property_readonly("state_stored", &Engine::state_stored)
       .def_property_readonly("param_steps", &Engine::ParamSteps)
       .def("read_range", &Engine::ReadRange)
       .def("tag", &Engine::Tag)

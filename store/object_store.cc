@@ -337,9 +337,6 @@ std::future<absl::Status> ObjectStore::CommitImpl(Lease lease, uint64_t number,
           it->second.dirty != 0 ? it->second.dirty_step
                                 : it->second.head_step,
           ")"));
-    else if (!write_back && op->step == 0)
-      bad = absl::InvalidArgumentError(
-          absl::StrCat("commit of ", object, ": step 0 (steps start at 1)"));
     if (!bad.ok()) {
       op->promise.set_value(bad);
       return fut;

@@ -165,7 +165,7 @@ void AddShowCommand(CLI::App& app) {
   auto a = std::make_shared<CommonArgs>();
   auto obj = std::make_shared<std::string>();
   auto ver = std::make_shared<int64_t>(0);
-  auto step = std::make_shared<int64_t>(0);
+  auto step = std::make_shared<int64_t>(-1);  // -1: not given
   auto* c = AddStoreSub(app, "show",
                         "One object: layout, extents per path with "
                         "checksums, per-section statistics (min, max, mean, "
@@ -180,13 +180,14 @@ void AddShowCommand(CLI::App& app) {
                  ->check(CLI::PositiveNumber);
   c->add_option("--step", *step,
                 "Show the newest kept version committed at this step "
-                "(after a restore, two lineages can each hold one)")
-      ->check(CLI::PositiveNumber)
+                "(after a restore, two lineages can each hold one; 0: the "
+                "initial state a tag before the first step stored)")
+      ->check(CLI::NonNegativeNumber)
       ->excludes(vo);
   c->callback([a, obj, ver, step] {
     auto s = OpenTarget("show", a->store, /*read_only=*/true);
     uint64_t want = static_cast<uint64_t>(*ver);
-    if (*step > 0) {
+    if (*step >= 0) {
       for (auto& i : s->List())
         if (i.name == *obj)
           for (size_t k = 0; k < i.versions.size(); ++k)

@@ -3,12 +3,16 @@
 // gradient is skipped with its own step count, a fresh start leaves the
 // store's tags alone, and the model's memory is authoritative (edits made
 // between steps become the master).
+#include <algorithm>
 #include <cmath>
+#include <cerrno>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "optimizer/optimizer.h"
+#include "store/fs/fault_injection_fs.h"
 #include "tests/optimizer/optimizer_test_util.h"
 
 namespace mlpo {
@@ -166,8 +170,8 @@ TEST(ParamSemanticsTest, AFreshStartBeginsAtStepZeroAndKeepsEveryTag) {
     ASSERT_TRUE((*opt)->ReadState(0, &p, &m, &v).ok());
     EXPECT_EQ(p, tagged_p);
   }
-  // A fresh start's tag before any step is empty: restoring it is a start
-  // from the initial state again.
+  // A fresh start's tag before any step stores the initial state as step
+  // 0: restoring it is a start from the initial state again.
   {
     auto opt = Optimizer::Open(o);
     ASSERT_TRUE(opt.ok());
@@ -181,6 +185,117 @@ TEST(ParamSemanticsTest, AFreshStartBeginsAtStepZeroAndKeepsEveryTag) {
     EXPECT_EQ(p[100], InitValue(0, 100));
     EXPECT_EQ(v[100], 0.f);
   }
+}
+
+// A Tag before the first step stores the initial state as step 0 (it was
+// kept nowhere: restoring such a tag after training gave back whatever
+// init_params said then, in the adapter the trained parameters). Restoring
+// it gives the parameters the tag was taken with, a reopen resumes them,
+// edits after it are adopted into step 0, and a Tag that fails to write
+// is an error that leaves nothing taken for stored.
+TEST(ParamSemanticsTest, ATagBeforeTheFirstStepStoresTheInitialState) {
+  TempDir dir;
+  FaultInjectionFileSystem fsys;
+  OptimizerOptions o = Options(dir, kSizes, DType::kF32);
+  o.store.fs = &fsys;
+  // init_params reads a vector the test changes, as the adapter's does
+  // (the model's tensors; zeros once the first step dropped them).
+  auto init = std::make_shared<std::vector<float>>();
+  for (uint64_t i = 0; i < 4500; ++i) init->push_back(InitValue(0, i));
+  o.init_params = [init](int, uint64_t off, float* dst, uint64_t n) {
+    std::memcpy(dst, init->data() + off, n * sizeof(float));
+  };
+  const std::vector<float> first = *init;
+  std::vector<bool> all = {1, 1, 1};
+  auto opt = Optimizer::Open(o);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_FALSE((*opt)->state_stored());
+  // Every path is full: the tag is an error, nothing taken for stored.
+  fsys.FailWhile(FaultInjectionFileSystem::Op::kWrite, ENOSPC,
+                 dir.path());
+  absl::Status bad = (*opt)->Tag("zero");
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("step 0"), absl::string_view::npos) << bad;
+  EXPECT_FALSE((*opt)->state_stored());
+  EXPECT_EQ((*opt)->store()->Tags().count("zero"), 0u);
+  fsys.ClearFaults();
+  ASSERT_TRUE((*opt)->Tag("zero").ok());
+  EXPECT_TRUE((*opt)->state_stored());
+  EXPECT_EQ((*opt)->step(), 0u);
+  std::fill(init->begin(), init->end(), 0.f);  // gone, as after a step
+  DoubleRef ref(kSizes);
+  for (uint64_t t = 1; t <= 2; ++t) {
+    std::vector<float> g = UnscaledGrads(t, 4500);
+    ASSERT_TRUE(StageSome(opt->get(), g, ref.bounds, all).ok());
+    ASSERT_TRUE((*opt)->Step().ok());
+    ref.Step(g, all);
+  }
+  ExpectNear(opt->get(), ref, "two steps from the tagged state");
+  ASSERT_TRUE((*opt)->Restore("zero").ok());
+  EXPECT_EQ((*opt)->step(), 0u);
+  EXPECT_TRUE((*opt)->state_stored());
+  EXPECT_EQ((*opt)->param_steps(), (std::vector<uint64_t>{0, 0, 0}));
+  std::vector<float> p, m, v;
+  ASSERT_TRUE((*opt)->ReadState(0, &p, &m, &v).ok());
+  EXPECT_EQ(p, first) << "the tag gives back the parameters it was taken with";
+  EXPECT_EQ(m, std::vector<float>(4500, 0.f));
+  EXPECT_EQ(v, std::vector<float>(4500, 0.f));
+  // An edit at step 0 once it is stored: adopted into step 0.
+  std::vector<float> model(first.begin(), first.begin() + 1000);
+  model[3] = 0.5f;
+  ASSERT_TRUE((*opt)->SetParamMemory(0, model.data(), DType::kF32).ok());
+  ASSERT_TRUE((*opt)->AdoptEdits({0}).ok());
+  ASSERT_TRUE((*opt)->ReadState(0, &p, &m, &v).ok());
+  EXPECT_EQ(p[3], 0.5f);
+  EXPECT_EQ((*opt)->step(), 0u);
+  ASSERT_TRUE((*opt)->SetParamMemory(0, nullptr, DType::kF32).ok());
+  ASSERT_TRUE((*opt)->Tag("zero-edited").ok());
+  // A reopen (not fresh) resumes step 0's stored state.
+  opt->reset();
+  opt = Optimizer::Open(o);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_EQ((*opt)->step(), 0u);
+  EXPECT_TRUE((*opt)->state_stored());
+  ASSERT_TRUE((*opt)->ReadState(0, &p, &m, &v).ok());
+  EXPECT_EQ(p[3], 0.5f);
+  EXPECT_EQ(p[4], first[4]);
+  // From the tag again, one step equals the first step from the start.
+  ASSERT_TRUE((*opt)->Restore("zero").ok());
+  DoubleRef again(kSizes);
+  std::vector<float> g = UnscaledGrads(1, 4500);
+  ASSERT_TRUE(StageSome(opt->get(), g, again.bounds, all).ok());
+  ASSERT_TRUE((*opt)->Step().ok());
+  again.Step(g, all);
+  ExpectNear(opt->get(), again, "one step from the restored tag");
+  // A fresh open stores nothing until its own first step or tag.
+  opt->reset();
+  o.fresh = true;
+  opt = Optimizer::Open(o);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_FALSE((*opt)->state_stored());
+  ASSERT_TRUE((*opt)->Tag("fresh-zero").ok());
+  // A tag cut short by a kill: one object's step 0 written, not the rest.
+  // A reopen takes it for nothing stored, and the first step starts from
+  // init_params, not from that object's leftover.
+  ASSERT_TRUE((*opt)->store()->ResetHeads().ok());
+  {
+    Lease l = *(*opt)->store()->Blank((*opt)->subgroups()[0].object);
+    std::memset(l->data(), 0, l->size());
+    std::fill_n(l->Section<float>("p"), 10, 9.0f);
+    ASSERT_TRUE((*opt)->store()->Commit(l, 0).get().ok());
+  }
+  opt->reset();
+  o.fresh = false;
+  *init = first;
+  opt = Optimizer::Open(o);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_EQ((*opt)->step(), 0u);
+  EXPECT_FALSE((*opt)->state_stored()) << "a part of step 0 is not step 0";
+  DoubleRef fresh(kSizes);
+  ASSERT_TRUE(StageSome(opt->get(), g, fresh.bounds, all).ok());
+  ASSERT_TRUE((*opt)->Step().ok());
+  fresh.Step(g, all);
+  ExpectNear(opt->get(), fresh, "the first step after a cut-short tag");
 }
 
 TEST(ParamSemanticsTest, TheModelsMemoryIsTheMaster) {
@@ -263,7 +378,7 @@ TEST(ParamSemanticsTest, BadParameterListsAreRefused) {
   EXPECT_EQ((*opt)->OverrideMasters(0, 4500, &f, DType::kF32, 1).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*opt)->AdoptEdits({7}).code(), absl::StatusCode::kOk)
-      << "step 0: nothing is stored yet, the first step takes edits";
+      << "step 0: nothing is stored yet, the first step (or Tag) takes edits";
   auto fill = [](const Subgroup&, float*, float*, float*) {
     return absl::OkStatus();
   };
