@@ -146,8 +146,8 @@ class CheckpointMixin:
     def restore(self, tag):
         """Moves the state back to `tag` and the model's parameters with it."""
         self._require_engine().restore(tag)
-        if self._engine.step_count > 0:
-            self._params_from_store()
+        if self._engine.state_stored:  # (a tag from before this release at
+            self._params_from_store()  # step 0 stored no parameters)
         self._note_versions()
 
     def tags(self):
@@ -196,7 +196,7 @@ class CheckpointMixin:
     def _params_digest(self):
         """sha256 of this optimizer's parameters as the model holds them now
         (group order, as fp32): what a dict taken before the first step
-        records, since the store holds no parameters then."""
+        records, to see that loading it gave them back."""
         h = hashlib.sha256()
         for g in self.param_groups:
             for p in g["params"]:
@@ -212,9 +212,13 @@ class CheckpointMixin:
         # "step-<t>", or "step-<t>.<k>" when a tag of that step already
         # holds another lineage's state (training on after a rollback): a
         # dict never names a tag of another lineage, and no tag is replaced.
+        # (At step 0 with nothing stored, a tag of that name that is
+        # "current" holds nothing: one an earlier release took. Not reused:
+        # a new one stores the initial parameters.)
         tags = set(eng.tags())
         tag, k = f"step-{eng.step_count}", 1
-        while tag in tags and not eng.tag_is_current(tag):
+        while tag in tags and (not eng.state_stored or
+                               not eng.tag_is_current(tag)):
             tag, k = f"step-{eng.step_count}.{k}", k + 1
         if tag not in tags:
             eng.tag(tag)
@@ -286,16 +290,18 @@ class CheckpointMixin:
                     mine[k] = tuple(v) if k == "betas" else v
 
     def _warn_if_model_moved(self, info):
-        """A dict taken before the first step restores a fresh optimizer:
-        the store holds no parameters for it, so the model keeps the ones
-        it has. Say so when they are not the ones the dict was taken with
-        (the model's own state_dict was not loaded with it)."""
+        """A step-0 dict restores the parameters it was taken with: its tag
+        holds them as step 0. One written before step 0 was stored (an
+        earlier release) restores a fresh optimizer and leaves the model
+        as it is: say so when its parameters are not the ones the dict was
+        taken with (the model's own state_dict was not loaded with it)."""
         digest = info.get("initial_digest") if isinstance(info, dict) else None
         if isinstance(digest, str) and digest != self._params_digest():
             warnings.warn(
                 f"mlpo.torch: this state dict (tag {info.get('tag')!r}) was "
-                "taken before the first step, when the store held no "
-                "parameters: loading it restores a fresh optimizer and "
+                "taken before the first step, and its tag holds no "
+                "parameters (an earlier mlpo stored none at step 0): "
+                "loading it restores a fresh optimizer and "
                 "leaves the model's parameters as they are, which are not "
                 "the ones it was taken with. Load the model's state_dict "
                 "saved with it as well (as with torch.optim)", stacklevel=3)

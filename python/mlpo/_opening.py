@@ -199,7 +199,9 @@ class StoreOpening:
         eng = self._engine
         try:
             eng.continue_heads()
-            what = f"step {eng.step_count} (the last step written)"
+            what = f"step {eng.step_count} (the last step written)" if \
+                eng.step_count else "step 0 (the initial parameters a " \
+                "checkpoint before the first step stored)"
         except RuntimeError as e:
             if "interrupted" not in str(e):
                 raise
@@ -211,13 +213,13 @@ class StoreOpening:
             eng.restore(tags[-1])
             what = f"tag {tags[-1]!r} at step {eng.step_count} (the last " \
                    "step was cut short)"
-        if eng.step_count == 0:
+        if not eng.state_stored:
             what = "nothing to resume: starting at step 0"
-        elif self._rank == 0:
+        else:
             what = "resuming from " + what
         if self._rank == 0:
             print(f"mlpo.torch: {self.store_name}: {what}", file=sys.stderr)
-        if eng.step_count > 0:
+        if eng.state_stored:
             self._params_from_store()
 
     def _device_args(self):

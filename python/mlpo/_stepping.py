@@ -128,7 +128,7 @@ class Stepping:
         for k in self._edited():
             g, e, at, n, off = self._pieces[k]
             t = _flat(e["param"].detach())[at:at + n].cpu()
-            if eng.step_count == 0:
+            if not eng.state_stored:
                 eng.set_initial(g, off, t.data_ptr(), _DTYPES[t.dtype], n)
             else:
                 eng.override_masters(g, off, t.data_ptr(), _DTYPES[t.dtype], n)
@@ -200,6 +200,6 @@ class Stepping:
                 eng.set_param_memory(k, p.data_ptr() + at * p.element_size(),
                                      _DTYPES[p.dtype])
             eng.adopt_edits(edited)
-            if eng.step_count == 0:
+            if not eng.state_stored:
                 self._set_initial()
         self._note_versions()

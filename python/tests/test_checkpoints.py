@@ -48,25 +48,115 @@ def test_state_dict_is_a_tag_and_load_restores_model_and_state(store_dir):
     assert train(model, opt, range(5, 8)) == later  # bit for bit again
 
 
-def test_a_dict_from_before_the_first_step_warns_when_the_model_moved(
-        store_dir):
-    """Before the first step the store holds no parameters: such a dict
-    restores a fresh optimizer and cannot restore the model. Loaded without
-    the model's own state_dict it warns (it used to leave the trained
-    parameters with fresh moments, silently); with it, it is silent and
-    training on repeats the first run exactly."""
+@pytest.mark.parametrize("backend", ["", "host"])
+def test_a_dict_from_before_the_first_step_restores_the_model(store_dir,
+                                                              backend):
+    """A dict taken before the first step stores the initial parameters as
+    step 0 (they were kept nowhere before: loading such a dict after
+    training used to leave the trained parameters with fresh moments).
+    Loaded alone it gives them back, and training on repeats the first run
+    exactly; an edit made at step 0 between two dicts is in the second
+    only (on the device path too, where edits go in as overrides); a new
+    optimizer (a new run, other weights) gets them from the dict, and
+    resume=True from the store's heads."""
+    kw = {"device_backend": backend} if backend else {}
     model = make_model()
-    opt = mt.AdamW(model.named_parameters(), lr=1e-2, store=store_dir)
-    ck = {"model": copy.deepcopy(model.state_dict()), "opt": opt.state_dict()}
-    first = train(model, opt, range(3))
-    with pytest.warns(UserWarning, match="taken before the first step"):
-        opt.load_state_dict(ck["opt"])
-    assert opt.step_count == 0
-    model.load_state_dict(ck["model"])
+    opt = mt.AdamW(model.named_parameters(), lr=1e-2, store=store_dir,
+                   **kw)
+    init = [p.detach().clone() for p in model.parameters()]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        opt.load_state_dict(ck["opt"])
-    assert train(model, opt, range(3)) == first
+        sd0 = opt.state_dict()
+        assert sd0["mlpo"]["tag"] == "step-0"
+        first = train(model, opt, range(3))
+        opt.load_state_dict(sd0)
+        assert opt.step_count == 0
+        assert all(torch.equal(a, b) for a, b in zip(init,
+                                                     model.parameters()))
+        assert train(model, opt, range(3)) == first
+        opt.load_state_dict(sd0)
+        # An edit before the first step, then another dict: its own tag.
+        with torch.no_grad():
+            next(model.parameters()).add_(1.0)
+        edited = [p.detach().clone() for p in model.parameters()]
+        sd0b = opt.state_dict()
+        assert sd0b["mlpo"]["tag"] == "step-0.1"
+        train(model, opt, range(2))
+        opt.load_state_dict(sd0)
+        assert all(torch.equal(a, b) for a, b in zip(init,
+                                                     model.parameters()))
+        opt.load_state_dict(sd0b)
+        assert all(torch.equal(a, b) for a, b in zip(edited,
+                                                     model.parameters()))
+        assert opt.step_count == 0
+        # Exported, step 0 is the initial parameters and no moments.
+        out = mt.export_state_dict(sd0)
+        assert out["state"] == {}
+        for (n, _), a in zip(model.named_parameters(), init):
+            assert torch.equal(out["master_params"][n], a), n
+        opt.close()
+        # A new run: other weights, a fresh optimizer, the old dict loaded.
+        model2 = make_model(seed=123)
+        assert not torch.equal(next(model2.parameters()), init[0])
+        opt2 = mt.AdamW(model2.named_parameters(), lr=1e-2,
+                        store=store_dir, **kw)
+        opt2.load_state_dict(sd0)
+        assert all(torch.equal(a, b) for a, b in zip(init,
+                                                     model2.parameters()))
+        assert train(model2, opt2, range(3)) == first
+        opt2.close()
+    # resume=True where the last run only checkpointed step 0.
+    model3 = make_model(seed=7)
+    opt3 = mt.AdamW(model3.named_parameters(), lr=1e-2, store=store_dir,
+                    name="other", **kw)
+    sd = opt3.state_dict()
+    kept = [p.detach().clone() for p in model3.parameters()]
+    opt3.close()
+    model4 = make_model(seed=8)
+    opt4 = mt.AdamW(model4.named_parameters(), lr=1e-2, store=store_dir,
+                    name="other", resume=True, **kw)
+    assert opt4.step_count == 0 and sd["mlpo"]["tag"] == "step-0"
+    assert not torch.equal(next(make_model(seed=8).parameters()), kept[0])
+    assert all(torch.equal(a, b) for a, b in zip(kept, model4.parameters()))
+    opt4.close()
+
+
+CLI = os.path.join(os.environ.get("MLPO_BUILD_DIR", os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "build")),
+    "tools", "mlpo")
+
+
+@pytest.mark.skipif(not os.access(CLI, os.X_OK), reason="no mlpo CLI built")
+def test_an_empty_step_0_tag_is_not_reused_and_its_dicts_warn(store_dir):
+    """A step-0 tag that stores nothing (taken by an earlier release, here
+    with `mlpo tag` on a store that never stepped) is not what a new dict
+    names: state_dict takes step-0.1, which stores the parameters. A dict
+    naming the empty tag restores a fresh optimizer, leaves the model as
+    it is, and warns when the model's parameters are not the dict's."""
+    model = make_model()
+    opt = mt.AdamW(model.named_parameters(), lr=1e-2, store=store_dir)
+    opt.close()
+    r = subprocess.run([CLI, "tag", store_dir, "step-0"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    opt = mt.AdamW(model.named_parameters(), lr=1e-2, store=store_dir)
+    init = [p.detach().clone() for p in model.parameters()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sd = opt.state_dict()
+    assert sd["mlpo"]["tag"] == "step-0.1"
+    old = copy.deepcopy(sd)
+    old["mlpo"]["tag"] = "step-0"
+    train(model, opt, range(2))
+    trained = [p.detach().clone() for p in model.parameters()]
+    with pytest.warns(UserWarning, match="holds no parameters"):
+        opt.load_state_dict(old)
+    assert opt.step_count == 0
+    assert all(torch.equal(a, b) for a, b in zip(trained, model.parameters()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt.load_state_dict(sd)
+    assert all(torch.equal(a, b) for a, b in zip(init, model.parameters()))
     opt.close()
 
 

@@ -53,7 +53,9 @@ class Workflow(RuleBasedStateMachine):
                             store=self.store)
         self.ropt = torch.optim.AdamW(self.ref.parameters(), **HYPER)
         self.saved = []   # (our dict, model params, reference opt dict)
-        self.stored = self.snapshot()  # what the store's heads hold
+        # What the store's heads hold: nothing until the first step or
+        # state_dict (which stores step 0's parameters).
+        self.stored = None
         self.batch = 0
         self.copies = 0
         self.originals = []  # (store a copy was made of, what it held)
@@ -133,12 +135,18 @@ class Workflow(RuleBasedStateMachine):
                            copy.deepcopy(self.ropt.state_dict())))
 
     @precondition(lambda self: self.saved)
-    @rule(data=st.data())
-    def load(self, data):
+    @rule(data=st.data(), with_model=st.booleans())
+    def load(self, data, with_model):
+        """A dict loaded with the model's own state_dict saved beside it,
+        or alone: the dict restores the parameters either way (one taken
+        before the first step too)."""
         sd, params, rsd = data.draw(st.sampled_from(self.saved))
-        for m in (self.model, self.ref):
-            m.load_state_dict(params)
-        self.opt.load_state_dict(sd)
+        self.ref.load_state_dict(params)
+        if with_model:
+            self.model.load_state_dict(params)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            self.opt.load_state_dict(sd)
         self.ropt.load_state_dict(copy.deepcopy(rsd))
         for n, p in self.model.named_parameters():
             assert torch.equal(p, params[n]), f"{n} after loading"
@@ -207,11 +215,12 @@ class Workflow(RuleBasedStateMachine):
     def reopen_original(self, data):
         """A store a copy was made of still resumes to what its heads held
         when it was copied: nothing done in the copy reached it."""
-        root, (params, _) = data.draw(st.sampled_from(self.originals))
-        m = make_model()
+        root, stored = data.draw(st.sampled_from(self.originals))
+        m = make_model(seed=5)
         o = mt.AdamW(m.named_parameters(), **HYPER, store=root, resume=True)
         try:
-            if o.step_count > 0:
+            if stored is not None:
+                params = stored[0]
                 for n, p in m.named_parameters():
                     d = (p - params[n]).abs().max().item()
                     assert d <= 1e-6, f"original's {n} moved by {d}"
@@ -221,16 +230,19 @@ class Workflow(RuleBasedStateMachine):
     def reopen(self):
         """A new optimizer on self.store with resume=True, and the
         reference at what the heads hold."""
-        params, rsd = self.stored
-        self.ref.load_state_dict(params)
         self.ropt = torch.optim.AdamW(self.ref.parameters(), **HYPER)
-        self.ropt.load_state_dict(copy.deepcopy(rsd))
+        if self.stored is None:  # nothing stored: the model as it is
+            self.ref.load_state_dict(params_of(self.model))
+        else:
+            params, rsd = self.stored
+            self.ref.load_state_dict(params)
+            self.ropt.load_state_dict(copy.deepcopy(rsd))
         self.opt = mt.AdamW(self.model.named_parameters(), **HYPER,
                             store=self.store, resume=True)
         for g, rg in zip(self.opt.param_groups, self.ropt.param_groups):
             g["lr"], g["betas"] = rg["lr"], rg["betas"]
-        if self.opt.step_count == 0:  # nothing stored: the model as it is
-            self.ref.load_state_dict(params_of(self.model))
+        if self.stored is None:
+            assert self.opt.step_count == 0
 
     @invariant()
     def matches_torch(self):
