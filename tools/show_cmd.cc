@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/dtype.h"
 #include "base/state_format.h"
@@ -26,6 +27,19 @@
 
 namespace mlpo {
 namespace {
+
+// An integer option of at least `lo`, said in those words (CLI11's own
+// range checks print the largest double as the bound).
+CLI::Validator AtLeast(int64_t lo) {
+  return CLI::Validator(
+      [lo](std::string& text) -> std::string {
+        int64_t v;
+        if (absl::SimpleAtoi(text, &v) && v >= lo) return "";
+        return absl::StrCat("must be a whole number >= ", lo, ", not '", text,
+                            "'");
+      },
+      absl::StrCat("INT>=", lo));
+}
 
 using json = nlohmann::json;
 
@@ -177,12 +191,12 @@ void AddShowCommand(CLI::App& app) {
   auto* vo = c->add_option("--version", *ver,
                            "Version to show: its sequence number, as `mlpo "
                            "ls --json` lists them (default: the head)")
-                 ->check(CLI::PositiveNumber);
+                 ->check(AtLeast(1));
   c->add_option("--step", *step,
                 "Show the newest kept version committed at this step "
                 "(after a restore, two lineages can each hold one; 0: the "
                 "initial state a tag before the first step stored)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(AtLeast(0))
       ->excludes(vo);
   c->callback([a, obj, ver, step] {
     auto s = OpenTarget("show", a->store, /*read_only=*/true);

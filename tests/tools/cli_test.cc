@@ -86,6 +86,29 @@ TEST_F(CliTest, InspectLsShowAndTagsReportTheStore) {
   j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["tags"][0]["objects"]["w0"], 1);  // the version
   EXPECT_EQ(j["tags"][0]["step"], 7);
+  // Step 0 is a step (the initial state a tag before the first step
+  // stores): `show --step 0` finds it, and a step nothing holds is named.
+  {
+    auto s = ObjectStore::Open(o_);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_TRUE((*s)->Declare("w0", *ObjectLayout::Make(
+                                        {{"p", DType::kF32, 1000},
+                                         {"m", DType::kBF16, 3000}})).ok());
+    ASSERT_TRUE((*s)->Declare("z", *ObjectLayout::Make(
+                                       {{"p", DType::kF32, 10}})).ok());
+    Lease l = *(*s)->Blank("z");
+    std::fill_n(l->Section<float>("p"), 10, 0.5f);
+    ASSERT_TRUE((*s)->Commit(l, 0).get().ok());
+  }
+  r = Mlpo("show " + store_dir_ + " z --step 0 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["step"], 0);
+  EXPECT_EQ(j["sections"][0]["mean"], 0.5);
+  r = Mlpo("show " + store_dir_ + " z --step 3", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("no kept version at step 3"), std::string::npos)
+      << r.out;
 }
 
 TEST_F(CliTest, VerifyExitsNonZeroAndNamesTheCorruptExtent) {
@@ -184,6 +207,14 @@ TEST_F(CliTest, BadArgumentsAreNamedWithoutOutputOrHanging) {
   EXPECT_NE(r.code, 0);
   EXPECT_EQ(r.out.find("18446744073709551615"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--version"), std::string::npos) << r.out;
+  // The bound in words, not as the largest double.
+  for (const char* bad : {" --version 0", " --step -1", " --step x"}) {
+    r = Mlpo("show " + store_dir_ + " w0" + bad, true);
+    EXPECT_EQ(r.code, 2) << bad;
+    EXPECT_NE(r.out.find("must be a whole number >="), std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("1797693"), std::string::npos) << r.out;
+  }
   r = Mlpo("profile " + dir_.path() + "/nosuch");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.out, "");  // no table header before the error
