@@ -8,16 +8,22 @@ exactly the state it was saved at. A second optimizer steps on the same
 store now and then (its own namespace). A copy (`cp -a`, then `mlpo
 relocate` through its root) resumes to what the heads held, refuses the
 dicts saved on the original, and never changes the original, which still
-resumes to what its heads held when it was copied.
+resumes to what its heads held when it was copied. A job killed (SIGKILL)
+at a random moment of its steps resumes to a state the reference reaches:
+the heads before one of its steps, or the newest tag when a step was cut
+short.
 
 MLPO_WORKFLOW_EXAMPLES sets the number of examples (default 12; the slow
-run, scripts/test.sh --slow, uses 1500)."""
+run, scripts/test.sh --slow, uses 1500); MLPO_WORKFLOW_KILLS the kills
+per example (default 1; each starts a Python process)."""
 import copy
 import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
+import time
 import warnings
 
 import pytest
@@ -30,12 +36,37 @@ import mlpo.torch as mt
 from helpers import make_model, loss_of
 
 EXAMPLES = int(os.environ.get("MLPO_WORKFLOW_EXAMPLES", "12"))
+KILLS = int(os.environ.get("MLPO_WORKFLOW_KILLS", "1"))
+KILL_STEPS = 8  # steps the killed job would take
 HYPER = dict(lr=1e-2, weight_decay=0.05)
 NAMES = [n for n, _ in make_model().named_parameters()]
 CLI = os.path.join(
     os.environ.get("MLPO_BUILD_DIR",
                    os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "build")), "tools", "mlpo")
+
+
+KILLED_JOB = r"""
+import sys
+sys.path[:0] = sys.argv[1:3]
+import mlpo.torch as mt
+from helpers import make_model, loss_of
+store, first, n = sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+lr, b1 = float(sys.argv[6]), float(sys.argv[7])
+durability, tag_at = sys.argv[8], int(sys.argv[9])
+model = make_model()
+opt = mt.AdamW(model.named_parameters(), lr=lr, betas=(b1, 0.999),
+               weight_decay=0.05, store=store, resume=True,
+               durability=durability)
+print("open", opt.step_count, flush=True)
+for k in range(n):
+    opt.zero_grad(set_to_none=True)
+    loss_of(model, first + k).backward()
+    opt.step()
+    if k + 1 == tag_at:
+        opt.state_dict()
+print("done", flush=True)
+"""
 
 
 def params_of(model):
@@ -60,6 +91,8 @@ class Workflow(RuleBasedStateMachine):
         self.copies = 0
         self.originals = []  # (store a copy was made of, what it held)
         self.foreign = []    # dicts saved on a store this one copied
+        self.tag_snaps = {}  # tag -> snapshot, in the order tags were made
+        self.kills = 0
 
     def teardown(self):
         if hasattr(self, "opt"):
@@ -131,6 +164,7 @@ class Workflow(RuleBasedStateMachine):
     def state_dict(self):
         sd = self.opt.state_dict()
         self.stored = self.snapshot()
+        self.tag_snaps.setdefault(sd["mlpo"]["tag"], self.stored)
         self.saved.append((sd, params_of(self.model),
                            copy.deepcopy(self.ropt.state_dict())))
 
@@ -226,6 +260,79 @@ class Workflow(RuleBasedStateMachine):
                     assert d <= 1e-6, f"original's {n} moved by {d}"
         finally:
             o.close()
+
+    @precondition(lambda self: self.kills < KILLS and
+                  self.stored is not None and self.tag_snaps)
+    @rule(delay=st.sampled_from([0, 0.002, 0.004, 0.007, 0.01, 0.02, 0.05,
+                                 0.3]),
+          durability=st.sampled_from(["tag", "step"]),
+          tag_at=st.integers(0, KILL_STEPS))
+    def killed_job(self, delay, durability, tag_at):
+        """Another run of the job resumes the store, steps (taking a
+        state_dict after step `tag_at`, 0: none), and is SIGKILLed `delay`
+        s after it opened; this optimizer then resumes what it left: the
+        heads after some of its steps, or (a step cut short) the newest
+        tag. Which one is read from the state; that it is one of them, and
+        exactly, is the check."""
+        self.kills += 1
+        self.opt.close()
+        params, rsd = self.stored
+        g = rsd["param_groups"][0]
+        first = 50_000 + 100 * self.kills
+        tests = os.path.dirname(os.path.abspath(__file__))
+        py = os.path.dirname(os.path.dirname(os.path.abspath(mt.__file__)))
+        job = subprocess.Popen(
+            [sys.executable, "-c", KILLED_JOB, py, tests, self.store,
+             str(first), str(KILL_STEPS), repr(g["lr"]),
+             repr(g["betas"][0]), durability, str(tag_at)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        opened = job.stdout.readline().split()
+        assert opened and opened[0] == "open", job.stderr.read()
+        time.sleep(delay)
+        job.kill()
+        job.wait()
+        self.opt = mt.AdamW(self.model.named_parameters(), **HYPER,
+                            store=self.store, resume=True)
+        now = params_of(self.model)
+
+        def close_to(snap_params):
+            return all((now[n] - snap_params[n]).abs().max() <= 1e-5
+                       for n in NAMES)
+        # The reference's candidates: the heads after k of the job's steps.
+        ref = copy.deepcopy(self.ref)
+        ref.load_state_dict(params)
+        ropt = torch.optim.AdamW(ref.parameters(), **HYPER)
+        ropt.load_state_dict(copy.deepcopy(rsd))
+        found, job_tag = None, None
+        for k in range(KILL_STEPS + 1):
+            if k:
+                ropt.zero_grad(set_to_none=True)
+                loss_of(ref, first + k - 1).backward()
+                ropt.step()
+            snap = (params_of(ref), copy.deepcopy(ropt.state_dict()))
+            if k == tag_at:
+                job_tag = snap
+            if found is None and \
+                    self.opt.step_count == int(opened[1]) + k and \
+                    close_to(snap[0]):
+                found = snap
+        # The job's tag, when it got to take it: the newest now.
+        for t in self.opt.tags():
+            if t not in self.tag_snaps and t.startswith("step-"):
+                assert job_tag is not None, t
+                self.tag_snaps[t] = job_tag
+        if found is None:  # a step cut short: the newest tag
+            found = list(self.tag_snaps.values())[-1]
+            assert close_to(found[0]), (
+                f"resumed at step {self.opt.step_count}: neither the heads "
+                f"after 0..{KILL_STEPS} of the killed job's steps (from "
+                f"step {opened[1]}) nor the newest tag")
+        self.ref.load_state_dict(found[0])
+        self.ropt = torch.optim.AdamW(self.ref.parameters(), **HYPER)
+        self.ropt.load_state_dict(copy.deepcopy(found[1]))
+        for g2, rg in zip(self.opt.param_groups, self.ropt.param_groups):
+            g2["lr"], g2["betas"] = rg["lr"], rg["betas"]
+        self.stored = found
 
     def reopen(self):
         """A new optimizer on self.store with resume=True, and the
