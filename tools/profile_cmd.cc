@@ -6,6 +6,7 @@
 // opened without explicit fractions takes its stripe fractions from them.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -96,7 +97,11 @@ void AddProfileCommand(CLI::App& app) {
     } else {
       for (auto& p : a->paths) targets.push_back({p});
     }
-    // Every path is checked before anything is measured or printed.
+    // Every path is checked before anything is measured or printed; a
+    // directory named twice (DIR and DIR/, or through a link) is measured
+    // once.
+    std::vector<Target> distinct;
+    std::vector<std::filesystem::path> seen;
     for (const auto& t : targets) {
       std::error_code ec;
       if (!std::filesystem::is_directory(t.root, ec)) {
@@ -104,7 +109,19 @@ void AddProfileCommand(CLI::App& app) {
                   << " does not exist or is not a directory\n";
         throw CLI::RuntimeError(1);
       }
+      std::filesystem::path c = std::filesystem::canonical(t.root, ec);
+      if (ec) c = t.root;
+      auto same = std::find(seen.begin(), seen.end(), c);
+      if (same != seen.end()) {
+        std::cerr << "mlpo profile: " << t.root << " is "
+                  << distinct[same - seen.begin()].root
+                  << " again; measured once\n";
+        continue;
+      }
+      seen.push_back(c);
+      distinct.push_back(t);
     }
+    targets = std::move(distinct);
     nlohmann::json out = nlohmann::json::object();
     out["paths"] = nlohmann::json::array();
     int rc = 0;

@@ -7,6 +7,10 @@
 #include <cmath>
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -238,6 +242,24 @@ TEST_F(CliTest, ProfileStoreRecordsBandwidthThatSetsTheFractions) {
   EXPECT_NEAR((*s)->placement()->fractions()[0], u0 / (u0 + u1), 1e-9);
   // Both modes at once, or neither, is a usage error.
   EXPECT_EQ(Mlpo("profile").code, 2);
+  // One directory named three ways is measured once, and said so.
+  std::string d = dir_.path() + "/probe";
+  std::filesystem::create_directories(d);
+  std::filesystem::create_directory_symlink(d, dir_.path() + "/link");
+  r = RunCommand("timeout 60 " + std::string(MLPO_CLI) + " profile " + d +
+                 " " + d + "/ " + dir_.path() +
+                 "/link --size 8M --seconds 0 --json 2>" + dir_.path() +
+                 "/err");
+  ASSERT_EQ(r.code, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["paths"].size(), 1u) << r.out;
+  EXPECT_EQ(j["paths"][0]["path"], d);
+  std::ifstream err(dir_.path() + "/err");
+  std::string said((std::istreambuf_iterator<char>(err)), {});
+  EXPECT_NE(said.find(d + "/ is " + d + " again; measured once"),
+            std::string::npos) << said;
+  EXPECT_NE(said.find("/link is " + d + " again"), std::string::npos)
+      << said;
 }
 
 // `mlpo recover`: a healthy store reports nothing lost; a store whose index
