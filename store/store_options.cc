@@ -497,9 +497,9 @@ bool SameDirectory(const std::string& a, const std::string& b) {
   return S_ISDIR(x.st_mode) && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
-absl::StatusOr<std::string> ResolveStoreDir(const std::string& dir) {
+std::vector<std::string> FindStoreDirs(const std::string& dir) {
   std::error_code ec;
-  if (fs::exists(dir + "/STORE", ec)) return dir;
+  if (fs::exists(dir + "/STORE", ec)) return {dir};
   // rank-<r> directories holding STORE, at DIR/rank-<r> (DIR is a store's
   // name directory) or DIR/<store>/rank-<r> (DIR is a path root).
   auto ranks_in = [](const fs::path& d, std::vector<std::string>* out) {
@@ -524,6 +524,11 @@ absl::StatusOr<std::string> ResolveStoreDir(const std::string& dir) {
     }
   }
   std::sort(found.begin(), found.end());
+  return found;
+}
+
+absl::StatusOr<std::string> ResolveStoreDir(const std::string& dir) {
+  std::vector<std::string> found = FindStoreDirs(dir);
   if (found.size() == 1) return found[0];
   if (found.empty())
     return absl::NotFoundError(absl::StrCat(

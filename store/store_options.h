@@ -156,6 +156,9 @@ inline constexpr size_t kMaxConfigBytes = 1 << 20;
 // name directory). NotFound when there is none, InvalidArgument naming
 // them when there are several.
 absl::StatusOr<std::string> ResolveStoreDir(const std::string& dir);
+// Every store directory ResolveStoreDir looks for (DIR itself when it holds
+// STORE), sorted; empty when there is none.
+std::vector<std::string> FindStoreDirs(const std::string& dir);
 
 // For the CLI: a TOML config file, or a store directory holding STORE (or a
 // directory ResolveStoreDir resolves to one).

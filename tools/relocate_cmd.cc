@@ -2,6 +2,9 @@
 // place (store/admin/relocate.h). The new roots are worked out from DIR (one
 // of the store's directories at the new place) by replacing the prefix the
 // old roots share; --root and --meta-dir say it where that guess fails.
+// DIR may be a path root holding one store, or with --all several (each
+// relocated from its own directory).
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -23,7 +26,7 @@ using json = nlohmann::json;
 struct RelocateArgs {
   std::string dir, meta_dir;
   std::vector<std::string> roots;  // "I=PATH"
-  bool copy = false, move = false, json = false;
+  bool copy = false, move = false, json = false, all = false;
 };
 
 std::string Norm(const fs::path& p) {
@@ -83,6 +86,91 @@ bool Infer(const StoreOptions& old, const std::string& dir,
   return false;
 }
 
+// Relocates the store at `dir` (a store directory at its new place); the
+// report, also printed unless --json. Fail()s (throws) on error.
+json RelocateOne(const RelocateArgs& a, const std::string& dir) {
+  auto old = StoreOptionsForTarget(dir, /*any_location=*/true);
+  if (!old.ok()) Fail("relocate", old.status());
+  std::vector<std::string> roots;
+  std::string meta;
+  bool guessed = Infer(*old, dir, &roots, &meta);
+  if (!guessed) {
+    roots.clear();
+    for (auto& pc : old->paths) roots.push_back(pc.path.root);
+    meta = old->meta_dir;
+  }
+  for (const std::string& r : a.roots) {
+    size_t eq = r.find('=');
+    int i = -1;
+    try {
+      i = std::stoi(r.substr(0, eq));
+    } catch (...) {
+    }
+    if (eq == std::string::npos || i < 0 ||
+        i >= static_cast<int>(roots.size()))
+      Fail("relocate",
+           absl::InvalidArgumentError(absl::StrCat(
+               "--root ", r, ": expected I=PATH with I in 0..",
+               roots.size() - 1)),
+           2);
+    roots[i] = Norm(r.substr(eq + 1));
+  }
+  if (!a.meta_dir.empty()) meta = Norm(a.meta_dir);
+  if (!guessed && a.roots.empty())
+    Fail("relocate",
+         absl::InvalidArgumentError(absl::StrCat(
+             "cannot tell where the store's other directories and index "
+             "are from ", dir, " (recorded roots: ",
+             absl::StrJoin(roots, ", "), "; index ", old->meta_dir,
+             "); name them with --root I=PATH and --meta-dir")),
+         2);
+  // Pointed at the store where its records already say it lives.
+  bool unmoved = SameDirectory(meta, old->meta_dir);
+  for (size_t i = 0; i < roots.size(); ++i)
+    unmoved = unmoved && SameDirectory(roots[i], old->paths[i].path.root);
+  if (unmoved)
+    Fail("relocate",
+         absl::FailedPreconditionError(absl::StrCat(
+             "nothing was moved or copied: the store's records already "
+             "name ", absl::StrJoin(roots, ", "), " (index ", meta,
+             "); relocate is for a store at a new place")));
+  // A copy when the original is still at its recorded place: a recorded
+  // directory, other than the one that path has now, still holding this
+  // store (a path left where it was is not the original).
+  bool original_there = false;
+  for (size_t i = 0; i < old->paths.size(); ++i) {
+    const std::string ns = StoreNamespace(*old);
+    std::string d = absl::StrCat(old->paths[i].path.root, "/", ns);
+    auto there = StoreOptionsForTarget(d);
+    if (there.ok() && there->store_uuid == old->store_uuid &&
+        !SameDirectory(d, absl::StrCat(roots[i], "/", ns)))
+      original_there = true;
+  }
+  bool copy = a.copy || (!a.move && original_there);
+  StoreOptions o = *old;
+  for (size_t i = 0; i < roots.size(); ++i) o.paths[i].path.root = roots[i];
+  o.meta_dir = meta;
+  auto rep = Relocate(o, copy);
+  if (!rep.ok()) Fail("relocate", rep.status());
+  json out{{"dir", dir},
+           {"copy", copy},
+           {"old_uuid", rep->old_uuid},
+           {"new_uuid", rep->new_uuid},
+           {"old_roots", rep->old_roots},
+           {"new_roots", rep->new_roots},
+           {"new_meta_dir", rep->new_meta_dir}};
+  if (a.json) return out;
+  std::printf("relocate: store %s is now at %s (index %s)%s\n",
+              old->name.c_str(), absl::StrJoin(rep->new_roots, ", ").c_str(),
+              rep->new_meta_dir.c_str(),
+              copy ? absl::StrCat("; a copy: new identity ", rep->new_uuid,
+                                  " (the original keeps ", rep->old_uuid,
+                                  ")")
+                         .c_str()
+                   : "; moved: identity kept");
+  return out;
+}
+
 }  // namespace
 
 void AddRelocateCommand(CLI::App& app) {
@@ -111,91 +199,46 @@ void AddRelocateCommand(CLI::App& app) {
               "original is gone)")
       ->excludes(cp);
   c->add_flag("--json", a->json, "Print one JSON object on stdout");
+  c->add_flag("--all", a->all,
+              "DIR is a copied or moved path root holding several stores "
+              "(the adapter's store= with several namespaces): relocate "
+              "each, from its own directory");
   c->callback([a] {
-    // A path root holding one store names that store's directory.
-    if (auto d = ResolveStoreDir(a->dir); d.ok()) a->dir = *d;
-    auto old = StoreOptionsForTarget(a->dir, /*any_location=*/true);
-    if (!old.ok()) Fail("relocate", old.status());
-    std::vector<std::string> roots;
-    std::string meta;
-    bool guessed = Infer(*old, a->dir, &roots, &meta);
-    if (!guessed) {
-      roots.clear();
-      for (auto& pc : old->paths) roots.push_back(pc.path.root);
-      meta = old->meta_dir;
-    }
-    for (const std::string& r : a->roots) {
-      size_t eq = r.find('=');
-      int i = -1;
-      try {
-        i = std::stoi(r.substr(0, eq));
-      } catch (...) {
-      }
-      if (eq == std::string::npos || i < 0 ||
-          i >= static_cast<int>(roots.size()))
-        Fail("relocate",
-             absl::InvalidArgumentError(absl::StrCat(
-                 "--root ", r, ": expected I=PATH with I in 0..",
-                 roots.size() - 1)),
-             2);
-      roots[i] = Norm(r.substr(eq + 1));
-    }
-    if (!a->meta_dir.empty()) meta = Norm(a->meta_dir);
-    if (!guessed && a->roots.empty())
+    if (a->all && (!a->roots.empty() || !a->meta_dir.empty()))
       Fail("relocate",
-           absl::InvalidArgumentError(absl::StrCat(
-               "cannot tell where the store's other directories and index "
-               "are from ", a->dir, " (recorded roots: ",
-               absl::StrJoin(roots, ", "), "; index ", old->meta_dir,
-               "); name them with --root I=PATH and --meta-dir")),
+           absl::InvalidArgumentError(
+               "--all works out each store's roots and index from its own "
+               "directory: relocate one store at a time to give --root or "
+               "--meta-dir"),
            2);
-    // Pointed at the store where its records already say it lives.
-    bool unmoved = SameDirectory(meta, old->meta_dir);
-    for (size_t i = 0; i < roots.size(); ++i)
-      unmoved = unmoved && SameDirectory(roots[i], old->paths[i].path.root);
-    if (unmoved)
-      Fail("relocate",
-           absl::FailedPreconditionError(absl::StrCat(
-               "nothing was moved or copied: the store's records already "
-               "name ", absl::StrJoin(roots, ", "), " (index ", meta,
-               "); relocate is for a store at a new place")));
-    // A copy when the original is still at its recorded place: a recorded
-    // directory, other than the one that path has now, still holding this
-    // store (a path left where it was is not the original).
-    bool original_there = false;
-    for (size_t i = 0; i < old->paths.size(); ++i) {
-      const std::string ns = StoreNamespace(*old);
-      std::string d = absl::StrCat(old->paths[i].path.root, "/", ns);
-      auto there = StoreOptionsForTarget(d);
-      if (there.ok() && there->store_uuid == old->store_uuid &&
-          !SameDirectory(d, absl::StrCat(roots[i], "/", ns)))
-        original_there = true;
-    }
-    bool copy = a->copy || (!a->move && original_there);
-    StoreOptions o = *old;
-    for (size_t i = 0; i < roots.size(); ++i) o.paths[i].path.root = roots[i];
-    o.meta_dir = meta;
-    auto rep = Relocate(o, copy);
-    if (!rep.ok()) Fail("relocate", rep.status());
-    if (a->json) {
-      std::cout << json{{"copy", copy},
-                        {"old_uuid", rep->old_uuid},
-                        {"new_uuid", rep->new_uuid},
-                        {"old_roots", rep->old_roots},
-                        {"new_roots", rep->new_roots},
-                        {"new_meta_dir", rep->new_meta_dir}}
-                       .dump(2)
-                << "\n";
+    std::vector<std::string> dirs = FindStoreDirs(a->dir);
+    if (!a->all) {
+      // A path root holding one store names that store's directory.
+      if (dirs.size() > 1)
+        Fail("relocate", absl::InvalidArgumentError(absl::StrCat(
+                             a->dir, " holds ", dirs.size(), " stores (",
+                             absl::StrJoin(dirs, ", "),
+                             "); pass --all to relocate every one, or the "
+                             "one meant")));
+      json out = RelocateOne(*a, dirs.size() == 1 ? dirs[0] : a->dir);
+      if (a->json) std::cout << out.dump(2) << "\n";
       return;
     }
-    std::printf("relocate: store %s is now at %s (index %s)%s\n",
-                old->name.c_str(), absl::StrJoin(rep->new_roots, ", ").c_str(),
-                rep->new_meta_dir.c_str(),
-                copy ? absl::StrCat("; a copy: new identity ", rep->new_uuid,
-                                    " (the original keeps ", rep->old_uuid,
-                                    ")")
-                           .c_str()
-                     : "; moved: identity kept");
+    if (dirs.empty())
+      Fail("relocate", ResolveStoreDir(a->dir).status());
+    // Each store on its own: one that fails is named, the others go on.
+    json all = json::array();
+    int rc = 0;
+    for (const std::string& d : dirs) {
+      try {
+        all.push_back(RelocateOne(*a, d));
+      } catch (const CLI::RuntimeError& e) {
+        rc = std::max(rc, e.get_exit_code());
+        all.push_back({{"dir", d}, {"error", true}});
+      }
+    }
+    if (a->json) std::cout << json{{"stores", all}}.dump(2) << "\n";
+    if (rc != 0) throw CLI::RuntimeError(rc);
   });
 }
 

@@ -216,14 +216,18 @@ class Workflow(RuleBasedStateMachine):
         new = os.path.join(self.dir, f"copy{self.copies}")
         subprocess.run(["cp", "-a", self.store, new], check=True)
         # The root names its store when it holds one; with the second
-        # optimizer's store beside it, each is relocated by its directory.
+        # optimizer's store beside it, --all relocates both.
         stores = sorted(os.path.join(new, d, "rank-0") for d in os.listdir(new)
                         if os.path.exists(os.path.join(new, d, "rank-0")))
-        for target in [new] if len(stores) == 1 else stores:
-            r = subprocess.run([CLI, "relocate", target, "--json"],
-                               capture_output=True, text=True)
-            assert r.returncode == 0, r.stderr
-            assert json.loads(r.stdout)["copy"] is True
+        several = len(stores) > 1
+        r = subprocess.run([CLI, "relocate", new, "--json"] +
+                           (["--all"] if several else []),
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        for one in out["stores"] if several else [out]:
+            assert one["copy"] is True, one
+        assert len(out["stores"]) == len(stores) if several else True
         self.originals.append((self.store, self.stored))
         self.foreign += self.saved
         self.saved = []

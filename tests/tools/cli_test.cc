@@ -399,6 +399,53 @@ TEST_F(CliTest, ACopiedRootIsRelocatedThroughTheRoot) {
   EXPECT_EQ(Mlpo("verify " + copy + "/p1").code, 0);
 }
 
+// A copied root holding several stores (the adapter's namespaces): refused
+// without --all, naming them and nothing changed; with --all each is
+// relocated from its own directory, and runs again are named per store.
+TEST_F(CliTest, ACopiedRootWithSeveralStoresIsRelocatedWithAll) {
+  StoreOptions two = o_;
+  two.name = "u";
+  {
+    auto s = ObjectStore::Open(two);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_TRUE((*s)->Declare("z", *ObjectLayout::Make(
+                                       {{"p", DType::kF32, 10}})).ok());
+    Lease l = *(*s)->Blank("z");
+    std::fill_n(l->Section<float>("p"), 10, 1.0f);
+    ASSERT_TRUE((*s)->Commit(l, 3).get().ok());
+  }
+  TempDir copies;
+  const std::string copy = copies.path() + "/backup";
+  ASSERT_EQ(std::system(("cp -a " + dir_.path() + " " + copy).c_str()), 0);
+  CliRun r = Mlpo("relocate " + copy + "/p1", true);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("holds 2 stores"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--all"), std::string::npos) << r.out;
+  EXPECT_EQ(Mlpo("ls " + copy + "/p1/u/rank-0").code, 1) << "relocated";
+  EXPECT_EQ(Mlpo("relocate " + copy + "/p1 --all --root 0=/x", true).code,
+            2);
+  r = Mlpo("relocate " + copy + "/p1 --all --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["stores"].size(), 2u) << r.out;
+  for (const auto& st : j["stores"]) {
+    EXPECT_TRUE(st["copy"].get<bool>()) << st;
+    EXPECT_EQ(st["new_roots"],
+              nlohmann::json::array({copy + "/p0", copy + "/p1"}));
+  }
+  r = Mlpo("ls " + copy + "/p0/u/rank-0 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["objects"][0]["head_step"], 3);
+  EXPECT_EQ(Mlpo("verify " + copy + "/p1/t/rank-0").code, 0);
+  // The originals are untouched and still open where they are.
+  EXPECT_EQ(Mlpo("verify " + store_dir_).code, 0);
+  // Again: each store says it is already where its records say.
+  r = Mlpo("relocate " + copy + "/p1 --all --json", true);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("nothing was moved or copied"), std::string::npos)
+      << r.out;
+}
+
 // A moved store (the original is gone) keeps its identity when relocated;
 // the error before names the old root as gone.
 TEST_F(CliTest, AMovedStoreIsRelocatedWithItsIdentity) {
