@@ -204,6 +204,7 @@ absl::Status Optimizer::LoadStep() {
   step_ = versions.empty() ? 0 : *versions.begin();
   param_steps_.assign(params_.size(), step_);
   initial_stored_ = stored;
+  initial_failed_ = false;  // whatever an attempt left, these heads replace
   if (!has) return absl::OkStatus();  // a store from before per-parameter steps
   if (at != step_)
     return absl::FailedPreconditionError(absl::StrCat(
@@ -225,7 +226,7 @@ absl::Status Optimizer::StartFresh() {
   if (!reset_pending_) return absl::OkStatus();
   MLPO_RETURN_IF_ERROR(store_->ResetHeads());
   reset_pending_ = false;
-  initial_stored_ = false;
+  initial_stored_ = initial_failed_ = false;
   return absl::OkStatus();
 }
 
@@ -318,7 +319,7 @@ std::string Optimizer::ParamStepsObject() const {
 absl::Status Optimizer::Reset() {
   MLPO_RETURN_IF_ERROR(store_->ResetHeads());
   reset_pending_ = false;
-  initial_stored_ = false;
+  initial_stored_ = initial_failed_ = false;
   grads_->Reset();
   for (auto& o : overrides_) o.clear();
   step_ = 0;

@@ -146,8 +146,10 @@ class CheckpointMixin:
     def restore(self, tag):
         """Moves the state back to `tag` and the model's parameters with it."""
         self._require_engine().restore(tag)
-        if self._engine.state_stored:  # (a tag from before this release at
-            self._params_from_store()  # step 0 stored no parameters)
+        if self._engine.state_stored:
+            self._params_from_store()
+        else:  # a step-0 tag of an earlier release stored no parameters:
+            self._set_initial()  # the model's own are the initial state
         self._note_versions()
 
     def tags(self):

@@ -127,19 +127,23 @@ CLI = os.path.join(os.environ.get("MLPO_BUILD_DIR", os.path.join(
 
 
 @pytest.mark.skipif(not os.access(CLI, os.X_OK), reason="no mlpo CLI built")
-def test_an_empty_step_0_tag_is_not_reused_and_its_dicts_warn(store_dir):
+@pytest.mark.parametrize("backend", ["", "host"])
+def test_an_empty_step_0_tag_is_not_reused_and_its_dicts_warn(store_dir,
+                                                              backend):
     """A step-0 tag that stores nothing (taken by an earlier release, here
     with `mlpo tag` on a store that never stepped) is not what a new dict
     names: state_dict takes step-0.1, which stores the parameters. A dict
     naming the empty tag restores a fresh optimizer, leaves the model as
-    it is, and warns when the model's parameters are not the dict's."""
+    it is, and warns when the model's parameters are not the dict's; the
+    model's parameters are then the initial state a new dict stores."""
+    kw = {"device_backend": backend} if backend else {}
     model = make_model()
-    opt = mt.AdamW(model.named_parameters(), lr=1e-2, store=store_dir)
+    opt = mt.AdamW(model.named_parameters(), lr=1e-2, store=store_dir, **kw)
     opt.close()
     r = subprocess.run([CLI, "tag", store_dir, "step-0"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    opt = mt.AdamW(model.named_parameters(), lr=1e-2, store=store_dir)
+    opt = mt.AdamW(model.named_parameters(), lr=1e-2, store=store_dir, **kw)
     init = [p.detach().clone() for p in model.parameters()]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -155,8 +159,12 @@ def test_an_empty_step_0_tag_is_not_reused_and_its_dicts_warn(store_dir):
     assert all(torch.equal(a, b) for a, b in zip(trained, model.parameters()))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        kept = opt.state_dict()  # step 0 again: the trained parameters
         opt.load_state_dict(sd)
-    assert all(torch.equal(a, b) for a, b in zip(init, model.parameters()))
+        assert all(torch.equal(a, b) for a, b in zip(init,
+                                                     model.parameters()))
+        opt.load_state_dict(kept)
+    assert all(torch.equal(a, b) for a, b in zip(trained, model.parameters()))
     opt.close()
 
 
