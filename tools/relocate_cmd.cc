@@ -86,11 +86,21 @@ bool Infer(const StoreOptions& old, const std::string& dir,
   return false;
 }
 
+// Why one store was not relocated, and the exit code that says so.
+struct RelocateError {
+  absl::Status status;
+  int code = 1;
+};
+
+[[noreturn]] void Refuse(const absl::Status& s, int code = 1) {
+  throw RelocateError{s, code};
+}
+
 // Relocates the store at `dir` (a store directory at its new place); the
-// report, also printed unless --json. Fail()s (throws) on error.
+// report, also printed unless --json. Throws RelocateError.
 json RelocateOne(const RelocateArgs& a, const std::string& dir) {
   auto old = StoreOptionsForTarget(dir, /*any_location=*/true);
-  if (!old.ok()) Fail("relocate", old.status());
+  if (!old.ok()) Refuse(old.status());
   std::vector<std::string> roots;
   std::string meta;
   bool guessed = Infer(*old, dir, &roots, &meta);
@@ -108,32 +118,29 @@ json RelocateOne(const RelocateArgs& a, const std::string& dir) {
     }
     if (eq == std::string::npos || i < 0 ||
         i >= static_cast<int>(roots.size()))
-      Fail("relocate",
-           absl::InvalidArgumentError(absl::StrCat(
-               "--root ", r, ": expected I=PATH with I in 0..",
-               roots.size() - 1)),
-           2);
+      Refuse(absl::InvalidArgumentError(
+                 absl::StrCat("--root ", r, ": expected I=PATH with I in 0..",
+                              roots.size() - 1)),
+             2);
     roots[i] = Norm(r.substr(eq + 1));
   }
   if (!a.meta_dir.empty()) meta = Norm(a.meta_dir);
   if (!guessed && a.roots.empty())
-    Fail("relocate",
-         absl::InvalidArgumentError(absl::StrCat(
-             "cannot tell where the store's other directories and index "
-             "are from ", dir, " (recorded roots: ",
-             absl::StrJoin(roots, ", "), "; index ", old->meta_dir,
-             "); name them with --root I=PATH and --meta-dir")),
-         2);
+    Refuse(absl::InvalidArgumentError(absl::StrCat(
+               "cannot tell where the store's other directories and index "
+               "are from ", dir, " (recorded roots: ",
+               absl::StrJoin(roots, ", "), "; index ", old->meta_dir,
+               "); name them with --root I=PATH and --meta-dir")),
+           2);
   // Pointed at the store where its records already say it lives.
   bool unmoved = SameDirectory(meta, old->meta_dir);
   for (size_t i = 0; i < roots.size(); ++i)
     unmoved = unmoved && SameDirectory(roots[i], old->paths[i].path.root);
   if (unmoved)
-    Fail("relocate",
-         absl::FailedPreconditionError(absl::StrCat(
-             "nothing was moved or copied: the store's records already "
-             "name ", absl::StrJoin(roots, ", "), " (index ", meta,
-             "); relocate is for a store at a new place")));
+    Refuse(absl::FailedPreconditionError(absl::StrCat(
+        "nothing was moved or copied: the store's records already name ",
+        absl::StrJoin(roots, ", "), " (index ", meta,
+        "); relocate is for a store at a new place")));
   // A copy when the original is still at its recorded place: a recorded
   // directory, other than the one that path has now, still holding this
   // store (a path left where it was is not the original).
@@ -151,7 +158,7 @@ json RelocateOne(const RelocateArgs& a, const std::string& dir) {
   for (size_t i = 0; i < roots.size(); ++i) o.paths[i].path.root = roots[i];
   o.meta_dir = meta;
   auto rep = Relocate(o, copy);
-  if (!rep.ok()) Fail("relocate", rep.status());
+  if (!rep.ok()) Refuse(rep.status());
   json out{{"dir", dir},
            {"copy", copy},
            {"old_uuid", rep->old_uuid},
@@ -220,8 +227,12 @@ void AddRelocateCommand(CLI::App& app) {
                              absl::StrJoin(dirs, ", "),
                              "); pass --all to relocate every one, or the "
                              "one meant")));
-      json out = RelocateOne(*a, dirs.size() == 1 ? dirs[0] : a->dir);
-      if (a->json) std::cout << out.dump(2) << "\n";
+      try {
+        json out = RelocateOne(*a, dirs.size() == 1 ? dirs[0] : a->dir);
+        if (a->json) std::cout << out.dump(2) << "\n";
+      } catch (const RelocateError& e) {
+        Fail("relocate", e.status, e.code);
+      }
       return;
     }
     if (dirs.empty())
@@ -232,9 +243,11 @@ void AddRelocateCommand(CLI::App& app) {
     for (const std::string& d : dirs) {
       try {
         all.push_back(RelocateOne(*a, d));
-      } catch (const CLI::RuntimeError& e) {
-        rc = std::max(rc, e.get_exit_code());
-        all.push_back({{"dir", d}, {"error", true}});
+      } catch (const RelocateError& e) {
+        rc = std::max(rc, e.code);
+        std::string msg(e.status.message());
+        std::cerr << "mlpo relocate: " << d << ": " << msg << "\n";
+        all.push_back({{"dir", d}, {"error", msg}});
       }
     }
     if (a->json) std::cout << json{{"stores", all}}.dump(2) << "\n";
