@@ -206,8 +206,12 @@ class Optimizer {
   // Drops the heads if a fresh start is pending.
   absl::Status StartFresh();
   absl::Status CommitParamSteps(uint64_t t, const std::vector<uint64_t>& s);
-  // Writes the initial state (init_params, zero moments) of every state
-  // object as step 0, unless stored already.
+  // A state object's initial blob: zero moments, init_params' masters
+  // (zeros without it). The store's initializer and StoreInitialState.
+  void FillInitial(const Subgroup& s, const ObjectLayout& l,
+                   char* blob) const;
+  // Writes the initial state (FillInitial) of every state object as step
+  // 0, unless stored already.
   absl::Status StoreInitialState();
   // At step 0 with the initial state partly stored (a StoreInitialState
   // that failed, or was cut short by a kill): stores it whole, so that no
