@@ -24,6 +24,7 @@ TRAIN = os.path.join(HERE, "..", "examples", "train_gpt.py")
 def run(fmt, seed, steps, work, extra):
     log = os.path.join(work, f"{fmt}-{seed}.jsonl")
     store = os.path.join(work, f"store-{fmt}-{seed}")
+    os.makedirs(store, exist_ok=True)  # mlpo makes the paths, not parents
     cmd = [sys.executable, TRAIN, "--steps", str(steps), "--seconds", "0",
            "--seed", str(seed), "--state-format", fmt, "--log", log,
            "--tiers", f"{store}/nvme,{store}/pfs", "--ckpt",

@@ -381,6 +381,14 @@ def main(argv=None):
     torch.set_num_threads(a.threads)
     ids, chars = load_corpus(a.corpus)
     tiers = a.tiers.split(",")
+    for t in tiers:
+        # The tiers named on this command line are made with their parents,
+        # as --ckpt's directory is (mlpo itself makes a store path but never
+        # its parents).
+        try:
+            os.makedirs(t, exist_ok=True)
+        except OSError as e:
+            sys.exit(f"train_gpt: --tiers {t}: {e}")
     runs = [train(a, kind, ids, chars, tiers)
             for kind in (["mlpo", "torch"] if a.compare else [a.optimizer])]
     summary = {"runs": runs}

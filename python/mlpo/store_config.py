@@ -48,7 +48,8 @@ def load(store, create=True):
     None             -> ./mlpo-store (created), one nvme path
     "x.toml"         -> that config file (must exist; relative roots are
                         relative to it)
-    "dir"            -> one path at dir (created)
+    "dir"            -> one path at dir (created when its parent exists;
+                        a missing parent is FileNotFoundError)
     ["d1", "d2"]     -> one path each: the first nvme, the others pfs
     {"path": [...], "durability": "tag", ...}  -> TOML keys as a dict
     """
@@ -87,7 +88,17 @@ def load(store, create=True):
             if os.path.exists(root) and not os.path.isdir(root):
                 raise NotADirectoryError(
                     f"mlpo store path {root} exists and is not a directory")
-            os.makedirs(root, exist_ok=True)
+            if not os.path.isdir(root):
+                # The path itself is made, never its parents: a typo in a
+                # mount point (/lustr/...) must not fill another disk.
+                parent = os.path.dirname(os.path.normpath(root))
+                if not os.path.isdir(parent):
+                    raise FileNotFoundError(
+                        f"mlpo store path {root}: its parent directory "
+                        f"{parent} does not exist (a typo, or a file system "
+                        "that is not mounted?); mlpo creates the path "
+                        "itself but not its parents: create them first")
+                os.makedirs(root, exist_ok=True)
     return config, base
 
 

@@ -99,6 +99,30 @@ def test_missing_store_directory_and_config(tmp_path, store_dir):
         mt.export_state_dict(sd)
 
 
+def test_a_store_path_with_a_missing_parent_is_named_and_not_made(tmp_path):
+    # A mistyped mount point (/lustr/... for /lustre/...) must not become a
+    # directory tree on another disk: the path is made, never its parents,
+    # in a list, a dict and a TOML config alike.
+    good = tmp_path / "nvme"
+    typo = tmp_path / "lustr" / "me" / "ckpt"
+    toml = tmp_path / "store.toml"
+    toml.write_text(f'[[path]]\nroot = "{good}"\n'
+                    f'[[path]]\nroot = "lustr/me/ckpt"\nkind = "pfs"\n')
+    for store in ([str(good), str(typo)],
+                  {"path": [str(good), {"root": str(typo), "kind": "pfs"}]},
+                  str(toml)):
+        with pytest.raises(FileNotFoundError) as e:
+            mt.AdamW(make_model().parameters(), store=store)
+        assert str(tmp_path / "lustr" / "me") in str(e.value)
+        assert "parent" in str(e.value)
+        assert not (tmp_path / "lustr").exists()
+    # The path itself is made when its parent exists, and the optimizer
+    # steps there.
+    model, opt = trained([str(good), str(tmp_path / "pfs")])
+    assert (tmp_path / "pfs").is_dir() and opt.step_count > 0
+    opt.close()
+
+
 def test_another_model_in_the_same_store_gets_its_own_namespace(store_dir):
     model, opt = trained(store_dir)
     sd = opt.state_dict()
