@@ -124,6 +124,7 @@ def child(a):
 
 
 def vs_torch(a):
+    os.makedirs(a.dir, exist_ok=True)  # mlpo makes the store, not its parent
     sides = {"mlpo": [], "torch": []}
     rss = {"mlpo": 0, "torch": 0}
     for r in range(a.rounds):
