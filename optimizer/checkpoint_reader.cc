@@ -126,6 +126,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
             rec.step, " in ", rank.store->options().meta_dir, ")"));
       rank.versions[s.object] = it->second;
     }
+    rank.tag_versions = heads;
     StateFormat format = StateFormat::kF32;
     if (auto f = rank.store->GetAttribute(kStateFormatAttribute); f.ok()) {
       auto parsed = ParseStateFormat(*f);

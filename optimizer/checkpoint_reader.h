@@ -20,6 +20,7 @@
 #ifndef MLPO_OPTIMIZER_CHECKPOINT_READER_H_
 #define MLPO_OPTIMIZER_CHECKPOINT_READER_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +67,12 @@ class CheckpointReader {
   StateFormat state_format() const { return format_; }
   // The identity of each rank's store.
   std::vector<std::string> store_uuids() const;
+  // What rank `k`'s store holds at the tag read (every object's version;
+  // the heads' when no tag was named): versions are never reused, so this
+  // tells the tag from a later one that took a dropped one's name.
+  const std::map<std::string, uint64_t>& tag_versions(int k) const {
+    return ranks_[k].tag_versions;
+  }
 
   // Reads elements [start, start + n) of group g's flat fp32 master
   // parameters, first and second moments into p, m, v (each may be null).
@@ -82,6 +89,7 @@ class CheckpointReader {
     nlohmann::json manifest;
     std::vector<Subgroup> subgroups;
     std::map<std::string, uint64_t> versions;  // object -> version to read
+    std::map<std::string, uint64_t> tag_versions;  // all the tag holds
     // Manifest parameter of each of the rank's optimizer parameters (the
     // pieces of its shard), and the version of its step counts, if kept.
     std::vector<size_t> piece_param;

@@ -376,6 +376,16 @@ class Engine {
       if (i.has_head) heads[i.name] = i.head;
     return heads == t->second;
   }
+  // The (object, version) pairs tag `name` holds, or None: versions are
+  // never reused, so they tell a tag from a later one of the same name.
+  py::object TagVersions(const std::string& name) {
+    auto tags = opt()->store()->Tags();
+    auto t = tags.find(name);
+    if (t == tags.end()) return py::none();
+    py::dict out;
+    for (auto& [o, v] : t->second) out[py::str(o)] = v;
+    return out;
+  }
   // Tag names, oldest first (by the newest version each holds; an empty
   // tag counts as oldest).
   std::vector<std::string> TagOrder() {
@@ -446,6 +456,12 @@ class Reader {
   int world() const { return r_->world(); }
   uint64_t step() const { return r_->step(); }
   std::vector<std::string> store_uuids() const { return r_->store_uuids(); }
+  py::dict TagVersions(int k) const {
+    if (k < 0 || k >= r_->world()) throw py::index_error("no such rank");
+    py::dict out;
+    for (auto& [o, v] : r_->tag_versions(k)) out[py::str(o)] = v;
+    return out;
+  }
   std::vector<uint64_t> ParamSteps() { return Value(r_->ParamSteps()); }
   py::tuple Read(int g, uint64_t start, uint64_t n) {
     std::vector<float> p(n), m(n), v(n);
@@ -507,6 +523,7 @@ PYBIND11_MODULE(_mlpo, m) {
       .def("tags", &Engine::Tags)
       .def("tag_is_current", &Engine::TagIsCurrent)
       .def("tag_order", &Engine::TagOrder)
+      .def("tag_versions", &Engine::TagVersions)
       .def("set_attribute", &Engine::SetAttribute)
       .def("get_attribute", &Engine::GetAttribute)
       .def_property_readonly("step_count", &Engine::step)
@@ -527,5 +544,6 @@ PYBIND11_MODULE(_mlpo, m) {
       .def_property_readonly("state_format", &Reader::state_format)
       .def_property_readonly("store_uuids", &Reader::store_uuids)
       .def("param_steps", &Reader::ParamSteps)
+      .def("tag_versions", &Reader::TagVersions)
       .def("read", &Reader::Read);
 }

@@ -195,6 +195,15 @@ class CheckpointMixin:
         dist.all_gather_object(out, mine, group=self._pg)
         return out
 
+    def _tag_ids(self, eng, tag):
+        """Each rank's identity of `tag` (see _tag_id), for the dict."""
+        mine = _tag_id(eng, tag)
+        if self._world == 1:
+            return [mine]
+        out = [None] * self._world
+        dist.all_gather_object(out, mine, group=self._pg)
+        return out
+
     def _params_digest(self):
         """sha256 of this optimizer's parameters as the model holds them now
         (group order, as fp32): what a dict taken before the first step
@@ -245,6 +254,7 @@ class CheckpointMixin:
                      "param_counts": [len(g["params"])
                                       for g in self.param_groups],
                      "store_uuids": self._uuids(),
+                     "tag_ids": self._tag_ids(eng, tag),
                      **({"initial_digest": self._params_digest()}
                         if eng.step_count == 0 else {})},
         }
@@ -333,6 +343,12 @@ class CheckpointMixin:
                 store.get("base_dir"), str):
             raise ValueError("mlpo.torch: mlpo state dict: 'store' must name "
                              "the store's config (toml, base_dir)")
+        ids = info.get("tag_ids")  # absent in dicts of earlier releases
+        if ids is not None and (not isinstance(ids, (list, tuple)) or
+                                len(ids) != world or
+                                not all(isinstance(i, str) for i in ids)):
+            raise ValueError("mlpo.torch: mlpo state dict: 'tag_ids' must "
+                             "list one identity per rank")
         tag = info["tag"]
         if info["world_size"] == self._world:
             self._require_engine()
@@ -342,7 +358,7 @@ class CheckpointMixin:
                 # Another namespace of the store (another optimizer's, or a
                 # run before this one): move there, or copy the tag in when
                 # a live optimizer holds it.
-                if self._switch_namespace(ns, theirs, tag):
+                if self._switch_namespace(ns, theirs, tag, info):
                     return
                 self._reshard(info)
                 return
@@ -353,13 +369,22 @@ class CheckpointMixin:
                     f"(identity {theirs}); this optimizer's store "
                     f"{eng.meta_dir} is {eng.store_uuid}. Point store= and "
                     "name= at the store that wrote it")
-            self._check_tag(eng, tag)
+            self._check_tag(eng, tag, info)
             self.restore(tag)
             return
         self._reshard(info)
 
-    def _check_tag(self, eng, tag):
+    def _check_tag(self, eng, tag, info):
         if tag in eng.tags():
+            ids = info.get("tag_ids")
+            if ids is not None and ids[self._rank] != _tag_id(eng, tag):
+                # The dict's tag was dropped (keep_checkpoints, `mlpo
+                # drop-tag`) and a later checkpoint took its name.
+                raise ValueError(
+                    f"mlpo.torch: store {eng.meta_dir}'s tag {tag!r} is not "
+                    "the checkpoint this state dict was taken with: that one "
+                    "was dropped (keep_checkpoints, `mlpo drop-tag`) and a "
+                    "later checkpoint took its name; nothing was changed")
             return
         dropped = json.loads(eng.get_attribute("dropped_tags") or "{}")
         if tag in dropped:
@@ -371,7 +396,7 @@ class CheckpointMixin:
         raise ValueError(f"mlpo.torch: store {eng.meta_dir} has no tag "
                          f"{tag!r} (dropped with `mlpo drop-tag`?)")
 
-    def _switch_namespace(self, ns, uuid, tag):
+    def _switch_namespace(self, ns, uuid, tag, info):
         """Reopens this optimizer in namespace `ns` at `tag`; False (and
         nothing changed) when that namespace is held or is another store."""
         old_ns = self._ns
@@ -385,16 +410,24 @@ class CheckpointMixin:
         if eng is not None and eng.store_uuid != uuid:
             eng.close()
             eng = None
+        refused = None
+        if eng is not None:
+            try:  # a missing or reused tag changes nothing either
+                self._check_tag(eng, tag, info)
+            except ValueError as e:
+                eng.close()
+                eng, refused = None, e
         if eng is None:
             self._open(ns=old_ns, resume=False)
             if not was_fresh:
                 self._engine.continue_heads()
+            if refused is not None:
+                raise refused
             return False
         self._ns = ns
         self._engine = eng
         eng.set_attribute("manifest", json.dumps(self._manifest))
         try:
-            self._check_tag(eng, tag)
             self.restore(tag)
         finally:
             self._set_initial()
@@ -412,6 +445,7 @@ class CheckpointMixin:
         if list(reader.store_uuids) != list(info["store_uuids"]):
             raise ValueError("mlpo.torch: the checkpoint's stores were "
                              "replaced since the state dict was written")
+        _check_reader_tag(reader, info)
         self._check_manifest_of(json.loads(reader.manifest()))
         eng = self._require_engine()
         steps = reader.param_steps()
@@ -516,6 +550,34 @@ class CheckpointMixin:
 
 
 
+def _versions_id(versions):
+    """What a state dict records of its tag besides the name: a digest of
+    the (object, version) pairs the tag holds. Versions are never reused,
+    so a later tag that took a dropped one's name has another."""
+    text = json.dumps(sorted(versions.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _tag_id(eng, tag):
+    return _versions_id(eng.tag_versions(tag) or {})
+
+
+def _check_reader_tag(reader, info):
+    """A checkpoint read through a CheckpointReader (resharding, export) is
+    the one the dict names, on every rank, when the dict says which."""
+    ids = info.get("tag_ids")
+    if ids is None or len(ids) != reader.world:
+        return
+    for k, want in enumerate(ids):
+        if _versions_id(reader.tag_versions(k)) != want:
+            raise ValueError(
+                f"mlpo.torch: rank {k}'s store holds a tag "
+                f"{info['tag']!r} that is not the checkpoint this state dict "
+                "was taken with: that one was dropped (keep_checkpoints, "
+                "`mlpo drop-tag`) and a later checkpoint took its name; "
+                "nothing was changed")
+
+
 def _check_hyper(group, g):
     """A loaded param group's hyperparameters, as the constructor checks
     them: ValueError before anything changes."""
@@ -578,6 +640,13 @@ def export_state_dict(store, tag=None, name="mlpo"):
         toml, base = store_config.resolve(store, create=False)
         store_name = name
     reader = _mlpo.CheckpointReader(toml, base, store_name, tag or "")
+    if isinstance(store, dict) and "mlpo" in store and tag == info["tag"]:
+        ids = info.get("tag_ids")
+        if ids is not None and (not isinstance(ids, (list, tuple)) or
+                                not all(isinstance(i, str) for i in ids)):
+            raise ValueError("mlpo.torch: mlpo state dict: 'tag_ids' must "
+                             "list one identity per rank")
+        _check_reader_tag(reader, info)
     manifest = json.loads(reader.manifest())
     steps = reader.param_steps()
     state, masters = {}, {}

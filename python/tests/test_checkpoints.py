@@ -149,8 +149,9 @@ def test_an_empty_step_0_tag_is_not_reused_and_its_dicts_warn(store_dir,
         warnings.simplefilter("error")
         sd = opt.state_dict()
     assert sd["mlpo"]["tag"] == "step-0.1"
-    old = copy.deepcopy(sd)
+    old = copy.deepcopy(sd)  # as an earlier release wrote it
     old["mlpo"]["tag"] = "step-0"
+    del old["mlpo"]["tag_ids"]
     train(model, opt, range(2))
     trained = [p.detach().clone() for p in model.parameters()]
     with pytest.warns(UserWarning, match="holds no parameters"):
@@ -177,6 +178,96 @@ def test_state_dict_keeps_the_newest_checkpoints_and_frees_the_rest(store_dir):
         train(model, opt, [s])
         opt.state_dict()
     assert sorted(opt.tags()) == ["mine", "step-4", "step-5"]
+
+
+def test_a_dict_whose_tag_was_dropped_and_its_name_reused_is_refused(
+        store_dir, mlpo_cli):
+    # Run A keeps two checkpoints: step-2's dict outlives its tag. A rerun
+    # in the same store (fresh, as torch.optim is) reaches step 2 and takes
+    # the free name "step-2" for other state. A's dict must not load it.
+    model = make_model()
+    opt = mt.AdamW(model.parameters(), lr=1e-2, store=store_dir,
+                   keep_checkpoints=2)
+    dicts = {}
+    for s in range(1, 5):
+        train(model, opt, [s])
+        dicts[s] = copy.deepcopy(opt.state_dict())
+    assert "step-2" not in opt.tags()
+    opt.close()
+    model = make_model()
+    opt = mt.AdamW(model.parameters(), lr=1e-2, store=store_dir)
+    train(model, opt, [100, 101])
+    mine = opt.state_dict()
+    assert mine["mlpo"]["tag"] == "step-2"  # the name is free again
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match="not the checkpoint this state dict"):
+        opt.load_state_dict(dicts[2])
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert opt.step_count == 2
+    # Nor export it (the checkpoint reader, as resharding uses it, checks
+    # the same digest; the rerun's own dict exports).
+    with pytest.raises(ValueError, match="not the checkpoint this state dict"):
+        mt.export_state_dict(dicts[2])
+    assert mt.export_state_dict(mine)["state"]
+    # Kept checkpoints of run A and the rerun's own still load.
+    opt.load_state_dict(dicts[4])
+    assert opt.step_count == 4
+    opt.load_state_dict(mine)
+    assert opt.step_count == 2 and all(
+        torch.equal(before[k], v) for k, v in model.state_dict().items())
+    # The same through `mlpo drop-tag` by hand and a tag of the same name
+    # (step-3.1: run A's step-3 is kept and holds other state).
+    train(model, opt, [102])
+    third = copy.deepcopy(opt.state_dict())
+    name = third["mlpo"]["tag"]
+    assert name.startswith("step-3")
+    meta = os.path.dirname(opt._require_engine().meta_dir)
+    opt.close()
+    r = subprocess.run([mlpo_cli, "drop-tag", meta, name],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    model = make_model()
+    opt = mt.AdamW(model.parameters(), lr=1e-2, store=store_dir)
+    opt.load_state_dict(mine)
+    train(model, opt, [200])
+    assert opt.state_dict()["mlpo"]["tag"] == name
+    with pytest.raises(ValueError, match="took its name"):
+        opt.load_state_dict(third)
+    # A dict of an earlier release (no tag_ids) still loads by name.
+    old = copy.deepcopy(dicts[4])
+    del old["mlpo"]["tag_ids"]
+    opt.load_state_dict(old)
+    assert opt.step_count == 4
+    bad = copy.deepcopy(dicts[4])
+    bad["mlpo"]["tag_ids"] = "x"
+    with pytest.raises(ValueError, match="tag_ids"):
+        opt.load_state_dict(bad)
+    opt.close()
+
+
+def test_a_refused_dict_of_another_namespace_leaves_the_optimizer_as_it_was(
+        store_dir):
+    # B loads a dict of run A (another namespace of the same store) whose
+    # checkpoint A dropped: refused before B moves to A's namespace.
+    a_model = make_model()
+    a = mt.AdamW(a_model.parameters(), lr=1e-2, store=store_dir)
+    train(a_model, a, [1, 2])
+    sd = copy.deepcopy(a.state_dict())
+    b_model = make_model()
+    b = mt.AdamW(b_model.parameters(), lr=1e-2, store=store_dir)
+    assert b.store_name != a.store_name
+    a._require_engine().drop_tag(sd["mlpo"]["tag"])
+    a.close()
+    train(b_model, b, [5, 6, 7])
+    name, before = b.store_name, copy.deepcopy(b_model.state_dict())
+    with pytest.raises(ValueError, match="no tag"):
+        b.load_state_dict(sd)
+    assert b.store_name == name and b.step_count == 3
+    assert all(torch.equal(before[k], v)
+               for k, v in b_model.state_dict().items())
+    train(b_model, b, [8])
+    assert b.step_count == 4
+    b.close()
 
 
 RESUME_SCRIPT = textwrap.dedent("""

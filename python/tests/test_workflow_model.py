@@ -11,7 +11,8 @@ dicts saved on the original, and never changes the original, which still
 resumes to what its heads held when it was copied. A job killed (SIGKILL)
 at a random moment of its steps resumes to a state the reference reaches:
 the heads before one of its steps, or the newest tag when a step was cut
-short.
+short. A dropped checkpoint's dicts are refused from then on, also once a
+later checkpoint has taken its name.
 
 MLPO_WORKFLOW_EXAMPLES sets the number of examples (default 12; the slow
 run, scripts/test.sh --slow, uses 1500); MLPO_WORKFLOW_KILLS the kills
@@ -93,6 +94,7 @@ class Workflow(RuleBasedStateMachine):
         self.foreign = []    # dicts saved on a store this one copied
         self.tag_snaps = {}  # tag -> snapshot, in the order tags were made
         self.kills = 0
+        self.dropped = []  # saved entries whose checkpoint was dropped
 
     def teardown(self):
         if hasattr(self, "opt"):
@@ -167,6 +169,14 @@ class Workflow(RuleBasedStateMachine):
         self.tag_snaps.setdefault(sd["mlpo"]["tag"], self.stored)
         self.saved.append((sd, params_of(self.model),
                            copy.deepcopy(self.ropt.state_dict())))
+        # A tag of the very versions a dropped one held (a state_dict at
+        # the same state again) is that checkpoint: its dicts load again.
+        back = [d for d in self.dropped
+                if d[0]["mlpo"]["tag"] == sd["mlpo"]["tag"] and
+                d[0]["mlpo"]["tag_ids"] == sd["mlpo"]["tag_ids"]]
+        self.dropped = [d for d in self.dropped
+                        if not any(d is b for b in back)]
+        self.saved += back
 
     @precondition(lambda self: self.saved)
     @rule(data=st.data(), with_model=st.booleans())
@@ -185,6 +195,34 @@ class Workflow(RuleBasedStateMachine):
         for n, p in self.model.named_parameters():
             assert torch.equal(p, params[n]), f"{n} after loading"
         self.stored = self.snapshot()
+
+    @precondition(lambda self: self.saved)
+    @rule(data=st.data())
+    def drop_checkpoint(self, data):
+        """A checkpoint dropped (keep_checkpoints, `mlpo drop-tag`): its
+        name is free for a later one, which may hold other state."""
+        sd, _, _ = data.draw(st.sampled_from(self.saved))
+        tag, tag_id = sd["mlpo"]["tag"], sd["mlpo"]["tag_ids"][0]
+        self.opt._require_engine().drop_tag(tag)
+        same = [s for s in self.saved if s[0]["mlpo"]["tag"] == tag]
+        assert all(s[0]["mlpo"]["tag_ids"][0] == tag_id for s in same)
+        self.saved = [s for s in self.saved if s[0]["mlpo"]["tag"] != tag]
+        self.dropped += same
+        self.tag_snaps.pop(tag, None)
+
+    @precondition(lambda self: self.dropped)
+    @rule(data=st.data())
+    def load_dropped(self, data):
+        """A dict whose checkpoint was dropped is refused, also once a later
+        checkpoint took the name, and nothing changes."""
+        sd, _, _ = data.draw(st.sampled_from(self.dropped))
+        before = params_of(self.model)
+        with pytest.raises(ValueError, match="no tag|not the checkpoint"), \
+                warnings.catch_warnings():
+            warnings.simplefilter("error")
+            self.opt.load_state_dict(sd)
+        for n, p in self.model.named_parameters():
+            assert torch.equal(p, before[n]), n
 
     @rule()
     def rebuild(self):
@@ -231,6 +269,7 @@ class Workflow(RuleBasedStateMachine):
         self.originals.append((self.store, self.stored))
         self.foreign += self.saved
         self.saved = []
+        self.dropped = []
         self.store = new
         self.reopen()
 
