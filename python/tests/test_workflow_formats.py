@@ -6,7 +6,8 @@ rebuilding and resuming, checked against what mlpo itself held: a loaded
 dict gives exactly the parameters and opt.state it was saved with, a
 resume exactly what the store's heads held, and the same batch stepped
 from the same saved dict gives the same numbers however much happened in
-between. MLPO_WORKFLOW_EXAMPLES as in test_workflow_model.py (default 12),
+between; a dropped checkpoint's dicts are refused, also once a later
+checkpoint has taken its name. MLPO_WORKFLOW_EXAMPLES as in test_workflow_model.py (default 12),
 at most 400 here (an example takes ~1.5 s) unless
 MLPO_FORMAT_WORKFLOW_EXAMPLES says otherwise.
 """
@@ -15,6 +16,7 @@ import shutil
 import tempfile
 import warnings
 
+import pytest
 import torch
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize,
@@ -41,6 +43,7 @@ class FormatWorkflow(RuleBasedStateMachine):
         self.saved = []              # (dict, snapshot)
         self.stored = None  # what the store's heads hold: nothing yet
         self.after = {}              # saved index -> snapshot one step on
+        self.gone = set()  # saved indices whose checkpoint was dropped
         self.batch = 0
 
     def teardown(self):
@@ -92,11 +95,43 @@ class FormatWorkflow(RuleBasedStateMachine):
         if len(frozen) < len(NAMES):
             self.stored = self.snapshot()
 
+    def live(self):
+        return [i for i in range(len(self.saved)) if i not in self.gone]
+
     @rule()
     def state_dict(self):
         sd = self.opt.state_dict()
         self.stored = self.snapshot()
         self.saved.append((sd, self.stored))
+        # A tag of the very versions a dropped one held is that checkpoint.
+        self.gone -= {i for i in self.gone
+                      if self.saved[i][0]["mlpo"]["tag"] == sd["mlpo"]["tag"]
+                      and self.saved[i][0]["mlpo"]["tag_ids"] ==
+                      sd["mlpo"]["tag_ids"]}
+
+    @precondition(lambda self: self.live())
+    @rule(data=st.data())
+    def drop_checkpoint(self, data):
+        """A checkpoint dropped (keep_checkpoints, `mlpo drop-tag`): its
+        name is free for a later one."""
+        i = data.draw(st.sampled_from(self.live()))
+        tag = self.saved[i][0]["mlpo"]["tag"]
+        self.opt._require_engine().drop_tag(tag)
+        self.gone |= {j for j in self.live()
+                      if self.saved[j][0]["mlpo"]["tag"] == tag}
+
+    @precondition(lambda self: self.gone)
+    @rule(data=st.data())
+    def load_dropped(self, data):
+        """Its dicts are refused, also once a later checkpoint took the
+        name, and nothing changes."""
+        sd, _ = self.saved[data.draw(st.sampled_from(sorted(self.gone)))]
+        before = self.snapshot()
+        with pytest.raises(ValueError, match="no tag|not the checkpoint"), \
+                warnings.catch_warnings():
+            warnings.simplefilter("error")
+            self.opt.load_state_dict(sd)
+        self.check(before, "after a refused dict")
 
     def load_dict(self, sd, snap):
         """The dict alone, without the model's state_dict: it restores the
@@ -105,20 +140,20 @@ class FormatWorkflow(RuleBasedStateMachine):
             warnings.simplefilter("error")
             self.opt.load_state_dict(sd)
 
-    @precondition(lambda self: self.saved)
+    @precondition(lambda self: self.live())
     @rule(data=st.data())
     def load(self, data):
-        sd, snap = data.draw(st.sampled_from(self.saved))
+        sd, snap = self.saved[data.draw(st.sampled_from(self.live()))]
         self.load_dict(sd, snap)
         self.check(snap, "after loading")
         self.stored = snap
 
-    @precondition(lambda self: self.saved)
+    @precondition(lambda self: self.live())
     @rule(data=st.data())
     def train_on_from_saved(self, data):
         """Back to a saved dict and one step on with that dict's own batch:
         the same numbers every time, whatever ran in between."""
-        i = data.draw(st.integers(0, len(self.saved) - 1))
+        i = data.draw(st.sampled_from(self.live()))
         sd, snap = self.saved[i]
         self.load_dict(sd, snap)
         self.check(snap, f"after loading dict {i}")
