@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from . import _mlpo
-from . import store_config
+from ._tag_ids import check_reader_tag, tag_id
 
 _MANIFEST_FORMAT = 1
 
@@ -196,8 +196,8 @@ class CheckpointMixin:
         return out
 
     def _tag_ids(self, eng, tag):
-        """Each rank's identity of `tag` (see _tag_id), for the dict."""
-        mine = _tag_id(eng, tag)
+        """Each rank's identity of `tag` (see _tag_ids.tag_id), for the dict."""
+        mine = tag_id(eng, tag)
         if self._world == 1:
             return [mine]
         out = [None] * self._world
@@ -377,7 +377,7 @@ class CheckpointMixin:
     def _check_tag(self, eng, tag, info):
         if tag in eng.tags():
             ids = info.get("tag_ids")
-            if ids is not None and ids[self._rank] != _tag_id(eng, tag):
+            if ids is not None and ids[self._rank] != tag_id(eng, tag):
                 # The dict's tag was dropped (keep_checkpoints, `mlpo
                 # drop-tag`) and a later checkpoint took its name.
                 raise ValueError(
@@ -445,7 +445,7 @@ class CheckpointMixin:
         if list(reader.store_uuids) != list(info["store_uuids"]):
             raise ValueError("mlpo.torch: the checkpoint's stores were "
                              "replaced since the state dict was written")
-        _check_reader_tag(reader, info)
+        check_reader_tag(reader, info)
         self._check_manifest_of(json.loads(reader.manifest()))
         eng = self._require_engine()
         steps = reader.param_steps()
@@ -550,34 +550,6 @@ class CheckpointMixin:
 
 
 
-def _versions_id(versions):
-    """What a state dict records of its tag besides the name: a digest of
-    the (object, version) pairs the tag holds. Versions are never reused,
-    so a later tag that took a dropped one's name has another."""
-    text = json.dumps(sorted(versions.items()))
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def _tag_id(eng, tag):
-    return _versions_id(eng.tag_versions(tag) or {})
-
-
-def _check_reader_tag(reader, info):
-    """A checkpoint read through a CheckpointReader (resharding, export) is
-    the one the dict names, on every rank, when the dict says which."""
-    ids = info.get("tag_ids")
-    if ids is None or len(ids) != reader.world:
-        return
-    for k, want in enumerate(ids):
-        if _versions_id(reader.tag_versions(k)) != want:
-            raise ValueError(
-                f"mlpo.torch: rank {k}'s store holds a tag "
-                f"{info['tag']!r} that is not the checkpoint this state dict "
-                "was taken with: that one was dropped (keep_checkpoints, "
-                "`mlpo drop-tag`) and a later checkpoint took its name; "
-                "nothing was changed")
-
-
 def _check_hyper(group, g):
     """A loaded param group's hyperparameters, as the constructor checks
     them: ValueError before anything changes."""
@@ -620,56 +592,3 @@ def _step_tag_key(tag):
     if not step.isdigit() or (k and not k.isdigit()):
         return None
     return (int(step), int(k) if k else 0)
-
-
-def export_state_dict(store, tag=None, name="mlpo"):
-    """The torch.optim.AdamW/Adam state dict equivalent to an mlpo
-    checkpoint: state {index: {step, exp_avg, exp_avg_sq}} and param_groups
-    (indices in the optimizer's group order), plus "master_params" {name:
-    fp32 tensor} and "param_names" (the name of each index).
-
-    `store` is what the optimizer got as store= (with `name`), or a state
-    dict from mlpo.torch's state_dict() (then `tag` defaults to its tag)."""
-    if isinstance(store, dict) and "mlpo" in store:
-        info = store["mlpo"]
-        toml, base = info["store"]["toml"], info["store"]["base_dir"]
-        store_name = info.get("store_name") or _store_name(
-            info["name"], info["world_size"])
-        tag = tag if tag is not None else info["tag"]
-    else:
-        toml, base = store_config.resolve(store, create=False)
-        store_name = name
-    reader = _mlpo.CheckpointReader(toml, base, store_name, tag or "")
-    if isinstance(store, dict) and "mlpo" in store and tag == info["tag"]:
-        ids = info.get("tag_ids")
-        if ids is not None and (not isinstance(ids, (list, tuple)) or
-                                not all(isinstance(i, str) for i in ids)):
-            raise ValueError("mlpo.torch: mlpo state dict: 'tag_ids' must "
-                             "list one identity per rank")
-        _check_reader_tag(reader, info)
-    manifest = json.loads(reader.manifest())
-    steps = reader.param_steps()
-    state, masters = {}, {}
-    groups = []
-    for g, gm in enumerate(manifest["groups"]):
-        p, m, v = (torch.from_numpy(x) for x in
-                   reader.read(g, 0, gm["flat_numel"]))
-        indices = []
-        for i, pm in enumerate(manifest["params"]):
-            if pm["group"] != g:
-                continue
-            sl = slice(pm["offset"], pm["offset"] + pm["numel"])
-            if steps[i] > 0:  # torch.optim has no state before a step
-                state[i] = {"step": torch.tensor(float(steps[i])),
-                            "exp_avg": _shaped(m[sl], pm),
-                            "exp_avg_sq": _shaped(v[sl], pm)}
-            masters[pm["name"]] = _shaped(p[sl], pm)
-            indices.append(i)
-        groups.append({"lr": gm["lr"], "betas": tuple(gm["betas"]),
-                       "eps": gm["eps"], "weight_decay": gm["weight_decay"],
-                       "amsgrad": False, "maximize": False, "foreach": None,
-                       "capturable": False, "differentiable": False,
-                       "fused": None, "params": indices})
-    return {"state": state, "param_groups": groups,
-            "master_params": masters,
-            "param_names": [pm["name"] for pm in manifest["params"]]}

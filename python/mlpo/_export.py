@@ -1,0 +1,64 @@
+"""export_state_dict: an mlpo checkpoint as torch.optim's state dict (fp32
+moments and master weights), read through the C++ CheckpointReader, with
+no optimizer and no model needed."""
+import json
+
+import torch
+
+from . import _mlpo
+from . import store_config
+from ._checkpoints import _shaped, _store_name
+from ._tag_ids import check_reader_tag
+
+
+def export_state_dict(store, tag=None, name="mlpo"):
+    """The torch.optim.AdamW/Adam state dict equivalent to an mlpo
+    checkpoint: state {index: {step, exp_avg, exp_avg_sq}} and param_groups
+    (indices in the optimizer's group order), plus "master_params" {name:
+    fp32 tensor} and "param_names" (the name of each index).
+
+    `store` is what the optimizer got as store= (with `name`), or a state
+    dict from mlpo.torch's state_dict() (then `tag` defaults to its tag)."""
+    if isinstance(store, dict) and "mlpo" in store:
+        info = store["mlpo"]
+        toml, base = info["store"]["toml"], info["store"]["base_dir"]
+        store_name = info.get("store_name") or _store_name(
+            info["name"], info["world_size"])
+        tag = tag if tag is not None else info["tag"]
+    else:
+        toml, base = store_config.resolve(store, create=False)
+        store_name = name
+    reader = _mlpo.CheckpointReader(toml, base, store_name, tag or "")
+    if isinstance(store, dict) and "mlpo" in store and tag == info["tag"]:
+        ids = info.get("tag_ids")
+        if ids is not None and (not isinstance(ids, (list, tuple)) or
+                                not all(isinstance(i, str) for i in ids)):
+            raise ValueError("mlpo.torch: mlpo state dict: 'tag_ids' must "
+                             "list one identity per rank")
+        check_reader_tag(reader, info)
+    manifest = json.loads(reader.manifest())
+    steps = reader.param_steps()
+    state, masters = {}, {}
+    groups = []
+    for g, gm in enumerate(manifest["groups"]):
+        p, m, v = (torch.from_numpy(x) for x in
+                   reader.read(g, 0, gm["flat_numel"]))
+        indices = []
+        for i, pm in enumerate(manifest["params"]):
+            if pm["group"] != g:
+                continue
+            sl = slice(pm["offset"], pm["offset"] + pm["numel"])
+            if steps[i] > 0:  # torch.optim has no state before a step
+                state[i] = {"step": torch.tensor(float(steps[i])),
+                            "exp_avg": _shaped(m[sl], pm),
+                            "exp_avg_sq": _shaped(v[sl], pm)}
+            masters[pm["name"]] = _shaped(p[sl], pm)
+            indices.append(i)
+        groups.append({"lr": gm["lr"], "betas": tuple(gm["betas"]),
+                       "eps": gm["eps"], "weight_decay": gm["weight_decay"],
+                       "amsgrad": False, "maximize": False, "foreach": None,
+                       "capturable": False, "differentiable": False,
+                       "fused": None, "params": indices})
+    return {"state": state, "param_groups": groups,
+            "master_params": masters,
+            "param_names": [pm["name"] for pm in manifest["params"]]}

@@ -1,0 +1,33 @@
+"""What a state dict records of its tag besides the name (tag_ids, one per
+rank): a tag name can be dropped and taken again by another checkpoint, a
+version number is never reused."""
+import hashlib
+import json
+
+
+def versions_id(versions):
+    """What a state dict records of its tag besides the name: a digest of
+    the (object, version) pairs the tag holds. Versions are never reused,
+    so a later tag that took a dropped one's name has another."""
+    text = json.dumps(sorted(versions.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def tag_id(eng, tag):
+    return versions_id(eng.tag_versions(tag) or {})
+
+
+def check_reader_tag(reader, info):
+    """A checkpoint read through a CheckpointReader (resharding, export) is
+    the one the dict names, on every rank, when the dict says which."""
+    ids = info.get("tag_ids")
+    if ids is None or len(ids) != reader.world:
+        return
+    for k, want in enumerate(ids):
+        if versions_id(reader.tag_versions(k)) != want:
+            raise ValueError(
+                f"mlpo.torch: rank {k}'s store holds a tag "
+                f"{info['tag']!r} that is not the checkpoint this state dict "
+                "was taken with: that one was dropped (keep_checkpoints, "
+                "`mlpo drop-tag`) and a later checkpoint took its name; "
+                "nothing was changed")
