@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from . import _mlpo
-from ._tag_ids import check_reader_tag, tag_id
+from ._tag_ids import check_reader_tag, check_tag_ids, tag_id
 
 _MANIFEST_FORMAT = 1
 
@@ -343,12 +343,7 @@ class CheckpointMixin:
                 store.get("base_dir"), str):
             raise ValueError("mlpo.torch: mlpo state dict: 'store' must name "
                              "the store's config (toml, base_dir)")
-        ids = info.get("tag_ids")  # absent in dicts of earlier releases
-        if ids is not None and (not isinstance(ids, (list, tuple)) or
-                                len(ids) != world or
-                                not all(isinstance(i, str) for i in ids)):
-            raise ValueError("mlpo.torch: mlpo state dict: 'tag_ids' must "
-                             "list one identity per rank")
+        check_tag_ids(info, world)
         tag = info["tag"]
         if info["world_size"] == self._world:
             self._require_engine()

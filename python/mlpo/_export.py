@@ -8,7 +8,7 @@ import torch
 from . import _mlpo
 from . import store_config
 from ._checkpoints import _shaped, _store_name
-from ._tag_ids import check_reader_tag
+from ._tag_ids import check_reader_tag, check_tag_ids
 
 
 def export_state_dict(store, tag=None, name="mlpo"):
@@ -30,11 +30,7 @@ def export_state_dict(store, tag=None, name="mlpo"):
         store_name = name
     reader = _mlpo.CheckpointReader(toml, base, store_name, tag or "")
     if isinstance(store, dict) and "mlpo" in store and tag == info["tag"]:
-        ids = info.get("tag_ids")
-        if ids is not None and (not isinstance(ids, (list, tuple)) or
-                                not all(isinstance(i, str) for i in ids)):
-            raise ValueError("mlpo.torch: mlpo state dict: 'tag_ids' must "
-                             "list one identity per rank")
+        check_tag_ids(info, info["world_size"])
         check_reader_tag(reader, info)
     manifest = json.loads(reader.manifest())
     steps = reader.param_steps()

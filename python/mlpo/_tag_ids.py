@@ -17,6 +17,17 @@ def tag_id(eng, tag):
     return versions_id(eng.tag_versions(tag) or {})
 
 
+def check_tag_ids(info, world):
+    """ValueError unless the dict's tag_ids is absent (an earlier release)
+    or lists one identity per rank."""
+    ids = info.get("tag_ids")
+    if ids is not None and (not isinstance(ids, (list, tuple)) or
+                            len(ids) != world or
+                            not all(isinstance(i, str) for i in ids)):
+        raise ValueError("mlpo.torch: mlpo state dict: 'tag_ids' must list "
+                         "one identity per rank")
+
+
 def check_reader_tag(reader, info):
     """A checkpoint read through a CheckpointReader (resharding, export) is
     the one the dict names, on every rank, when the dict says which."""
