@@ -12,7 +12,8 @@ import torch
 import torch.distributed as dist
 
 from . import _mlpo
-from ._tag_ids import check_reader_tag, check_tag_ids, tag_id
+from ._tag_ids import (check_reader_tag, check_tag_ids, reused_tag_error,
+                       tag_id)
 
 _MANIFEST_FORMAT = 1
 
@@ -375,11 +376,7 @@ class CheckpointMixin:
             if ids is not None and ids[self._rank] != tag_id(eng, tag):
                 # The dict's tag was dropped (keep_checkpoints, `mlpo
                 # drop-tag`) and a later checkpoint took its name.
-                raise ValueError(
-                    f"mlpo.torch: store {eng.meta_dir}'s tag {tag!r} is not "
-                    "the checkpoint this state dict was taken with: that one "
-                    "was dropped (keep_checkpoints, `mlpo drop-tag`) and a "
-                    "later checkpoint took its name; nothing was changed")
+                raise reused_tag_error(f"store {eng.meta_dir}", tag)
             return
         dropped = json.loads(eng.get_attribute("dropped_tags") or "{}")
         if tag in dropped:

@@ -28,6 +28,15 @@ def check_tag_ids(info, world):
                          "one identity per rank")
 
 
+def reused_tag_error(where, tag):
+    """The refusal of a dict whose tag name now holds another checkpoint."""
+    return ValueError(
+        f"mlpo.torch: {where}'s tag {tag!r} is not the checkpoint this state "
+        "dict was taken with: that one was dropped (keep_checkpoints, `mlpo "
+        "drop-tag`) and a later checkpoint took its name; nothing was "
+        "changed")
+
+
 def check_reader_tag(reader, info):
     """A checkpoint read through a CheckpointReader (resharding, export) is
     the one the dict names, on every rank, when the dict says which."""
@@ -36,9 +45,4 @@ def check_reader_tag(reader, info):
         return
     for k, want in enumerate(ids):
         if versions_id(reader.tag_versions(k)) != want:
-            raise ValueError(
-                f"mlpo.torch: rank {k}'s store holds a tag "
-                f"{info['tag']!r} that is not the checkpoint this state dict "
-                "was taken with: that one was dropped (keep_checkpoints, "
-                "`mlpo drop-tag`) and a later checkpoint took its name; "
-                "nothing was changed")
+            raise reused_tag_error(f"rank {k}'s store", info["tag"])
