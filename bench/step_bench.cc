@@ -6,16 +6,12 @@
 // where U_k is each path's mixed read+write bandwidth (probed here, with the
 // path's cap, before and after each mode's steps: the mode's bound uses the
 // faster)
-// and R_adam the fused kernel's params/s (measured here).
-#include <spawn.h>
+// and R_adam the fused kernel's params/s (measured here). This file has the
+// command, its flags and the run; bench/step_mode.cc one mode's steps;
+// bench/step_report.cc the comparisons, the table and the plot.
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -34,6 +30,7 @@
 #include "tools/cli_util.h"
 
 #include "bench/step_mode.h"
+#include "bench/step_report.h"
 
 namespace mlpo {
 namespace {
@@ -334,7 +331,6 @@ void AddStepBench(CLI::App& app) {
         row_of[row] = {m, fmt};
       }
     if (formats.size() > 1) modes = rows;
-    std::map<std::string, ModeResult> res;
     if (!a->trace.empty()) Trace::Get()->Start();
     // A mode's rows (its formats) run together, a step at a time: each
     // opens its store and takes the step that creates its state; the disk
@@ -430,64 +426,11 @@ void AddStepBench(CLI::App& app) {
             {"peak_rss_bytes", r.peak_rss},
             {"fractions_per_step", r.fractions_per_step},
             {"paths", pj}};
-        res[row] = r;
       }
       g = g_end;
     }
-    // Each compact format against fp32 in the same mode.
-    for (auto& row : rows) {
-      const auto& [m, fmt] = row_of[row];
-      std::string base = absl::StrCat(m, "/fp32");
-      if (fmt != StateFormat::kF32 && res.count(base))
-        out["modes"][row]["ratio_to_fp32"] = res[base].step_s / res[row].step_s;
-    }
-    // The modes compared with each other by their fp32 rows ("" if none).
-    auto fp32_row = [&](const std::string& mode) -> std::string {
-      std::string row = mode == "baseline" || formats.size() == 1
-                            ? mode
-                            : absl::StrCat(mode, "/fp32");
-      return res.count(row) && row_of[row].second == StateFormat::kF32
-                 ? row
-                 : std::string();
-    };
-    const std::string base_row = fp32_row("baseline"),
-                      mlpo_row = fp32_row("mlpo"),
-                      cache_row = fp32_row("mlpo+cache");
-    if (!base_row.empty()) {
-      const ModeResult& b = res[base_row];
-      for (auto& [m, r] : res) {
-        out["modes"][m]["ratio_to_baseline"] = b.step_s / r.step_s;
-        out["modes"][m]["total_ratio_to_baseline"] =
-            (b.step_s + b.backward_s) / (r.step_s + r.backward_s);
-      }
-      if (!mlpo_row.empty())
-        out["speedup_vs_baseline"] = b.step_s / res[mlpo_row].step_s;
-    }
-    if (paths.size() >= 2) {
-      // The integer a careful MLP-Offload user would pick: the share 1/r on
-      // the second path closest to balancing both paths' time.
-      double u1 = paths[0].mixed_bps, u2 = paths[1].mixed_bps;
-      int best = 1;
-      double best_t = 1e300;
-      for (int r = 1; r <= 64; ++r) {
-        double f2 = 1.0 / r;
-        double t = std::max((1 - f2) / u1, f2 / u2);
-        if (t < best_t) {
-          best_t = t;
-          best = r;
-        }
-      }
-      out["paper_ratio"] = a->paper_ratio;
-      out["paper_best_ratio"] = best;
-    }
-    if (const std::string paper_row = fp32_row("paper"); !paper_row.empty()) {
-      const std::string& ours = !cache_row.empty() ? cache_row : mlpo_row;
-      if (!ours.empty())
-        out["speedup_vs_paper"] = res[paper_row].step_s / res[ours].step_s;
-    }
-    if (!mlpo_row.empty() && !cache_row.empty())
-      out["speedup_cache_vs_mlpo"] =
-          res[mlpo_row].step_s / res[cache_row].step_s;
+    const ComparedRows compared = AddComparisons(
+        StepRows{rows, row_of, formats.size() > 1}, a->paper_ratio, &out);
     for (const DiskProbe& d : probes)
       out["probes"].push_back({{"mixed_bps", d.each},
                                {"together_bps", d.together}});
@@ -507,101 +450,13 @@ void AddStepBench(CLI::App& app) {
       out["trace_events"] = n;
       Progress(absl::StrFormat("wrote %d trace events to %s", n, a->trace));
     }
-    if (!a->plot.empty()) {
-      std::string tmp = a->plot + ".json";
-      {
-        std::ofstream j(tmp);
-        j << out.dump(2) << "\n";
-        if (!j) Die("--plot", absl::InternalError("cannot write " + tmp));
-      }
-      // No shell: the file names go to python as they are.
-      std::vector<std::string> argv = {"/usr/bin/python3", MLPO_PLOT_SCRIPT,
-                                       tmp, a->plot};
-      std::vector<char*> cargv;
-      for (auto& x : argv) cargv.push_back(x.data());
-      cargv.push_back(nullptr);
-      pid_t pid = 0;
-      int rc = ::posix_spawn(&pid, cargv[0], nullptr, nullptr, cargv.data(),
-                             environ);
-      int status = 0;
-      if (rc == 0 && ::waitpid(pid, &status, 0) < 0) rc = errno;
-      std::filesystem::remove(tmp);
-      if (rc != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        Die("--plot", absl::InternalError(absl::StrCat(
-                          "plotting failed: /usr/bin/python3 ",
-                          MLPO_PLOT_SCRIPT, rc != 0 ? " could not start" : "",
-                          " (exit ", WEXITSTATUS(status), ")")));
-      out["plot"] = a->plot;
-    }
+    if (!a->plot.empty()) DrawStepPlot(a->plot, &out);
     Progress("");
     if (f.json) {
       std::cout << out.dump(2) << "\n";
       return;
     }
-    std::printf("%s params, subgroup %s, %d timed steps; R_adam %.0f M params/s\n",
-                FormatBytes(double(a->params)).c_str(),
-                FormatBytes(double(a->subgroup)).c_str(), a->steps,
-                r_adam / 1e6);
-    if (paths.size() > 1)
-      std::printf("all paths together: mixed %s (sum of each alone %s)\n",
-                  FormatRate(probes[0].together).c_str(),
-                  FormatRate(sum_u).c_str());
-    for (auto& p : out["paths"])
-      std::printf("path %s: cap %s, mixed U = %s\n",
-                  p["root"].get<std::string>().c_str(),
-                  p["cap_bps"].get<double>() > 0
-                      ? FormatRate(p["cap_bps"].get<double>()).c_str()
-                      : "none",
-                  FormatRate(p["mixed_bps"].get<double>()).c_str());
-    std::printf("%-25s %8s %8s %8s %8s %8s %7s %9s %9s %7s %8s %8s\n",
-                "mode", "step s", "bwd s", "rd wait", "compute", "wr wait",
-                "B/param", "GB/s", "Mparam/s", "U GB/s", "bound s", "bound/s");
-    for (const std::string& m : modes) {
-      const json& j = out["modes"][m];
-      std::printf("%-25s %8.2f %8.2f %8.2f %8.2f %8.2f %7.1f %9.2f %9.1f %7.2f "
-                  "%8.2f %8.3f%s\n",
-                  m.c_str(), j["step_s"].get<double>(),
-                  j["backward_s"].get<double>(), j["read_wait_s"].get<double>(),
-                  j["compute_s"].get<double>(), j["write_wait_s"].get<double>(),
-                  j["bytes_per_param"].get<double>(),
-                  j["effective_gbps"].get<double>(),
-                  j["params_per_s"].get<double>() / 1e6,
-                  j["bound_bps"].get<double>() / 1e9,
-                  j["lower_bound_s"].get<double>(),
-                  j["bound_efficiency"].get<double>(),
-                  j.contains("ratio_to_fp32")
-                      ? absl::StrFormat("  %.2fx fp32",
-                                        j["ratio_to_fp32"].get<double>())
-                            .c_str()
-                      : "");
-    }
-    if (out.contains("speedup_vs_baseline"))
-      std::printf("speedup_vs_baseline (update phase) %.2fx; with the backward "
-                  "phase %.2fx\n",
-                  out["speedup_vs_baseline"].get<double>(),
-                  out["modes"][mlpo_row]["total_ratio_to_baseline"].get<double>());
-    {
-      std::string rss;
-      for (const std::string& m : modes)
-        rss += absl::StrFormat(" %s %s", m,
-                               FormatBytes(out["modes"][m]["peak_rss_bytes"]
-                                               .get<double>()));
-      std::printf("peak RSS of the process after each mode:%s%s\n",
-                  rss.c_str(), a->stream ? " (parameters streamed)" : "");
-    }
-    if (out.contains("speedup_vs_paper"))
-      std::printf("speedup_vs_paper %.2fx (paper ratio %d; the best integer "
-                  "for these bandwidths is %d)\n",
-                  out["speedup_vs_paper"].get<double>(),
-                  out["paper_ratio"].get<int>(),
-                  out["paper_best_ratio"].get<int>());
-    if (out.contains("speedup_cache_vs_mlpo"))
-      std::printf("mlpo+cache (cache %s): %.2fx mlpo's update phase, %s of "
-                  "reads per step served from DRAM\n",
-                  a->cache.c_str(), out["speedup_cache_vs_mlpo"].get<double>(),
-                  FormatBytes(out["modes"][cache_row]["cache_hit_bytes"]
-                                  .get<double>())
-                      .c_str());
+    PrintStepReport(out, compared);
   });
 }
 
