@@ -347,6 +347,11 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
     }
   }
   if (!ro) {
+    // A hard-linked copy (`cp -al`) shares the files written in place:
+    // refused before the first write, which would change both stores.
+    MLPO_ASSIGN_OR_RETURN(std::vector<SharedFile> shared,
+                          SharedStoreFiles(options_, fs()));
+    if (!shared.empty()) return SharedFilesError(options_, shared);
     if (!upgrade.empty()) {
       MLPO_RETURN_IF_ERROR(meta_->Apply(&upgrade, true));
     }

@@ -7,15 +7,25 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "store/store_survey.h"
 
 namespace mlpo {
 namespace {
+
+constexpr char kUnsharePrefix[] = "unshare-";
+
+std::string Bytes(uint64_t b) {
+  return b >= (uint64_t{1} << 30)
+             ? absl::StrFormat("%.2f GiB", b / double(uint64_t{1} << 30))
+             : absl::StrFormat("%.1f MiB", b / double(uint64_t{1} << 20));
+}
 
 // The pid the lock file names (the last mlpo writer; 0 when none) and
 // whether it still runs: something else (a backup tool, flock(1)) may hold
@@ -122,6 +132,83 @@ absl::Status WriteStoreDescriptors(const StoreOptions& o,
     MLPO_RETURN_IF_ERROR(fs->WriteFileAtomic(dir + "/STORE", text));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<SharedFile>> SharedStoreFiles(
+    const StoreOptions& o, FileSystem* fs) {
+  std::vector<std::string> files;
+  for (const char* name : {"MLPO-SEAL", "MLPO-LOCK", "LOCK"})
+    files.push_back(absl::StrCat(o.meta_dir, "/", name));
+  for (auto& pc : o.paths) {
+    const std::string dir =
+        absl::StrCat(pc.path.root, "/", StoreNamespace(o));
+    auto names = fs->ListDir(dir);
+    if (absl::IsNotFound(names.status())) continue;
+    if (!names.ok()) return names.status();
+    for (const std::string& n : *names)
+      if (n.size() == 10 && n.rfind("seg-", 0) == 0)
+        files.push_back(absl::StrCat(dir, "/", n));
+  }
+  std::vector<SharedFile> shared;
+  for (const std::string& f : files) {
+    auto st = fs->Stat(f);
+    if (absl::IsNotFound(st.status())) continue;
+    if (!st.ok()) return st.status();
+    if (st->is_regular && st->links > 1)
+      shared.push_back({f, st->links, st->size});
+  }
+  return shared;
+}
+
+absl::Status SharedFilesError(const StoreOptions& o,
+                              const std::vector<SharedFile>& shared) {
+  uint64_t bytes = 0;
+  for (const SharedFile& f : shared) bytes += f.size;
+  std::string dir = o.paths.empty()
+                        ? o.meta_dir
+                        : absl::StrCat(o.paths[0].path.root, "/",
+                                       StoreNamespace(o));
+  return absl::FailedPreconditionError(absl::StrCat(
+      StoreWhere(o), ": ", shared.size(), " of the store's files ",
+      shared.size() == 1 ? "is" : "are",
+      " shared with another directory through hard links (",
+      shared[0].path, " has ", shared[0].links, " links",
+      shared.size() > 1 ? ", ..." : "",
+      "): a copy made with `cp -al`, `cp -l` or `rsync --link-dest`. The "
+      "store writes these files in place, so using it would change that "
+      "copy too. Nothing was changed. `mlpo unshare ", dir,
+      "` gives this store files of its own (it copies the shared ",
+      Bytes(bytes), "); `mlpo relocate` does it for a copy; or "
+      "delete the other copy"));
+}
+
+absl::Status UnshareFile(FileSystem* fs, const std::string& file,
+                         const std::function<void(uint64_t)>& progress) {
+  const std::filesystem::path p(file);
+  const std::string dir = p.parent_path().empty() ? "." : p.parent_path();
+  const std::string tmp =
+      absl::StrCat(dir, "/", kUnsharePrefix, p.filename().string(), ".tmp");
+  absl::Status st = fs->CopyFile(file, tmp, progress);
+  if (st.ok()) st = fs->Rename(tmp, file);
+  if (!st.ok()) {
+    fs->Unlink(tmp).IgnoreError();  // the error that matters is `st`
+    return Annotate(st, absl::StrCat("unshare ", file));
+  }
+  return fs->SyncDir(dir);
+}
+
+absl::Status RemoveUnshareTemporaries(FileSystem* fs, const std::string& dir) {
+  auto names = fs->ListDir(dir);
+  if (absl::IsNotFound(names.status())) return absl::OkStatus();
+  if (!names.ok()) return names.status();
+  bool any = false;
+  for (const std::string& n : *names)
+    if (n.rfind(kUnsharePrefix, 0) == 0 && n.size() > 4 &&
+        n.compare(n.size() - 4, 4, ".tmp") == 0) {
+      MLPO_RETURN_IF_ERROR(fs->Unlink(absl::StrCat(dir, "/", n)));
+      any = true;
+    }
+  return any ? fs->SyncDir(dir) : absl::OkStatus();
 }
 
 std::string StoreWhere(const StoreOptions& o) {

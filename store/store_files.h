@@ -7,7 +7,10 @@
 #ifndef MLPO_STORE_STORE_FILES_H_
 #define MLPO_STORE_STORE_FILES_H_
 
+#include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -58,6 +61,38 @@ absl::Status CheckStoreRoots(const StoreOptions& o, FileSystem* fs);
 // path of `o` (atomically; one that already says the same is left alone).
 absl::Status WriteStoreDescriptors(const StoreOptions& o,
                                    const std::string& uuid, FileSystem* fs);
+
+// A store file that other directory entries name too: a hard link, as
+// `cp -al`, `cp -l` or `rsync --link-dest` make.
+struct SharedFile {
+  std::string path;
+  uint64_t links = 0, size = 0;
+};
+
+// The files of the store `o` that it writes or locks in place (the index
+// seal, the writer lock and the index's lock in the index directory, and
+// every segment file) that have more than one link: a write to any of them
+// would change the other directory's copy too. (The index's other files
+// are never written in place, and the descriptors and identity files are
+// replaced whole, so a link to them is harmless.)
+absl::StatusOr<std::vector<SharedFile>> SharedStoreFiles(const StoreOptions& o,
+                                                         FileSystem* fs);
+
+// The refusal of a writable open over `shared` (not empty): what is shared
+// and why that is refused, that nothing was changed, and the command that
+// gives the store files of its own.
+absl::Status SharedFilesError(const StoreOptions& o,
+                              const std::vector<SharedFile>& shared);
+
+// Gives `file` an inode of its own: copies it to "unshare-<name>.tmp"
+// beside it, syncs that, renames it over `file` and syncs the directory. A
+// crash leaves the shared file or the private copy, with the same bytes
+// either way, and perhaps the temporary (RemoveUnshareTemporaries).
+// `progress` gets the bytes copied so far.
+absl::Status UnshareFile(FileSystem* fs, const std::string& file,
+                         const std::function<void(uint64_t)>& progress);
+// Removes the temporaries an UnshareFile cut short left in `dir`.
+absl::Status RemoveUnshareTemporaries(FileSystem* fs, const std::string& dir);
 
 // "store N rank R (index DIR)", for messages.
 std::string StoreWhere(const StoreOptions& o);

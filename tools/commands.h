@@ -11,6 +11,7 @@ void AddStoreCommands(CLI::App& app);  // inspect, ls, show, verify, tag, ...
 void AddExportCommand(CLI::App& app);  // export (the adapter's checkpoints)
 void AddPlanCommand(CLI::App& app);    // plan (the capacity planner)
 void AddRelocateCommand(CLI::App& app);  // relocate (a moved or copied store)
+void AddUnshareCommand(CLI::App& app);   // unshare (a hard-linked copy)
 
 }  // namespace mlpo
 

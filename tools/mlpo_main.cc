@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   mlpo::AddExportCommand(app);
   mlpo::AddPlanCommand(app);
   mlpo::AddRelocateCommand(app);
+  mlpo::AddUnshareCommand(app);
   // CLI11 reports a mistyped subcommand as "A subcommand is required":
   // name it instead.
   if (argc > 1 && argv[1][0] != '-') {

@@ -5,16 +5,20 @@
 // DIR may be a path root holding one store, or with --all several (each
 // relocated from its own directory).
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "store/admin/relocate.h"
+#include "store/admin/unshare.h"
 #include "store/object_store.h"
 #include "tools/commands.h"
+#include "tools/cli_util.h"
 #include "tools/store_cmd_util.h"
 
 namespace mlpo {
@@ -84,6 +88,20 @@ bool Infer(const StoreOptions& old, const std::string& dir,
     }
   }
   return false;
+}
+
+// Progress lines (at most two a second) while shared files are copied.
+UnshareProgress UnshareProgressLines() {
+  auto last = std::make_shared<std::chrono::steady_clock::time_point>();
+  return [last](const std::string& file, size_t i, size_t n, uint64_t done,
+                uint64_t total) {
+    auto now = std::chrono::steady_clock::now();
+    if (done < total && now - *last < std::chrono::milliseconds(500)) return;
+    *last = now;
+    Progress(absl::StrFormat("unshare: %s (%d of %d files), %s of %s",
+                             file, i + 1, n, FormatBytes(double(done)),
+                             FormatBytes(double(total))));
+  };
 }
 
 // Why one store was not relocated, and the exit code that says so.
@@ -157,7 +175,8 @@ json RelocateOne(const RelocateArgs& a, const std::string& dir) {
   StoreOptions o = *old;
   for (size_t i = 0; i < roots.size(); ++i) o.paths[i].path.root = roots[i];
   o.meta_dir = meta;
-  auto rep = Relocate(o, copy);
+  auto rep = Relocate(o, copy, UnshareProgressLines());
+  Progress("");
   if (!rep.ok()) Refuse(rep.status());
   json out{{"dir", dir},
            {"copy", copy},
@@ -165,8 +184,16 @@ json RelocateOne(const RelocateArgs& a, const std::string& dir) {
            {"new_uuid", rep->new_uuid},
            {"old_roots", rep->old_roots},
            {"new_roots", rep->new_roots},
-           {"new_meta_dir", rep->new_meta_dir}};
+           {"new_meta_dir", rep->new_meta_dir},
+           {"unshared_files", rep->unshared_files},
+           {"unshared_bytes", rep->unshared_bytes}};
   if (a.json) return out;
+  if (!rep->unshared_files.empty())
+    std::printf("relocate: %zu file(s) were shared with the original "
+                "through hard links (a `cp -al` copy); each has an inode of "
+                "its own now (%s copied)\n",
+                rep->unshared_files.size(),
+                FormatBytes(double(rep->unshared_bytes)).c_str());
   std::printf("relocate: store %s is now at %s (index %s)%s\n",
               old->name.c_str(), absl::StrJoin(rep->new_roots, ", ").c_str(),
               rep->new_meta_dir.c_str(),
@@ -179,6 +206,55 @@ json RelocateOne(const RelocateArgs& a, const std::string& dir) {
 }
 
 }  // namespace
+
+void AddUnshareCommand(CLI::App& app) {
+  struct Args {
+    std::string store;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* c = app.add_subcommand(
+      "unshare",
+      "Give a store files of its own where it shares them with another "
+      "directory through hard links (a copy made with `cp -al`, `cp -l` or "
+      "`rsync --link-dest`). The store writes its segments and index seal "
+      "in place, so while they are shared a writable open is refused: every "
+      "write would change the other copy too. Copies each shared file to a "
+      "private one that replaces it (the other directory keeps the old "
+      "one); needs that much free space; safe to interrupt and run again. "
+      "`mlpo relocate` does this for a copy by itself");
+  c->add_option("store", a->store,
+                "The store: a TOML config or one of its directories "
+                "(<root>/<store>/rank-<r>)")
+      ->required();
+  c->add_flag("--json", a->json,
+              "Print one JSON object on stdout: files, bytes");
+  c->callback([a] {
+    auto o = StoreOptionsForTarget(a->store);
+    if (!o.ok()) Fail("unshare", o.status());
+    auto rep = Unshare(*o, UnshareProgressLines());
+    Progress("");
+    if (!rep.ok()) Fail("unshare", rep.status());
+    if (a->json) {
+      std::cout << json{{"store", a->store},
+                        {"files", rep->files},
+                        {"bytes", rep->bytes}}
+                       .dump(2)
+                << "\n";
+      return;
+    }
+    if (rep->files.empty())
+      std::printf("unshare: %s shares no file with another directory; "
+                  "nothing to do\n",
+                  a->store.c_str());
+    else
+      std::printf("unshare: %zu file(s) of %s have an inode of their own "
+                  "now (%s copied); the other directory keeps the old "
+                  "ones\n",
+                  rep->files.size(), a->store.c_str(),
+                  FormatBytes(double(rep->bytes)).c_str());
+  });
+}
 
 void AddRelocateCommand(CLI::App& app) {
   auto a = std::make_shared<RelocateArgs>();

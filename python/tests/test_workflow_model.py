@@ -5,10 +5,11 @@ optimizer, resuming, copying the store and training on in the copy)
 applied to both, checked after every operation: parameters within 1e-6 of
 the reference, opt.state equal to torch's, and every saved dict loads to
 exactly the state it was saved at. A second optimizer steps on the same
-store now and then (its own namespace). A copy (`cp -a`, then `mlpo
-relocate` through its root) resumes to what the heads held, refuses the
-dicts saved on the original, and never changes the original, which still
-resumes to what its heads held when it was copied. A job killed (SIGKILL)
+store now and then (its own namespace). A copy (`cp -a` or the
+hard-linked `cp -al`, then `mlpo relocate` through its root) resumes to
+what the heads held, refuses the dicts saved on the original, and never
+changes the original, which still resumes to what its heads held when it
+was copied. A job killed (SIGKILL)
 at a random moment of its steps resumes to a state the reference reaches:
 the heads before one of its steps, or the newest tag when a step was cut
 short. A dropped checkpoint's dicts are refused from then on, also once a
@@ -242,17 +243,20 @@ class Workflow(RuleBasedStateMachine):
         self.reopen()
 
     @precondition(lambda self: self.copies < 2 and os.access(CLI, os.X_OK))
-    @rule()
-    def copy_store(self):
-        """cp -a the store, `mlpo relocate` the copy through its root, and
-        go on in the copy with resume=True."""
+    @rule(link=st.booleans())
+    def copy_store(self, link):
+        """cp -a (or cp -al: hard links, sharing the files the store writes
+        in place) the store, `mlpo relocate` the copy through its root (it
+        gives a hard-linked copy files of its own), and go on in the copy
+        with resume=True."""
         self.opt.close()
         if getattr(self, "other", None):
             self.other[1].close()
             self.other = None
         self.copies += 1
         new = os.path.join(self.dir, f"copy{self.copies}")
-        subprocess.run(["cp", "-a", self.store, new], check=True)
+        subprocess.run(["cp", "-al" if link else "-a", self.store, new],
+                       check=True)
         # The root names its store when it holds one; with the second
         # optimizer's store beside it, --all relocates both.
         stores = sorted(os.path.join(new, d, "rank-0") for d in os.listdir(new)
@@ -265,6 +269,7 @@ class Workflow(RuleBasedStateMachine):
         out = json.loads(r.stdout)
         for one in out["stores"] if several else [out]:
             assert one["copy"] is True, one
+            assert bool(one["unshared_files"]) == link, one
         assert len(out["stores"]) == len(stores) if several else True
         self.originals.append((self.store, self.stored))
         self.foreign += self.saved

@@ -14,8 +14,9 @@
 
 namespace mlpo {
 
-absl::StatusOr<RelocateReport> Relocate(
-    const StoreOptions& options, bool new_identity) {
+absl::StatusOr<RelocateReport> Relocate(const StoreOptions& options,
+                                        bool new_identity,
+                                        const UnshareProgress& progress) {
   MLPO_RETURN_IF_ERROR(ValidateStoreOptions(options));
   StoreOptions o = options;
   o.store_uuid.clear();
@@ -103,6 +104,12 @@ absl::StatusOr<RelocateReport> Relocate(
     return absl::FailedPreconditionError(
         "nothing was moved or copied");
 
+  // A hard-linked copy (`cp -al`) shares the files written in place with
+  // the original: each gets an inode of its own before anything is written.
+  MLPO_ASSIGN_OR_RETURN(UnshareReport unshared,
+                        UnshareLocked(o, fsys, progress));
+  rep.unshared_files = unshared.files;
+  rep.unshared_bytes = unshared.bytes;
   MLPO_ASSIGN_OR_RETURN(
       auto meta, MetaIndex::Open(o.meta_dir, MetaIndex::Mode::kWrite, fsys));
   rep.new_uuid = !planned_uuid.empty() ? planned_uuid

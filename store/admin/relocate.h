@@ -1,7 +1,7 @@
 // Relocate (`mlpo relocate`): a moved or copied store becomes a store at
 // its new place. The index and the descriptors record absolute roots (so
 // that a tool opened on any of a store's directories finds the others);
-// after a `mv` or `cp -a` they name the old place, and opening is refused
+// after a `mv`, `cp -a` or `cp -al` they name the old place, and opening is refused
 // until the records are rewritten here. Works on a store that is not open.
 //
 // Layer store/admin: may include store/ and below.
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "store/admin/unshare.h"
 #include "store/store_options.h"
 
 namespace mlpo {
@@ -22,6 +23,10 @@ struct RelocateReport {
   std::vector<std::string> old_roots, new_roots;
   std::string old_meta_dir, new_meta_dir;
   std::vector<bool> new_path_identity;  // per path: a new .mlpo/uuid
+  // Files a hard-linked copy (`cp -al`) shared with the original, given an
+  // inode of their own (Unshare), and the bytes copied to do it.
+  std::vector<std::string> unshared_files;
+  uint64_t unshared_bytes = 0;
 };
 
 // Makes a moved or copied store a store at its new place. `options`
@@ -32,10 +37,13 @@ struct RelocateReport {
 // there), the store gets a new uuid (index, descriptors, seal) and each
 // root whose identity file is the original's a new one, so the copy and
 // the original never mistake each other's directories. The index backups
-// are refreshed. Takes the writer lock of the new index; the original is
-// never opened or changed.
-absl::StatusOr<RelocateReport> Relocate(const StoreOptions& options,
-                                        bool new_identity);
+// are refreshed. Files shared with another directory through hard links
+// (a `cp -al` copy) are unshared first (store/admin/unshare.h; `progress`
+// follows the copying). Takes the writer lock of the new index; the
+// original is never opened or changed.
+absl::StatusOr<RelocateReport> Relocate(
+    const StoreOptions& options, bool new_identity,
+    const UnshareProgress& progress = nullptr);
 
 }  // namespace mlpo
 

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "rocksdb/env.h"
@@ -36,6 +37,61 @@ absl::StatusOr<uint64_t> FileSystem::LinkCount(int fd,
   if (::fstat(fd, &st) != 0)
     return ErrnoStatus(errno, absl::StrCat("stat ", path));
   return static_cast<uint64_t>(st.st_nlink);
+}
+
+absl::Status FileSystem::CopyFile(
+    const std::string& from, const std::string& to,
+    const std::function<void(uint64_t)>& progress) {
+  int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) return ErrnoStatus(errno, absl::StrCat("open ", from));
+  int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                   kPrivateFileMode);
+  if (out < 0) {
+    int err = errno;
+    ::close(in);
+    return ErrnoStatus(err, absl::StrCat("create ", to));
+  }
+  absl::Status st;
+  uint64_t done = 0;
+  bool plain = false;  // read/write where copy_file_range cannot
+  std::vector<char> buf;
+  constexpr size_t kChunk = size_t{64} << 20;
+  while (st.ok()) {
+    ssize_t n;
+    if (!plain) {
+      n = ::copy_file_range(in, nullptr, out, nullptr, kChunk, 0);
+      if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL ||
+                    errno == EOPNOTSUPP) && done == 0) {
+        plain = true;
+        buf.resize(size_t{4} << 20);
+        continue;
+      }
+    } else {
+      n = ::read(in, buf.data(), buf.size());
+      if (n > 0) {
+        for (ssize_t w = 0; w < n;) {
+          ssize_t k = ::write(out, buf.data() + w, n - w);
+          if (k < 0 && errno == EINTR) continue;
+          if (k <= 0) {
+            st = ErrnoStatus(k < 0 ? errno : EIO, absl::StrCat("write ", to));
+            break;
+          }
+          w += k;
+        }
+      }
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) st = ErrnoStatus(errno, absl::StrCat("copy ", from, " to ", to));
+    if (!st.ok() || n <= 0) break;
+    done += static_cast<uint64_t>(n);
+    if (progress) progress(done);
+  }
+  if (st.ok() && ::fdatasync(out) != 0)
+    st = ErrnoStatus(errno, absl::StrCat("fdatasync ", to));
+  ::close(in);
+  if (::close(out) != 0 && st.ok())
+    st = ErrnoStatus(errno, absl::StrCat("close ", to));
+  return st;
 }
 
 bool FileSystem::IsDirectory(const std::string& path) {
@@ -115,6 +171,7 @@ class PosixFileSystem final : public FileSystem {
     i.size = static_cast<uint64_t>(st.st_size);
     i.dev = static_cast<uint64_t>(st.st_dev);
     i.ino = static_cast<uint64_t>(st.st_ino);
+    i.links = static_cast<uint64_t>(st.st_nlink);
     return i;
   }
   absl::Status CreateDirs(const std::string& dir) override {

@@ -21,6 +21,7 @@
 #define MLPO_STORE_FS_FILE_SYSTEM_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,7 @@ struct FileInfo {
   bool is_regular = false;
   uint64_t size = 0;
   uint64_t dev = 0, ino = 0;  // identity: the same file seen through links
+  uint64_t links = 1;         // directory entries naming it (hard links)
 };
 
 class FileSystem {
@@ -92,6 +94,14 @@ class FileSystem {
   // How many directory entries name the open file `fd` (0: it was deleted
   // while open, so nothing written to it will be found again).
   virtual absl::StatusOr<uint64_t> LinkCount(int fd, const std::string& path);
+  // Creates or truncates `to` (0600) with the bytes of `from` and
+  // fdatasyncs it; `progress`, when given, gets the bytes copied so far
+  // after each chunk. (copy_file_range: a file system that can share
+  // extents copy-on-write may do so. The fault-injecting file system does
+  // not fault the copy itself; its rename and unlink are faulted as usual.)
+  virtual absl::Status CopyFile(
+      const std::string& from, const std::string& to,
+      const std::function<void(uint64_t)>& progress = nullptr);
   // Makes the entries created or renamed in `dir` durable.
   virtual absl::Status SyncDir(const std::string& dir) = 0;
   virtual absl::Status Rename(const std::string& from,

@@ -199,9 +199,22 @@ absl::Status MetaIndex::SetSealUuid(const std::string& uuid) {
   if (seal_fd_ < 0) {
     std::string file = absl::StrCat(dir_, "/", kSealFile);
     bool direct = false;
-    MLPO_ASSIGN_OR_RETURN(seal_fd_, fs_->OpenForIo(file, /*create=*/true,
-                                                   /*want_direct=*/false,
-                                                   &direct, false));
+    MLPO_ASSIGN_OR_RETURN(int fd, fs_->OpenForIo(file, /*create=*/true,
+                                                 /*want_direct=*/false,
+                                                 &direct, false));
+    // Written in place: a second link (a `cp -al` copy of the index)
+    // would take this store's seal.
+    auto links = fs_->LinkCount(fd, file);
+    if (!links.ok() || *links > 1) {
+      ::close(fd);
+      if (!links.ok()) return links.status();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "index seal ", file, " has ", *links, " links (a hard-linked copy "
+          "of the store shares it); writing it would change the copy too. "
+          "Nothing was changed. `mlpo unshare` gives the store files of "
+          "its own"));
+    }
+    seal_fd_ = fd;
   }
   // Both slots: a stale slot from an older sequence must not outlive this.
   MLPO_RETURN_IF_ERROR(WriteSeal());

@@ -182,6 +182,21 @@ absl::Status StoragePath::OpenSegment(uint64_t n, Segment* seg) {
   MLPO_ASSIGN_OR_RETURN(int fd, fs()->OpenForIo(f, false, options_.direct,
                                                 &direct, options_.read_only));
   direct_ = direct;
+  if (!options_.read_only) {
+    // Written in place: a second link (a `cp -al` copy) would see every
+    // write. The store's open names every such file first; this guards
+    // the tools that open paths themselves.
+    auto links = fs()->LinkCount(fd, f);
+    if (!links.ok() || *links > 1) {
+      ::close(fd);
+      if (!links.ok()) return links.status();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "segment file ", f, " has ", *links, " links (a hard-linked copy "
+          "of the store shares it); writing it would change the copy too. "
+          "Nothing was changed. `mlpo unshare` gives the store files of "
+          "its own"));
+    }
+  }
   auto h = engine_->RegisterFile(fd, f, direct);
   if (!h.ok()) {
     ::close(fd);

@@ -37,6 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   mlpo::AddExportCommand(app);
   mlpo::AddPlanCommand(app);
   mlpo::AddRelocateCommand(app);
+  mlpo::AddUnshareCommand(app);
   app.parse_complete_callback([] { throw Parsed(); });
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

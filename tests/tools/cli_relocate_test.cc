@@ -221,5 +221,46 @@ TEST_F(CliTest, APartlyMovedStoreKeepsItsIdentityAndAnUnmovedOneIsRefused) {
   EXPECT_EQ(Mlpo("verify " + p1 + "/t/rank-0 --tag first").code, 0);
 }
 
+// A hard-linked copy (`cp -al`) shares the files written in place: a
+// command that writes refuses either store and names `mlpo unshare`; a
+// reading one works; `mlpo unshare` (on the original) or `mlpo relocate`
+// (on the copy) ends the sharing, and the copy's writes never reach the
+// original.
+TEST_F(CliTest, AHardLinkedCopyIsUnsharedBeforeEitherStoreIsWritten) {
+  TempDir copies;
+  std::string copy = copies.path() + "/snap";
+  ASSERT_EQ(std::system(("cp -al " + dir_.path() + " " + copy).c_str()), 0);
+  std::string copy_dir = copy + "/p1/t/rank-0";
+  CliRun r = Mlpo("restore " + store_dir_ + " first", true);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("hard links"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("mlpo unshare"), std::string::npos) << r.out;
+  EXPECT_EQ(Mlpo("verify " + store_dir_).code, 0);  // reading is fine
+  // Pointed at the copy before it is relocated: refused, as every command.
+  r = Mlpo("unshare " + copy_dir, true);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("mlpo relocate"), std::string::npos) << r.out;
+  r = Mlpo("unshare " + store_dir_ + " --json", true);
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_GE(j["files"].size(), 3u);
+  EXPECT_GT(j["bytes"].get<uint64_t>(), 0u);
+  r = Mlpo("unshare " + store_dir_, true);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("nothing to do"), std::string::npos) << r.out;
+  EXPECT_EQ(Mlpo("restore " + store_dir_ + " first").code, 0);
+  // The copy shares nothing now (the original took new files): relocate
+  // copies nothing, and what it does stays in the copy.
+  r = Mlpo("relocate " + copy_dir + " --json", true);
+  ASSERT_EQ(r.code, 0) << r.out;
+  j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_TRUE(j["unshared_files"].empty()) << r.out;
+  EXPECT_EQ(Mlpo("drop-tag " + copy_dir + " first").code, 0);
+  j = nlohmann::json::parse(Mlpo("tags " + store_dir_ + " --json").out);
+  ASSERT_EQ(j["tags"].size(), 1u);
+  EXPECT_EQ(Mlpo("verify " + store_dir_ + " --tag first").code, 0);
+  EXPECT_EQ(Mlpo("verify " + copy_dir).code, 0);
+}
+
 }  // namespace
 }  // namespace mlpo

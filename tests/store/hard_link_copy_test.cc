@@ -1,0 +1,188 @@
+// A copy made with hard links (`cp -al`, `cp -l`, `rsync --link-dest`)
+// shares the files the store writes in place (segments, the index seal)
+// with the original. The probe that found it: `cp -al STORE COPY`, `mlpo
+// relocate COPY`, train on the copy, and the original no longer opened (its
+// seal had taken the copy's identity) while the copy's writes went into the
+// original's segment files. Now a writable open of either refuses while
+// anything is shared, `Unshare` gives a store files of its own, and
+// `Relocate` does so for a copy before it writes.
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+#include "store/admin/relocate.h"
+#include "store/admin/unshare.h"
+#include "store/fs/fault_injection_fs.h"
+#include "tests/store/store_test_util.h"
+
+namespace mlpo {
+namespace {
+namespace fs = std::filesystem;
+
+uint64_t Links(const std::string& f) {
+  struct stat st;
+  return ::stat(f.c_str(), &st) == 0 ? st.st_nlink : 0;
+}
+
+std::string Bytes(const std::string& f) {
+  std::ifstream in(f, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Heads of "a" and "b" at `step`, each filled for `step`; tag "t2" as
+// MakeTwoObjectStore left it.
+void ExpectHeadsAt(const StoreOptions& o, uint64_t step) {
+  StoreOptions ro = o;
+  ro.read_only = true;
+  auto s = ObjectStore::Open(ro);
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (const char* n : {"a", "b"}) {
+    auto l = (*s)->Checkout(n).get();
+    ASSERT_TRUE(l.ok()) << l.status();
+    EXPECT_EQ((*l)->step(), step) << n;
+    EXPECT_TRUE(Matches(**l, step)) << n;
+  }
+  EXPECT_EQ((*s)->Tags().count("t2"), 1u);
+  ExpectStoreVerifies(s->get());
+}
+
+// The store `o` in a hard-linked copy under `to`: its options there.
+StoreOptions LinkCopy(const TempDir& dir, const StoreOptions& o,
+                      const std::string& to) {
+  EXPECT_EQ(std::system(("cp -al " + dir.path() + " " + to).c_str()), 0);
+  StoreOptions c = o;
+  for (size_t i = 0; i < c.paths.size(); ++i)
+    c.paths[i].path.root = to + "/p" + std::to_string(i);
+  c.meta_dir.clear();
+  return c;
+}
+
+TEST(HardLinkCopyTest, AWritableOpenIsRefusedWhileFilesAreSharedAndUnshareEndsIt) {
+  TempDir dir, other;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  MakeTwoObjectStore(o);
+  const std::string seal = DefaultMetaDir(o) + "/MLPO-SEAL";
+  StoreOptions c = LinkCopy(dir, o, other.path() + "/copy");
+  ASSERT_EQ(Links(seal), 2u);
+  const std::string seal_before = Bytes(seal);
+
+  auto refused = ObjectStore::Open(o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string msg(refused.status().message());
+  EXPECT_NE(msg.find("hard links"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Nothing was changed"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("mlpo unshare"), std::string::npos) << msg;
+  EXPECT_EQ(Bytes(seal), seal_before);
+  // Reading is harmless: a read-only open works, and sees the state.
+  ExpectHeadsAt(o, 3);
+
+  // A store with nothing to share unshares nothing; a store whose records
+  // name another place (the copy, before relocate) is refused.
+  auto moved = Unshare(c, nullptr);
+  ASSERT_FALSE(moved.ok());
+  EXPECT_NE(moved.status().message().find("relocate"), std::string::npos)
+      << moved.status();
+
+  int calls = 0;
+  auto rep = Unshare(o, [&](const std::string&, size_t, size_t, uint64_t,
+                            uint64_t) { ++calls; });
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  EXPECT_GE(rep->files.size(), 3u);  // the seal and both paths' segments
+  EXPECT_GT(rep->bytes, 0u);
+  EXPECT_GT(calls, 0);
+  EXPECT_EQ(Links(seal), 1u);
+  for (const std::string& f : rep->files) EXPECT_EQ(Links(f), 1u) << f;
+  auto again = Unshare(o, nullptr);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->files.empty());
+
+  // The original is writable now, and its writes stay its own.
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    for (const char* n : {"a", "b"})
+      ASSERT_TRUE(CommitFilled(s->get(), n, 4).ok());
+  }
+  ExpectHeadsAt(o, 4);
+  auto rel = Relocate(c, /*new_identity=*/true);
+  ASSERT_TRUE(rel.ok()) << rel.status();
+  EXPECT_TRUE(rel->unshared_files.empty());  // nothing left to share
+  ExpectHeadsAt(c, 3);
+}
+
+// The probe, as it was: relocate the hard-linked copy, write to it, and the
+// original must open for writing and read back as it was.
+TEST(HardLinkCopyTest, RelocatingAHardLinkedCopyLeavesTheOriginalIntact) {
+  TempDir dir, other;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  MakeTwoObjectStore(o);
+  std::string uuid;
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok());
+    uuid = (*s)->store_uuid();
+  }
+  StoreOptions c = LinkCopy(dir, o, other.path() + "/copy");
+  auto rel = Relocate(c, /*new_identity=*/true);
+  ASSERT_TRUE(rel.ok()) << rel.status();
+  EXPECT_GE(rel->unshared_files.size(), 3u);
+  EXPECT_GT(rel->unshared_bytes, 0u);
+  {
+    auto s = ObjectStore::Open(c);
+    ASSERT_TRUE(s.ok()) << s.status();
+    for (uint64_t step = 4; step <= 6; ++step)
+      for (const char* n : {"a", "b"})
+        ASSERT_TRUE(CommitFilled(s->get(), n, step).ok());
+    ASSERT_TRUE((*s)->Tag("t6").ok());
+  }
+  ExpectHeadsAt(c, 6);
+  ExpectHeadsAt(o, 3);
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->store_uuid(), uuid);
+  EXPECT_EQ((*s)->Tags().count("t6"), 0u);
+}
+
+// A rename that fails half-way (here on the second path) leaves each file
+// shared or unshared, never torn, and no temporary; running it again
+// finishes. A temporary left by a killed run is removed.
+TEST(HardLinkCopyTest, AnUnshareCutShortChangesNothingAndFinishesWhenRunAgain) {
+  TempDir dir, other;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  MakeTwoObjectStore(o);
+  LinkCopy(dir, o, other.path() + "/copy");
+  const std::string p1 = o.paths[1].path.root + "/t/rank-0";
+  const std::string stale = p1 + "/unshare-seg-000000.tmp";
+  std::ofstream(stale) << "left by a killed run";
+
+  FaultInjectionFileSystem fsys;
+  fsys.FailWhile(FaultInjectionFileSystem::Op::kRename, EIO, p1);
+  StoreOptions of = o;
+  of.fs = &fsys;
+  auto cut = Unshare(of, nullptr);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.status().message().find("unshare"), std::string::npos)
+      << cut.status();
+  for (auto& e : fs::directory_iterator(p1))
+    EXPECT_EQ(e.path().filename().string().rfind("unshare-", 0),
+              std::string::npos)
+        << e.path();
+  EXPECT_EQ(Links(p1 + "/seg-000000"), 2u);
+  ExpectHeadsAt(o, 3);
+  EXPECT_FALSE(ObjectStore::Open(o).ok());  // still shared
+
+  auto done = Unshare(o, nullptr);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(Links(p1 + "/seg-000000"), 1u);
+  ASSERT_TRUE(ObjectStore::Open(o).ok());
+  ExpectHeadsAt(o, 3);
+}
+
+}  // namespace
+}  // namespace mlpo
