@@ -32,6 +32,18 @@ def _local_ranks(world):
 
 
 
+def _another_model(diff):
+    """What a namespace holding another model's state holds, from
+    _model_difference's pair: (name, shape, group) or None each."""
+    theirs, ours = diff
+    if theirs is None:
+        return f"another model (without parameter {ours[0]!r})"
+    if ours is None:
+        return f"another model (with parameter {theirs[0]!r} too)"
+    return (f"another model ({theirs[0]!r} of shape {list(theirs[1])} "
+            f"where this one has {ours[0]!r} of shape {list(ours[1])})")
+
+
 class StoreOpening:
     def _resolve_name(self, name):
         theirs = self._config.get("name")
@@ -125,6 +137,10 @@ class StoreOpening:
                         continue
                     return None
                 if "is declared as" in msg:
+                    # Objects of another size: another model, or this one
+                    # in other subgroups, which resuming must not skip.
+                    self._skipped.append(
+                        (ns, self._check_subgroups(ns, msg, restore_tag)))
                     return None
                 if "holds its state as" in msg:
                     theirs = msg.split("holds its state as ")[1].split(",")[0]
@@ -150,8 +166,41 @@ class StoreOpening:
                         "a fresh state elsewhere") from None
                 if diff is not None:
                     eng.close()
+                    self._skipped.append((ns, _another_model(diff)))
                     return None
             return eng
+
+    def _check_subgroups(self, ns, msg, restore_tag):
+        """Resuming (or restoring a tag), a namespace whose objects have
+        another size but whose manifest is this model's holds this model's
+        state in other subgroups (another subgroup_numel): a ValueError
+        saying which to pass, instead of a fresh start elsewhere. Otherwise
+        what the namespace holds, for the note a fresh start prints."""
+        if not getattr(self, "_resuming", False):
+            return "objects of another size"
+        try:
+            reader = _mlpo.CheckpointReader(
+                self._toml_text, self._base_dir,
+                _store_name(ns, self._world), restore_tag or "")
+            diff = _model_difference(json.loads(reader.manifest()),
+                                     self._manifest)
+        except (RuntimeError, ValueError):
+            # Nothing readable at the heads (or that tag): not this
+            # model's state to resume.
+            return "objects of another size"
+        if diff is not None:
+            return _another_model(diff)
+        # "object g0.s000000 is declared as {p:f32[N], ...}, not {...}"
+        held = msg.split("is declared as ")[1].split(", not")[0]
+        raise ValueError(
+            f"mlpo.torch: namespace {ns!r} of the store holds this model's "
+            f"state in subgroups of another size (its first object is "
+            f"{held}; this optimizer asks for subgroup_numel="
+            f"{self._opts['subgroup_numel']}). Pass the subgroup_numel it "
+            "was created with (the element count of that first object "
+            "works) to resume it: a namespace's subgroups are fixed when it "
+            "is created. Nothing was changed; resume=False starts a fresh "
+            "state in a namespace of its own") from None
 
     def _open(self, restore_tag=None, resume=False, ns=None,
               check_model=True):
@@ -159,6 +208,8 @@ class StoreOpening:
         "<name>", "<name>.2", ... that no live optimizer holds and that holds
         no other model's state. Fresh unless `resume` or `restore_tag`."""
         self._toml_text = self._toml()
+        self._resuming = bool(resume or restore_tag)
+        self._skipped = []  # (namespace, why) passed over, for _resume
         eng = None
         tried = [ns] if ns is not None else list(self._namespaces())
         for i, cand in enumerate(tried):
@@ -186,6 +237,7 @@ class StoreOpening:
         self._ns = cand
         self._engine = eng
         eng.set_attribute("manifest", json.dumps(self._manifest))
+        self._resuming = False  # (only while opening)
         if restore_tag:
             self._params_from_store()
         elif resume:
@@ -215,6 +267,11 @@ class StoreOpening:
                    "step was cut short)"
         if not eng.state_stored:
             what = "nothing to resume: starting at step 0"
+            if self._skipped:
+                # Say what was there, so a changed model is not a silent
+                # fresh start.
+                what += " (passed over: " + "; ".join(
+                    f"{ns!r} holds {why}" for ns, why in self._skipped) + ")"
         else:
             what = "resuming from " + what
         if self._rank == 0:

@@ -175,3 +175,55 @@ def test_an_unreadable_manifest_is_named_and_the_state_kept(
                      store=store_dir, resume=resume)
     assert not os.path.exists(os.path.join(store_dir, "mlpo.2"))
     assert heads() == before
+
+
+def test_resume_with_another_subgroup_numel_is_refused_naming_the_size(
+        store_dir, capsys):
+    """Found by a probe: resume=True with another subgroup_numel (the
+    namespace's objects then have another size) started a fresh state in
+    "mlpo.2", printing only "nothing to resume". Now it is a ValueError
+    saying what to pass, nothing changes, and passing it resumes."""
+    model, opt = trained(store_dir, steps=3)
+    opt.close()
+    want = {n: p.detach().clone() for n, p in model.named_parameters()}
+    m2 = make_model(seed=1)
+    with pytest.raises(ValueError, match="subgroup_numel") as e:
+        mt.AdamW(m2.named_parameters(), lr=1e-2, store=store_dir,
+                 resume=True, subgroup_numel=100)
+    # "its first object is {p:f32[N], ..." : N is a size that resumes it.
+    n = int(str(e.value).split("p:f32[")[1].split("]")[0])
+    for name, p in m2.named_parameters():
+        assert not torch.equal(p, want[name]), name  # nothing was loaded
+    o2 = mt.AdamW(m2.named_parameters(), lr=1e-2, store=store_dir,
+                  resume=True, subgroup_numel=n)
+    assert o2.store_name == "mlpo"
+    for name, p in m2.named_parameters():
+        assert torch.equal(p, want[name]), name
+    assert o2.state[next(m2.parameters())]["step"].item() == 3
+    o2.close()
+    # Not resuming, the same change is a fresh state of its own, as asked.
+    m3 = make_model()
+    o3 = mt.AdamW(m3.named_parameters(), lr=1e-2, store=store_dir,
+                  subgroup_numel=100)
+    assert o3.store_name == "mlpo.2"
+    o3.close()
+
+
+def test_resume_of_another_model_says_what_it_passed_over(store_dir, capsys):
+    """A changed model resumes nothing (its state is another model's), and
+    the note printed says which namespace held what, not only "nothing to
+    resume"."""
+    _, opt = trained(store_dir, steps=2)
+    opt.close()
+    capsys.readouterr()
+    torch.manual_seed(0)
+    other = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(),
+                                torch.nn.Linear(32, 4))
+    o = mt.AdamW(other.named_parameters(), lr=1e-2, store=store_dir,
+                 resume=True)
+    err = capsys.readouterr().err
+    assert o.store_name == "mlpo.2"
+    assert "nothing to resume" in err, err
+    assert "passed over: 'mlpo' holds another model" in err, err
+    assert "'2.weight' of shape [8, 32]" in err, err
+    o.close()
