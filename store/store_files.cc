@@ -73,9 +73,20 @@ absl::StatusOr<WriterLock> WriterLock::Acquire(const std::string& meta_dir,
     else if (named.pid > 0)
       holder = absl::StrCat("another process (not pid ", named.pid,
                             ", the last mlpo writer, which has exited)");
+    // A hard-linked copy (`cp -al`) shares the lock file: the holder may
+    // have the other store open, not this one.
+    auto links = fs->LinkCount(fd, file);
+    const bool shared = links.ok() && *links > 1;
     return absl::FailedPreconditionError(absl::StrCat(
         "store ", meta_dir, " is already open by ", holder,
-        " (one writer per store)"));
+        " (one writer per store)",
+        shared ? absl::StrCat(
+                     ", or has another copy of it open: the lock file ", file,
+                     " is shared through hard links (", *links,
+                     " links: a `cp -al` copy). Once that process has "
+                     "exited, `mlpo relocate` (on the copy) or `mlpo "
+                     "unshare` gives this store files of its own")
+               : ""));
   }
   // Who holds it, for the message above; padded so no older pid's digits
   // outlive it.

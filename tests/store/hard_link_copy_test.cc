@@ -16,6 +16,7 @@
 #include "store/admin/relocate.h"
 #include "store/admin/unshare.h"
 #include "store/fs/fault_injection_fs.h"
+#include "store/store_files.h"
 #include "tests/store/store_test_util.h"
 
 namespace mlpo {
@@ -182,6 +183,31 @@ TEST(HardLinkCopyTest, AnUnshareCutShortChangesNothingAndFinishesWhenRunAgain) {
   EXPECT_EQ(Links(p1 + "/seg-000000"), 1u);
   ASSERT_TRUE(ObjectStore::Open(o).ok());
   ExpectHeadsAt(o, 3);
+}
+
+// The copy shares the original's writer lock too: while the original is
+// open, relocating the copy is refused with a message that says the holder
+// may have the other copy open (not "already open" alone), and works once
+// it has closed.
+TEST(HardLinkCopyTest, ALockHeldOnTheOriginalIsNamedAsSharedWhenTheCopyIsRelocated) {
+  TempDir dir, other;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  MakeTwoObjectStore(o);
+  StoreOptions c = LinkCopy(dir, o, other.path() + "/copy");
+  {
+    auto held = WriterLock::Acquire(DefaultMetaDir(o), DefaultFileSystem());
+    ASSERT_TRUE(held.ok()) << held.status();
+    auto refused = Relocate(c, /*new_identity=*/true);
+    ASSERT_FALSE(refused.ok());
+    const std::string msg(refused.status().message());
+    EXPECT_NE(msg.find("already open"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("shared through hard links"), std::string::npos)
+        << msg;
+  }
+  auto rel = Relocate(c, /*new_identity=*/true);
+  ASSERT_TRUE(rel.ok()) << rel.status();
+  ExpectHeadsAt(o, 3);
+  ExpectHeadsAt(c, 3);
 }
 
 }  // namespace
