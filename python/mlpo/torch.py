@@ -167,14 +167,22 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
         names = {}
 
         def strip(seq):
-            out = []
+            out, seen = [], set()
             for x in seq:
                 if (isinstance(x, tuple) and len(x) == 2
                         and isinstance(x[0], str)):
                     names[id(x[1])] = x[0]
-                    out.append(x[1])
-                else:
-                    out.append(x)
+                    x = x[1]
+                if id(x) in seen:
+                    # torch.optim warns and updates it twice a step; the
+                    # store would keep two states of one tensor.
+                    raise ValueError(
+                        "mlpo.torch: a parameter group holds the same "
+                        "parameter twice" + (f" ({names[id(x)]!r})"
+                                             if id(x) in names else "") +
+                        "; pass each parameter once")
+                seen.add(id(x))
+                out.append(x)
             return out
 
         if params and isinstance(params[0], dict):

@@ -227,3 +227,22 @@ def test_resume_of_another_model_says_what_it_passed_over(store_dir, capsys):
     assert "passed over: 'mlpo' holds another model" in err, err
     assert "'2.weight' of shape [8, 32]" in err, err
     o.close()
+
+
+def test_a_parameter_twice_in_a_group_is_refused(store_dir):
+    """torch.optim only warns (and updates such a parameter twice a step);
+    the store would keep two states of one tensor. A ValueError, from the
+    constructor and from add_param_group, which leaves the optimizer as it
+    was."""
+    model = make_model()
+    w = model[0].weight
+    with pytest.raises(ValueError, match="same parameter twice"):
+        mt.AdamW([w, model[0].bias, w], store=store_dir)
+    with pytest.raises(ValueError, match=r"twice \('a'\)"):
+        mt.AdamW([("a", w), ("b", model[0].bias), ("a", w)], store=store_dir)
+    _, opt = trained(store_dir, steps=1)
+    extra = torch.nn.Linear(4, 4)
+    with pytest.raises(ValueError, match="same parameter twice"):
+        opt.add_param_group({"params": [extra.weight, extra.weight]})
+    assert len(opt.param_groups) == 1
+    opt.close()
