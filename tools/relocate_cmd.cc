@@ -3,7 +3,8 @@
 // of the store's directories at the new place) by replacing the prefix the
 // old roots share; --root and --meta-dir say it where that guess fails.
 // DIR may be a path root holding one store, or with --all several (each
-// relocated from its own directory).
+// relocated from its own directory). Also `mlpo unshare STORE [--all]`
+// (store/admin/unshare.h), which relocate runs on a hard-linked copy.
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -210,7 +211,7 @@ json RelocateOne(const RelocateArgs& a, const std::string& dir) {
 void AddUnshareCommand(CLI::App& app) {
   struct Args {
     std::string store;
-    bool json = false;
+    bool json = false, all = false;
   };
   auto a = std::make_shared<Args>();
   auto* c = app.add_subcommand(
@@ -225,34 +226,70 @@ void AddUnshareCommand(CLI::App& app) {
       "`mlpo relocate` does this for a copy by itself");
   c->add_option("store", a->store,
                 "The store: a TOML config or one of its directories "
-                "(<root>/<store>/rank-<r>)")
+                "(<root>/<store>/rank-<r>), or a path root holding only it")
       ->required();
   c->add_flag("--json", a->json,
-              "Print one JSON object on stdout: files, bytes");
+              "Print one JSON object on stdout: store, files, bytes (with "
+              "--all: {\"stores\": [...]}, {\"store\", \"error\"} for one "
+              "that failed)");
+  c->add_flag("--all", a->all,
+              "STORE is a path root holding several stores (the adapter's "
+              "store= with several namespaces): unshare each; one that "
+              "fails is named and the others go on");
   c->callback([a] {
-    auto o = StoreOptionsForTarget(a->store);
-    if (!o.ok()) Fail("unshare", o.status());
-    auto rep = Unshare(*o, UnshareProgressLines());
-    Progress("");
-    if (!rep.ok()) Fail("unshare", rep.status());
-    if (a->json) {
-      std::cout << json{{"store", a->store},
-                        {"files", rep->files},
-                        {"bytes", rep->bytes}}
-                       .dump(2)
-                << "\n";
+    // One store: its report, printed unless --json; throws RelocateError.
+    auto one = [&](const std::string& target) {
+      auto o = StoreOptionsForTarget(target);
+      if (!o.ok()) Refuse(o.status());
+      auto rep = Unshare(*o, UnshareProgressLines());
+      Progress("");
+      if (!rep.ok()) Refuse(rep.status());
+      json out{{"store", target}, {"files", rep->files},
+               {"bytes", rep->bytes}};
+      if (a->json) return out;
+      if (rep->files.empty())
+        std::printf("unshare: %s shares no file with another directory; "
+                    "nothing to do\n",
+                    target.c_str());
+      else
+        std::printf("unshare: %zu file(s) of %s have an inode of their own "
+                    "now (%s copied); the other directory keeps the old "
+                    "ones\n",
+                    rep->files.size(), target.c_str(),
+                    FormatBytes(double(rep->bytes)).c_str());
+      return out;
+    };
+    std::vector<std::string> dirs = FindStoreDirs(a->store);
+    if (!a->all) {
+      if (dirs.size() > 1)
+        Fail("unshare", absl::InvalidArgumentError(absl::StrCat(
+                            a->store, " holds ", dirs.size(), " stores (",
+                            absl::StrJoin(dirs, ", "),
+                            "); pass --all to unshare every one, or the "
+                            "one meant")));
+      try {
+        json out = one(dirs.size() == 1 ? dirs[0] : a->store);
+        if (a->json) std::cout << out.dump(2) << "\n";
+      } catch (const RelocateError& e) {
+        Fail("unshare", e.status, e.code);
+      }
       return;
     }
-    if (rep->files.empty())
-      std::printf("unshare: %s shares no file with another directory; "
-                  "nothing to do\n",
-                  a->store.c_str());
-    else
-      std::printf("unshare: %zu file(s) of %s have an inode of their own "
-                  "now (%s copied); the other directory keeps the old "
-                  "ones\n",
-                  rep->files.size(), a->store.c_str(),
-                  FormatBytes(double(rep->bytes)).c_str());
+    if (dirs.empty()) Fail("unshare", ResolveStoreDir(a->store).status());
+    json all = json::array();
+    int rc = 0;
+    for (const std::string& d : dirs) {
+      try {
+        all.push_back(one(d));
+      } catch (const RelocateError& e) {
+        rc = std::max(rc, e.code);
+        std::string msg(e.status.message());
+        std::cerr << "mlpo unshare: " << d << ": " << msg << "\n";
+        all.push_back({{"store", d}, {"error", msg}});
+      }
+    }
+    if (a->json) std::cout << json{{"stores", all}}.dump(2) << "\n";
+    if (rc != 0) throw CLI::RuntimeError(rc);
   });
 }
 

@@ -1,8 +1,9 @@
 // Relocate (`mlpo relocate`): a moved or copied store becomes a store at
 // its new place. The index and the descriptors record absolute roots (so
 // that a tool opened on any of a store's directories finds the others);
-// after a `mv`, `cp -a` or `cp -al` they name the old place, and opening is refused
-// until the records are rewritten here. Works on a store that is not open.
+// after a `mv`, `cp -a` or `cp -al` they name the old place, and opening
+// is refused until the records are rewritten here. Works on a store that
+// is not open.
 //
 // Layer store/admin: may include store/ and below.
 #ifndef MLPO_STORE_ADMIN_RELOCATE_H_
