@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 
 #include "CLI/CLI.hpp"
@@ -113,6 +114,46 @@ struct RelocateError {
 
 [[noreturn]] void Refuse(const absl::Status& s, int code = 1) {
   throw RelocateError{s, code};
+}
+
+// Runs `one` on the store `dir` names (a store directory, or a path root
+// holding only it) or, with `all`, on each store of the root `dir`, going
+// on past one that fails (named on stderr and in the JSON under `key`,
+// with "error"). Prints the JSON (one report, or {"stores": [...]}) when
+// `as_json`; fails the command `cmd` with the error's code.
+void ForEachStore(const std::string& cmd, const std::string& dir, bool all,
+                  bool as_json, const char* key,
+                  const std::function<json(const std::string&)>& one) {
+  std::vector<std::string> dirs = FindStoreDirs(dir);
+  if (!all) {
+    if (dirs.size() > 1)
+      Fail(cmd, absl::InvalidArgumentError(absl::StrCat(
+                    dir, " holds ", dirs.size(), " stores (",
+                    absl::StrJoin(dirs, ", "), "); pass --all to ", cmd,
+                    " every one, or the one meant")));
+    try {
+      json out = one(dirs.size() == 1 ? dirs[0] : dir);
+      if (as_json) std::cout << out.dump(2) << "\n";
+    } catch (const RelocateError& e) {
+      Fail(cmd, e.status, e.code);
+    }
+    return;
+  }
+  if (dirs.empty()) Fail(cmd, ResolveStoreDir(dir).status());
+  json each = json::array();
+  int rc = 0;
+  for (const std::string& d : dirs) {
+    try {
+      each.push_back(one(d));
+    } catch (const RelocateError& e) {
+      rc = std::max(rc, e.code);
+      std::string msg(e.status.message());
+      std::cerr << "mlpo " << cmd << ": " << d << ": " << msg << "\n";
+      each.push_back({{key, d}, {"error", msg}});
+    }
+  }
+  if (as_json) std::cout << json{{"stores", each}}.dump(2) << "\n";
+  if (rc != 0) throw CLI::RuntimeError(rc);
 }
 
 // Relocates the store at `dir` (a store directory at its new place); the
@@ -259,37 +300,7 @@ void AddUnshareCommand(CLI::App& app) {
                     FormatBytes(double(rep->bytes)).c_str());
       return out;
     };
-    std::vector<std::string> dirs = FindStoreDirs(a->store);
-    if (!a->all) {
-      if (dirs.size() > 1)
-        Fail("unshare", absl::InvalidArgumentError(absl::StrCat(
-                            a->store, " holds ", dirs.size(), " stores (",
-                            absl::StrJoin(dirs, ", "),
-                            "); pass --all to unshare every one, or the "
-                            "one meant")));
-      try {
-        json out = one(dirs.size() == 1 ? dirs[0] : a->store);
-        if (a->json) std::cout << out.dump(2) << "\n";
-      } catch (const RelocateError& e) {
-        Fail("unshare", e.status, e.code);
-      }
-      return;
-    }
-    if (dirs.empty()) Fail("unshare", ResolveStoreDir(a->store).status());
-    json all = json::array();
-    int rc = 0;
-    for (const std::string& d : dirs) {
-      try {
-        all.push_back(one(d));
-      } catch (const RelocateError& e) {
-        rc = std::max(rc, e.code);
-        std::string msg(e.status.message());
-        std::cerr << "mlpo unshare: " << d << ": " << msg << "\n";
-        all.push_back({{"store", d}, {"error", msg}});
-      }
-    }
-    if (a->json) std::cout << json{{"stores", all}}.dump(2) << "\n";
-    if (rc != 0) throw CLI::RuntimeError(rc);
+    ForEachStore("unshare", a->store, a->all, a->json, "store", one);
   });
 }
 
@@ -331,40 +342,8 @@ void AddRelocateCommand(CLI::App& app) {
                "directory: relocate one store at a time to give --root or "
                "--meta-dir"),
            2);
-    std::vector<std::string> dirs = FindStoreDirs(a->dir);
-    if (!a->all) {
-      // A path root holding one store names that store's directory.
-      if (dirs.size() > 1)
-        Fail("relocate", absl::InvalidArgumentError(absl::StrCat(
-                             a->dir, " holds ", dirs.size(), " stores (",
-                             absl::StrJoin(dirs, ", "),
-                             "); pass --all to relocate every one, or the "
-                             "one meant")));
-      try {
-        json out = RelocateOne(*a, dirs.size() == 1 ? dirs[0] : a->dir);
-        if (a->json) std::cout << out.dump(2) << "\n";
-      } catch (const RelocateError& e) {
-        Fail("relocate", e.status, e.code);
-      }
-      return;
-    }
-    if (dirs.empty())
-      Fail("relocate", ResolveStoreDir(a->dir).status());
-    // Each store on its own: one that fails is named, the others go on.
-    json all = json::array();
-    int rc = 0;
-    for (const std::string& d : dirs) {
-      try {
-        all.push_back(RelocateOne(*a, d));
-      } catch (const RelocateError& e) {
-        rc = std::max(rc, e.code);
-        std::string msg(e.status.message());
-        std::cerr << "mlpo relocate: " << d << ": " << msg << "\n";
-        all.push_back({{"dir", d}, {"error", msg}});
-      }
-    }
-    if (a->json) std::cout << json{{"stores", all}}.dump(2) << "\n";
-    if (rc != 0) throw CLI::RuntimeError(rc);
+    ForEachStore("relocate", a->dir, a->all, a->json, "dir",
+                 [&](const std::string& d) { return RelocateOne(*a, d); });
   });
 }
 

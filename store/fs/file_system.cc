@@ -39,6 +39,16 @@ absl::StatusOr<uint64_t> FileSystem::LinkCount(int fd,
   return static_cast<uint64_t>(st.st_nlink);
 }
 
+absl::Status FileSystem::CheckSoleLink(int fd, const std::string& path,
+                                       absl::string_view what) {
+  MLPO_ASSIGN_OR_RETURN(uint64_t links, LinkCount(fd, path));
+  if (links <= 1) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, " ", path, " has ", links, " links (a hard-linked copy of the "
+      "store shares it); writing it would change the copy too. Nothing was "
+      "changed. `mlpo unshare` gives the store files of its own"));
+}
+
 absl::Status FileSystem::CopyFile(
     const std::string& from, const std::string& to,
     const std::function<void(uint64_t)>& progress) {

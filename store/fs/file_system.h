@@ -94,6 +94,12 @@ class FileSystem {
   // How many directory entries name the open file `fd` (0: it was deleted
   // while open, so nothing written to it will be found again).
   virtual absl::StatusOr<uint64_t> LinkCount(int fd, const std::string& path);
+  // OK when the open file `fd` (the store's `what`, e.g. "segment file")
+  // has no other directory entry; FailedPrecondition naming it when it has
+  // (a hard-linked copy of the store shares it, and a write in place would
+  // change that copy too).
+  absl::Status CheckSoleLink(int fd, const std::string& path,
+                             absl::string_view what);
   // Creates or truncates `to` (0600) with the bytes of `from` and
   // fdatasyncs it; `progress`, when given, gets the bytes copied so far
   // after each chunk. (copy_file_range: a file system that can share

@@ -204,15 +204,10 @@ absl::Status MetaIndex::SetSealUuid(const std::string& uuid) {
                                                  &direct, false));
     // Written in place: a second link (a `cp -al` copy of the index)
     // would take this store's seal.
-    auto links = fs_->LinkCount(fd, file);
-    if (!links.ok() || *links > 1) {
+    if (absl::Status sole = fs_->CheckSoleLink(fd, file, "index seal");
+        !sole.ok()) {
       ::close(fd);
-      if (!links.ok()) return links.status();
-      return absl::FailedPreconditionError(absl::StrCat(
-          "index seal ", file, " has ", *links, " links (a hard-linked copy "
-          "of the store shares it); writing it would change the copy too. "
-          "Nothing was changed. `mlpo unshare` gives the store files of "
-          "its own"));
+      return sole;
     }
     seal_fd_ = fd;
   }

@@ -186,15 +186,10 @@ absl::Status StoragePath::OpenSegment(uint64_t n, Segment* seg) {
     // Written in place: a second link (a `cp -al` copy) would see every
     // write. The store's open names every such file first; this guards
     // the tools that open paths themselves.
-    auto links = fs()->LinkCount(fd, f);
-    if (!links.ok() || *links > 1) {
+    if (absl::Status sole = fs()->CheckSoleLink(fd, f, "segment file");
+        !sole.ok()) {
       ::close(fd);
-      if (!links.ok()) return links.status();
-      return absl::FailedPreconditionError(absl::StrCat(
-          "segment file ", f, " has ", *links, " links (a hard-linked copy "
-          "of the store shares it); writing it would change the copy too. "
-          "Nothing was changed. `mlpo unshare` gives the store files of "
-          "its own"));
+      return sole;
     }
   }
   auto h = engine_->RegisterFile(fd, f, direct);
