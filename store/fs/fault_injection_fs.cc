@@ -403,6 +403,13 @@ absl::Status FaultInjectionFileSystem::SyncDir(const std::string& dir) {
   return absl::OkStatus();
 }
 
+absl::Status FaultInjectionFileSystem::CopyFile(
+    const std::string& from, const std::string& to,
+    const std::function<void(uint64_t)>& progress) {
+  MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kWriteFile, to), "copy to " + to));
+  return FileSystem::CopyFile(from, to, progress);
+}
+
 absl::Status FaultInjectionFileSystem::Rename(const std::string& from,
                                               const std::string& to) {
   MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kRename, from), "rename " + from));

@@ -48,7 +48,7 @@ class FaultInjectionFileSystem final : public FileSystem {
     kSync,         // fdatasync of a segment or metadata file, RocksDB syncs
     kSyncDir,
     kRename,
-    kWriteFile,    // WriteFileSynced, RocksDB appends
+    kWriteFile,    // WriteFileSynced, CopyFile (its target), RocksDB appends
     kRead,         // an extent read's completion (the I/O engine)
     kWrite,        // an extent write's completion (the I/O engine)
     kStat,
@@ -103,6 +103,11 @@ class FaultInjectionFileSystem final : public FileSystem {
   absl::Status Fdatasync(int fd, const std::string& path) override;
   absl::Status SyncDir(const std::string& dir) override;
   absl::Status Rename(const std::string& from, const std::string& to) override;
+  // Faulted as kWriteFile on `to` (a full disk); the copy is not tracked
+  // for power loss.
+  absl::Status CopyFile(
+      const std::string& from, const std::string& to,
+      const std::function<void(uint64_t)>& progress) override;
   absl::Status WriteFileSynced(const std::string& path,
                                absl::string_view data) override;
   rocksdb::Env* RocksEnv() override;

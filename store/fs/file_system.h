@@ -103,8 +103,7 @@ class FileSystem {
   // Creates or truncates `to` (0600) with the bytes of `from` and
   // fdatasyncs it; `progress`, when given, gets the bytes copied so far
   // after each chunk. (copy_file_range: a file system that can share
-  // extents copy-on-write may do so. The fault-injecting file system does
-  // not fault the copy itself; its rename and unlink are faulted as usual.)
+  // extents copy-on-write may do so.)
   virtual absl::Status CopyFile(
       const std::string& from, const std::string& to,
       const std::function<void(uint64_t)>& progress = nullptr);

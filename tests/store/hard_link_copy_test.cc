@@ -150,9 +150,10 @@ TEST(HardLinkCopyTest, RelocatingAHardLinkedCopyLeavesTheOriginalIntact) {
   EXPECT_EQ((*s)->Tags().count("t6"), 0u);
 }
 
-// A rename that fails half-way (here on the second path) leaves each file
-// shared or unshared, never torn, and no temporary; running it again
-// finishes. A temporary left by a killed run is removed.
+// A rename that fails half-way (here on the second path), or a disk that
+// fills during the copy, leaves each file shared or unshared, never torn,
+// and no temporary; running it again finishes. A temporary left by a
+// killed run is removed.
 TEST(HardLinkCopyTest, AnUnshareCutShortChangesNothingAndFinishesWhenRunAgain) {
   TempDir dir, other;
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
@@ -177,6 +178,23 @@ TEST(HardLinkCopyTest, AnUnshareCutShortChangesNothingAndFinishesWhenRunAgain) {
   EXPECT_EQ(Links(p1 + "/seg-000000"), 2u);
   ExpectHeadsAt(o, 3);
   EXPECT_FALSE(ObjectStore::Open(o).ok());  // still shared
+
+  // A full disk on that path: the copy fails with ENOSPC naming the file,
+  // and again nothing is left half-done.
+  fsys.ClearFaults();
+  fsys.FailWhile(FaultInjectionFileSystem::Op::kWriteFile, ENOSPC, p1);
+  auto full = Unshare(of, nullptr);
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted)
+      << full.status();
+  EXPECT_NE(full.status().message().find(p1 + "/seg-"), std::string::npos)
+      << full.status();
+  for (auto& e : fs::directory_iterator(p1))
+    EXPECT_EQ(e.path().filename().string().rfind("unshare-", 0),
+              std::string::npos)
+        << e.path();
+  EXPECT_EQ(Links(p1 + "/seg-000000"), 2u);
+  ExpectHeadsAt(o, 3);
 
   auto done = Unshare(o, nullptr);
   ASSERT_TRUE(done.ok()) << done.status();
