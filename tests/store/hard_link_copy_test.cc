@@ -35,6 +35,14 @@ std::string Bytes(const std::string& f) {
   return ss.str();
 }
 
+// No unshare temporary is left in `dir`.
+void ExpectNoTemporaries(const std::string& dir) {
+  for (auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().rfind("unshare-", 0),
+              std::string::npos)
+        << e.path();
+}
+
 // Heads of "a" and "b" at `step`, each filled for `step`; tag "t2" as
 // MakeTwoObjectStore left it.
 void ExpectHeadsAt(const StoreOptions& o, uint64_t step) {
@@ -171,10 +179,7 @@ TEST(HardLinkCopyTest, AnUnshareCutShortChangesNothingAndFinishesWhenRunAgain) {
   ASSERT_FALSE(cut.ok());
   EXPECT_NE(cut.status().message().find("unshare"), std::string::npos)
       << cut.status();
-  for (auto& e : fs::directory_iterator(p1))
-    EXPECT_EQ(e.path().filename().string().rfind("unshare-", 0),
-              std::string::npos)
-        << e.path();
+  ExpectNoTemporaries(p1);
   EXPECT_EQ(Links(p1 + "/seg-000000"), 2u);
   ExpectHeadsAt(o, 3);
   EXPECT_FALSE(ObjectStore::Open(o).ok());  // still shared
@@ -189,10 +194,7 @@ TEST(HardLinkCopyTest, AnUnshareCutShortChangesNothingAndFinishesWhenRunAgain) {
       << full.status();
   EXPECT_NE(full.status().message().find(p1 + "/seg-"), std::string::npos)
       << full.status();
-  for (auto& e : fs::directory_iterator(p1))
-    EXPECT_EQ(e.path().filename().string().rfind("unshare-", 0),
-              std::string::npos)
-        << e.path();
+  ExpectNoTemporaries(p1);
   EXPECT_EQ(Links(p1 + "/seg-000000"), 2u);
   ExpectHeadsAt(o, 3);
 
