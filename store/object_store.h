@@ -64,6 +64,12 @@ struct StoreSurvey;  // what of a store exists on disk (object_store_open.cc)
 // {"path", "read_bps", "write_bps", "mixed_bps"} per path in order.
 inline constexpr char kBandwidthAttribute[] = "bandwidth";
 
+// Attribute naming the stores this one is a copy of: their identities,
+// oldest first, separated by spaces. `mlpo relocate` of a copy (`cp -a`)
+// appends the original's, so a state dict the original wrote still loads
+// into the copy where the copy holds the same checkpoint.
+inline constexpr char kCopiedFromAttribute[] = "copied_from";
+
 // Where a checkout lent a dirty version's only copy returns it when the
 // lease is dropped without a commit (ObjectCache::PutBack); detached when
 // the store closes.
@@ -234,7 +240,7 @@ class ObjectStore final : public StoreMaintenance {
                                     uint64_t version);
 
   // The store's identity (recorded in its index and descriptors).
-  const std::string& store_uuid() const { return store_uuid_; }
+  const std::string& store_uuid() const override { return store_uuid_; }
   StoragePath* path(size_t i) { return paths_[i].get(); }
   // Bytes each path has read and written since open, and its busy time (in
   // path order): what the update pipeline reports per step.

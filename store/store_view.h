@@ -126,6 +126,8 @@ class StoreView {
   // A small named value kept with the store; NotFound when there is none.
   virtual absl::StatusOr<std::string> GetAttribute(
       const std::string& key) const = 0;
+  // The store's identity (index, descriptors and seal agree on it).
+  virtual const std::string& store_uuid() const = 0;
 
   // Reads every version in `keys` whole, each pinned meanwhile (a replica
   // stands in for a bad first copy): the bad extents of each version that

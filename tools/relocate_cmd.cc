@@ -48,18 +48,29 @@ std::string Rebase(const std::string& path, const fs::path& from,
   return Norm(rel == "." ? to : to / rel);
 }
 
-// The old roots and index as they would be under the directory DIR lies
-// in: DIR is <new root k>/<ns> for the path k whose old root, rebased, is
-// DIR's root; every other old root and the index move by the same prefix.
-bool Infer(const StoreOptions& old, const std::string& dir,
-           std::vector<std::string>* roots, std::string* meta) {
-  std::string ns = StoreNamespace(old);
-  fs::path new_root = fs::path(Norm(dir));
+// The root a store directory <root>/<ns> lies in.
+fs::path RootOf(const std::string& dir, const std::string& ns) {
+  fs::path root = fs::path(Norm(dir));
   for (const auto& part : fs::path(ns)) {
     (void)part;
-    new_root = new_root.parent_path();  // one level per component of <ns>
+    root = root.parent_path();  // one level per component of <ns>
   }
+  return root;
+}
+
+// The old roots and index as they would be under the directory DIR lies
+// in: DIR is <new root k>/<ns> for a path k whose old root, rebased, is
+// DIR's root; every other old root and the index move by the same prefix,
+// except those `fixed` names (--root: a non-empty entry per path) and the
+// index when `fixed_meta` does (--meta-dir).
+bool Infer(const StoreOptions& old, const std::string& dir,
+           const std::vector<std::string>& fixed,
+           const std::string& fixed_meta, std::vector<std::string>* roots,
+           std::string* meta) {
+  std::string ns = StoreNamespace(old);
+  fs::path new_root = RootOf(dir, ns);
   for (size_t k = 0; k < old.paths.size(); ++k) {
+    if (!fixed[k].empty()) continue;  // DIR is a path --root did not name
     // Old root k = P/rel and new root k = P'/rel: find the longest common
     // tail, whose heads are the old and new prefixes.
     fs::path a = fs::path(Norm(old.paths[k].path.root)), b = new_root;
@@ -71,8 +82,10 @@ bool Infer(const StoreOptions& old, const std::string& dir,
     }
     std::vector<std::string> r;
     bool ok = true;
-    for (auto& pc : old.paths) {
-      std::string moved = Rebase(Norm(pc.path.root), a, b);
+    for (size_t j = 0; j < old.paths.size(); ++j) {
+      std::string moved = !fixed[j].empty()
+                              ? fixed[j]
+                              : Rebase(Norm(old.paths[j].path.root), a, b);
       std::error_code ec;
       if (moved.empty() ||
           !fs::exists(fs::path(moved) / ns / "STORE", ec)) {
@@ -81,7 +94,8 @@ bool Infer(const StoreOptions& old, const std::string& dir,
       }
       r.push_back(moved);
     }
-    std::string m = Rebase(Norm(old.meta_dir), a, b);
+    std::string m =
+        !fixed_meta.empty() ? fixed_meta : Rebase(Norm(old.meta_dir), a, b);
     std::error_code ec;
     if (ok && !m.empty() && fs::exists(fs::path(m) / "CURRENT", ec)) {
       *roots = r;
@@ -161,14 +175,7 @@ void ForEachStore(const std::string& cmd, const std::string& dir, bool all,
 json RelocateOne(const RelocateArgs& a, const std::string& dir) {
   auto old = StoreOptionsForTarget(dir, /*any_location=*/true);
   if (!old.ok()) Refuse(old.status());
-  std::vector<std::string> roots;
-  std::string meta;
-  bool guessed = Infer(*old, dir, &roots, &meta);
-  if (!guessed) {
-    roots.clear();
-    for (auto& pc : old->paths) roots.push_back(pc.path.root);
-    meta = old->meta_dir;
-  }
+  std::vector<std::string> fixed(old->paths.size());
   for (const std::string& r : a.roots) {
     size_t eq = r.find('=');
     int i = -1;
@@ -177,20 +184,43 @@ json RelocateOne(const RelocateArgs& a, const std::string& dir) {
     } catch (...) {
     }
     if (eq == std::string::npos || i < 0 ||
-        i >= static_cast<int>(roots.size()))
+        i >= static_cast<int>(fixed.size()))
       Refuse(absl::InvalidArgumentError(
                  absl::StrCat("--root ", r, ": expected I=PATH with I in 0..",
-                              roots.size() - 1)),
+                              fixed.size() - 1)),
              2);
-    roots[i] = Norm(r.substr(eq + 1));
+    fixed[i] = Norm(r.substr(eq + 1));
   }
-  if (!a.meta_dir.empty()) meta = Norm(a.meta_dir);
+  const std::string fixed_meta = a.meta_dir.empty() ? "" : Norm(a.meta_dir);
+  std::vector<std::string> roots;
+  std::string meta;
+  bool guessed = Infer(*old, dir, fixed, fixed_meta, &roots, &meta);
+  if (!guessed) {
+    // What --root and --meta-dir name; a path neither names stays where
+    // its record says (a store moved in part).
+    roots.clear();
+    for (size_t i = 0; i < fixed.size(); ++i)
+      roots.push_back(fixed[i].empty() ? old->paths[i].path.root : fixed[i]);
+    meta = fixed_meta.empty() ? old->meta_dir : fixed_meta;
+  }
   if (!guessed && a.roots.empty())
     Refuse(absl::InvalidArgumentError(absl::StrCat(
                "cannot tell where the store's other directories and index "
                "are from ", dir, " (recorded roots: ",
                absl::StrJoin(roots, ", "), "; index ", old->meta_dir,
                "); name them with --root I=PATH and --meta-dir")),
+           2);
+  // DIR is the store's directory on one of the new roots.
+  const std::string ns = StoreNamespace(*old);
+  bool dir_named = false;
+  for (const std::string& r : roots)
+    dir_named = dir_named || SameDirectory(dir, absl::StrCat(r, "/", ns));
+  if (!dir_named)
+    Refuse(absl::InvalidArgumentError(absl::StrCat(
+               dir, " is not the store's directory on any of the roots it "
+               "would be relocated to (", absl::StrJoin(roots, ", "),
+               "; index ", meta, "): name its path too with --root I=",
+               RootOf(dir, ns).string())),
            2);
   // Pointed at the store where its records already say it lives.
   bool unmoved = SameDirectory(meta, old->meta_dir);
@@ -206,7 +236,6 @@ json RelocateOne(const RelocateArgs& a, const std::string& dir) {
   // store (a path left where it was is not the original).
   bool original_there = false;
   for (size_t i = 0; i < old->paths.size(); ++i) {
-    const std::string ns = StoreNamespace(*old);
     std::string d = absl::StrCat(old->paths[i].path.root, "/", ns);
     auto there = StoreOptionsForTarget(d);
     if (there.ok() && there->store_uuid == old->store_uuid &&

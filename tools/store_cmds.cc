@@ -9,6 +9,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "store/admin/gc.h"
 #include "store/admin/verify.h"
@@ -131,9 +132,16 @@ void AddStoreCommands(CLI::App& app) {
       StoreStats st = s->Stats();
       auto tags = s->Tags();
       const auto& o = s->options();
+      auto from = s->GetAttribute(kCopiedFromAttribute);
+      json copied_from = json::array();
+      if (from.ok())
+        for (absl::string_view u : absl::StrSplit(*from, ' ', absl::SkipEmpty()))
+          copied_from.push_back(std::string(u));
       json j = {{"store", o.name},
                 {"rank", o.rank},
                 {"meta_dir", o.meta_dir},
+                {"uuid", s->store_uuid()},
+                {"copied_from", copied_from},
                 {"durability", o.durability == Durability::kStep ? "step" : "tag"},
                 {"state_format", StateFormatOf(*s)},
                 {"objects", st.objects},
@@ -154,6 +162,13 @@ void AddStoreCommands(CLI::App& app) {
                   o.name.c_str(), o.rank, o.meta_dir.c_str(),
                   j["durability"].get<std::string>().c_str(),
                   j["state_format"].get<std::string>().c_str());
+      std::string lineage;  // newest original first
+      for (auto u = copied_from.rbegin(); u != copied_from.rend(); ++u)
+        absl::StrAppend(&lineage, lineage.empty() ? ", a copy of store "
+                                                  : ", itself a copy of ",
+                        u->get<std::string>());
+      std::printf("identity %s%s\n", s->store_uuid().c_str(),
+                  lineage.c_str());
       std::printf("objects %lu (%lu with a committed version), version "
                   "records %lu, tags %zu\n",
                   (unsigned long)st.objects, (unsigned long)st.objects_with_head,

@@ -46,3 +46,16 @@ def check_reader_tag(reader, info):
     for k, want in enumerate(ids):
         if versions_id(reader.tag_versions(k)) != want:
             raise reused_tag_error(f"rank {k}'s store", info["tag"])
+
+
+def copied_from(eng):
+    """The identities of the stores `eng`'s store is a copy of, oldest
+    first (`mlpo relocate` of a `cp -a` copy records the original's)."""
+    return (eng.get_attribute("copied_from") or "").split()
+
+
+def is_store(eng, uuid):
+    """Whether a dict of store `uuid` may name a tag of `eng`'s store: the
+    same store, or one it is a copy of (its tags then hold the original's
+    versions until either side drops them; check_tag compares the tag)."""
+    return uuid == eng.store_uuid or uuid in copied_from(eng)

@@ -94,3 +94,73 @@ def test_a_hard_linked_copy_is_refused_until_unshared(tmp_path, mlpo_cli):
     for n, p in m.named_parameters():
         assert torch.equal(p, want[0][n]), n
     o.close()
+
+
+def test_a_dict_of_the_original_loads_into_a_relocated_copy(tmp_path,
+                                                            mlpo_cli):
+    """Forking an experiment: `cp -a` the store, `mlpo relocate` the copy
+    (a new identity), load a checkpoint file the original run saved. The
+    copy holds that checkpoint, so it loads and trains on exactly as the
+    original would; a dict whose tag the copy does not hold as the same
+    versions is refused, changing nothing."""
+    root, snap = str(tmp_path / "run"), str(tmp_path / "fork")
+    m = make_model(seed=0)
+    o = mt.AdamW(m.named_parameters(), lr=1e-2, store=root)
+    train(m, o, 2)
+    d2 = o.state_dict()
+    o.close()
+    subprocess.run(["cp", "-a", root, snap], check=True)
+    r = subprocess.run([mlpo_cli, "relocate", snap], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    m, o = make_model(seed=0), None
+    o = mt.AdamW(m.named_parameters(), lr=1e-2, store=root, resume=True)
+    train(m, o, 1, first=2)
+    d3 = o.state_dict()  # a tag the copy never saw
+    o.close()
+    # What the original gives: d2 loaded there, two more steps.
+    ref = make_model(seed=10)
+    o = mt.AdamW(ref.named_parameters(), lr=1e-2, store=root)
+    o.load_state_dict(d2)
+    train(ref, o, 2, first=2)
+    o.close()
+
+    r = subprocess.run([mlpo_cli, "inspect", snap, "--json"],
+                       capture_output=True, text=True, check=True)
+    info = json.loads(r.stdout)
+    assert info["copied_from"] == d2["mlpo"]["store_uuids"], info
+    assert info["uuid"] not in d2["mlpo"]["store_uuids"]
+
+    m = make_model(seed=10)
+    o = mt.AdamW(m.named_parameters(), lr=1e-2, store=snap)
+    with pytest.raises(ValueError, match="no tag 'step-3'.*after the copy"):
+        o.load_state_dict(d3)
+    old = {k: v for k, v in d2["mlpo"].items() if k != "tag_ids"}
+    with pytest.raises(ValueError, match="by name only"):
+        o.load_state_dict({**d2, "mlpo": old})
+    o.load_state_dict(d2)
+    train(m, o, 2, first=2)
+    for n, p in m.named_parameters():
+        assert torch.equal(p, ref.state_dict()[n]), n
+    o.close()
+
+    # The copy's step-2 dropped and its name taken by another run there:
+    # the original's dict names other versions and is refused.
+    subprocess.run([mlpo_cli, "drop-tag", snap, "step-2"], check=True,
+                   capture_output=True)
+    m = make_model(seed=20)
+    o = mt.AdamW(m.named_parameters(), lr=1e-2, store=snap)
+    train(m, o, 2)
+    assert o.state_dict()["mlpo"]["tag"] == "step-2"
+    before = params(m)
+    with pytest.raises(ValueError, match="not the checkpoint.*after the copy"):
+        o.load_state_dict(d2)
+    assert all(torch.equal(p, before[n]) for n, p in m.named_parameters())
+    o.close()
+
+    # A store that is no copy of the original still refuses its dicts.
+    m = make_model(seed=0)
+    o = mt.AdamW(m.named_parameters(), lr=1e-2, store=str(tmp_path / "x"))
+    with pytest.raises(ValueError, match="from another store"):
+        o.load_state_dict(d2)
+    o.close()

@@ -3,6 +3,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "store/fs/file_util.h"
@@ -147,6 +148,17 @@ absl::StatusOr<RelocateReport> Relocate(const StoreOptions& options,
       o.paths[i].path.segment_bytes = rec.segment_bytes;
   }
   if (rep.new_uuid != snap.store_uuid) b.PutStoreUuid(rep.new_uuid);
+  if (new_identity && !rep.old_uuid.empty()) {
+    // The copy remembers what it was copied from (once, if run again).
+    auto it = snap.attributes.find(kCopiedFromAttribute);
+    std::vector<std::string> from;
+    if (it != snap.attributes.end())
+      from = absl::StrSplit(it->second, ' ', absl::SkipEmpty());
+    if (from.empty() || from.back() != rep.old_uuid) {
+      from.push_back(rep.old_uuid);
+      b.PutAttribute(kCopiedFromAttribute, absl::StrJoin(from, " "));
+    }
+  }
   MLPO_RETURN_IF_ERROR(meta->Apply(&b, true));
   MLPO_RETURN_IF_ERROR(meta->SetSealUuid(rep.new_uuid));
   StoreOptions written = o;

@@ -532,12 +532,16 @@ TEST(StoreIdentityTest, ARelocationCutShortFinishesWhenRunAgain) {
   auto s = ObjectStore::Open(c);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ((*s)->store_uuid(), done->new_uuid);
+  // The copy names the store it was copied from, once though relocated
+  // twice (an optimizer's state dict of the original loads into it).
+  EXPECT_EQ((*s)->GetAttribute(kCopiedFromAttribute).value_or(""), uuid);
   s->reset();
   ExpectIntact(c);
   ExpectIntact(o);
   auto orig = ObjectStore::Open(o);
   ASSERT_TRUE(orig.ok()) << orig.status();
   EXPECT_EQ((*orig)->store_uuid(), uuid);
+  EXPECT_FALSE((*orig)->GetAttribute(kCopiedFromAttribute).ok());
 }
 
 }  // namespace

@@ -221,6 +221,42 @@ TEST_F(CliTest, APartlyMovedStoreKeepsItsIdentityAndAnUnmovedOneIsRefused) {
   EXPECT_EQ(Mlpo("verify " + p1 + "/t/rank-0 --tag first").code, 0);
 }
 
+// Paths copied to places of other names (the guess from DIR finds only
+// its own): --root names the other, DIR stays the new place of its own
+// path and the index moves with it. A --root that leaves DIR out is a
+// usage error that changes nothing.
+TEST_F(CliTest, ACopyWhosePathsMovedApartNeedsOnlyTheOtherRootNamed) {
+  TempDir a, b;
+  const std::string x0 = a.path() + "/x0", y1 = b.path() + "/y1";
+  ASSERT_EQ(std::system(("cp -a " + o_.paths[0].path.root + " " + x0 +
+                         " && cp -a " + o_.paths[1].path.root + " " + y1)
+                            .c_str()),
+            0);
+  const std::string dir = x0 + "/t/rank-0";
+  CliRun r = Mlpo("relocate " + dir, true);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--root I=PATH"), std::string::npos) << r.out;
+  r = Mlpo("relocate " + dir + " --root 0=" + y1, true);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--root I=" + x0), std::string::npos) << r.out;
+  EXPECT_EQ(Mlpo("ls " + dir).code, 1) << "relocated by a refused command";
+  r = Mlpo("relocate " + dir + " --root 1=" + y1 + " --json", true);
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_TRUE(j["copy"].get<bool>()) << r.out;
+  EXPECT_EQ(j["new_roots"], nlohmann::json::array({x0, y1}));
+  EXPECT_EQ(j["new_meta_dir"], dir + "/meta");
+  EXPECT_EQ(Mlpo("verify " + y1 + "/t/rank-0 --tag first").code, 0);
+  // The copy names the original as what it was copied from.
+  auto orig = nlohmann::json::parse(
+      Mlpo("inspect " + store_dir_ + " --json").out);
+  j = nlohmann::json::parse(Mlpo("inspect " + dir + " --json").out);
+  EXPECT_EQ(j["copied_from"], nlohmann::json::array({orig["uuid"]}));
+  EXPECT_NE(j["uuid"], orig["uuid"]);
+  EXPECT_EQ(orig["copied_from"], nlohmann::json::array());
+  EXPECT_EQ(Mlpo("verify " + store_dir_ + " --tag first").code, 0);
+}
+
 // A hard-linked copy (`cp -al`) shares the files written in place: a
 // command that writes refuses either store and names `mlpo unshare`; a
 // reading one works; `mlpo unshare` (on the original) or `mlpo relocate`

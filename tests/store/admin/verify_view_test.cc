@@ -95,6 +95,7 @@ class FakeView final : public StoreView {
                                            uint64_t) const override {
     return absl::NotFoundError("none");
   }
+  const std::string& store_uuid() const override { return uuid_; }
   StoreStats Stats() const override { return {}; }
   absl::StatusOr<std::string> GetAttribute(const std::string&) const override {
     return absl::NotFoundError("none");
@@ -119,6 +120,7 @@ class FakeView final : public StoreView {
   std::unique_ptr<StoragePath> path_;
   std::vector<RecordOf> records_;
   std::map<std::pair<std::string, uint64_t>, int> pins_;
+  std::string uuid_ = "fake";
   int reads_ = 0;
 };
 
