@@ -31,12 +31,32 @@ import os
 import sys
 import time
 
-import torch
+try:
+    import torch
+    from tqdm import tqdm
+except ModuleNotFoundError as e:
+    sys.exit(f"train_gpt.py: {sys.executable} has no module {e.name!r}: run "
+             "it with Debian's /usr/bin/python3 (python3-torch, python3-tqdm"
+             "; scripts/build.sh installs them), or a venv made with "
+             "--system-site-packages")
 import torch.nn as nn
 import torch.nn.functional as F
-from tqdm import tqdm
 
-import mlpo.torch
+try:
+    import mlpo.torch
+except ModuleNotFoundError:
+    # Run from a checkout: the build tree's package (scripts/build.sh), as
+    # PYTHONPATH=build/python would give it.
+    _build = os.environ.get("MLPO_BUILD_DIR", os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "build"))
+    sys.path.insert(0, os.path.join(_build, "python"))
+    try:
+        import mlpo.torch
+    except ModuleNotFoundError:
+        sys.exit(f"train_gpt.py: the mlpo package is not importable from "
+                 f"{sys.executable} nor built in {os.path.abspath(_build)}: "
+                 "run scripts/build.sh (README, first command), or pip "
+                 "install . into this interpreter's environment")
 
 CORPUS = "/usr/share/common-licenses"
 
@@ -267,6 +287,12 @@ def train(a, kind, ids, chars, tiers):
         where = (f"store tag {ckpt['opt']['mlpo']['tag']}"
                  if "mlpo" in ckpt["opt"] else "torch.optim state")
         print(f"train_gpt: resumed at step {start} from {a.ckpt} ({where})")
+    elif ckpt_every and os.path.exists(a.ckpt):
+        # A rerun starts a new run (as a torch.optim script does); say that
+        # its first checkpoint replaces the last run's, and how to go on.
+        print(f"train_gpt: starting at step 0; {a.ckpt} (an earlier run's "
+              f"checkpoint) is replaced at step {ckpt_every}: pass --resume "
+              "to continue that run instead, or --ckpt to keep it")
     if kind == "mlpo":
         state = (f"optimizer state {fmt_bytes(mlpo.torch.STATE_BYTES[a.state_format] * nparams)} "
                  f"({a.state_format}) on {', '.join(tiers)}")

@@ -77,3 +77,36 @@ def test_a_copied_store_is_refused_with_a_message_not_a_traceback(tmp_path):
     assert r.returncode == 1, r.stderr[-3000:]
     assert "moved or copied" in r.stderr and "mlpo relocate" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_rerun_says_it_replaces_the_last_checkpoint_and_resume_goes_on(
+        tmp_path):
+    """Run twice as a user does: the second run starts at step 0 and says
+    that its first checkpoint replaces the first run's (and how to go on
+    instead); --resume then continues from the file. Run without
+    PYTHONPATH, as from a checkout: the script finds the build tree's
+    package (MLPO_BUILD_DIR, as conftest's)."""
+    from conftest import BUILD
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(OMP_NUM_THREADS="1", MLPO_BUILD_DIR=BUILD)
+
+    def go(*args):
+        return subprocess.run(
+            [sys.executable, EXAMPLE, "--tiers",
+             f"{tmp_path}/nvme,{tmp_path}/pfs", "--ckpt",
+             f"{tmp_path}/ck.pt", "--seconds", "0", "--ckpt-every", "2",
+             *TINY, *args], capture_output=True, text=True, env=env,
+            cwd=str(tmp_path), timeout=300)
+
+    r = go("--steps", "2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "replaced" not in r.stdout
+    assert torch.load(tmp_path / "ck.pt")["step"] == 2
+    r = go("--steps", "4")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "starting at step 0" in r.stdout and "--resume" in r.stdout
+    assert torch.load(tmp_path / "ck.pt")["step"] == 4
+    r = go("--steps", "6", "--resume")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resumed at step 4" in r.stdout, r.stdout
+    assert "replaced" not in r.stdout
