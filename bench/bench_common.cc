@@ -29,6 +29,34 @@ void EnsureDir(const std::string& dir) {
   }
 }
 
+void EnsureNamedDir(const std::string& flag, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(dir, ec)) return;
+  fs::path parent = fs::absolute(fs::path(dir), ec).lexically_normal();
+  parent = parent.has_filename() ? parent.parent_path()
+                                 : parent.parent_path().parent_path();
+  if (!fs::is_directory(parent, ec)) {
+    std::cerr << "mlpo-bench: " << flag << ": " << dir << ": its parent "
+              << parent.string() << " does not exist (a typo, or a disk "
+              << "that is not mounted?); only the last directory is made\n";
+    throw CLI::RuntimeError(2);
+  }
+  fs::create_directory(dir, ec);
+  if (ec) {
+    std::cerr << "mlpo-bench: " << flag << ": cannot create " << dir << ": "
+              << ec.message() << "\n";
+    throw CLI::RuntimeError(1);
+  }
+}
+
+void EnsureBenchDir(const BenchFlags& f) {
+  if (f.dir == BenchFlags{}.dir)
+    EnsureDir(f.dir);
+  else
+    EnsureNamedDir("--dir", f.dir);
+}
+
 void EnsureWritableFile(const std::string& flag, const std::string& file) {
   std::FILE* f = std::fopen(file.c_str(), "a");
   if (f == nullptr) {

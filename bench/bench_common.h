@@ -24,6 +24,14 @@ struct BenchFlags {
 void AddBenchFlags(CLI::App* cmd, BenchFlags* f);
 // Creates `dir` (and parents). Exits the command with a message on failure.
 void EnsureDir(const std::string& dir);
+// A directory the user named with `flag`: made when missing, but never its
+// parents (as a store's paths are): a missing parent is a typo or a disk
+// that is not mounted, and a benchmark writes gigabytes there. Exits the
+// command with a usage error naming it.
+void EnsureNamedDir(const std::string& flag, const std::string& dir);
+// --dir: the default (var/bench in the checkout) is made with its parents,
+// a directory the user named as EnsureNamedDir makes it.
+void EnsureBenchDir(const BenchFlags& f);
 // Fails the command (exit 2) naming `flag` when `file` cannot be written,
 // before any work (the file is created, empty, if it was not there).
 void EnsureWritableFile(const std::string& flag, const std::string& file);

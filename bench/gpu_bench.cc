@@ -168,12 +168,13 @@ void AddGpuBench(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cuda", "host"}));
   cmd->add_option("--copy-bytes", a->copy_bytes,
-                  "Bytes per copy pass (256MiB with --quick)")
+                  "Bytes per copy pass (256MiB with --quick unless given)")
       ->capture_default_str();
   cmd->add_option("--chunk", a->chunk, "Bytes per copy call")
       ->capture_default_str();
   cmd->add_option("--params", a->params,
-                  "Parameters of the synthetic model (32M with --quick)")
+                  "Parameters of the synthetic model (32M with --quick "
+                  "unless given)")
       ->capture_default_str();
   cmd->add_option("--subgroup", a->subgroup, "Parameters per subgroup")
       ->capture_default_str();
@@ -198,7 +199,7 @@ void AddGpuBench(CLI::App& app) {
       ->check(CLI::IsMember({"step", "tag"}));
   cmd->callback([a] {
     const BenchFlags& f = a->f;
-    EnsureDir(f.dir);
+    EnsureBenchDir(f);
     if (!a->trace.empty()) EnsureWritableFile("--trace", a->trace);
     BackendChoice choice = Must(ParseBackendChoice(a->backend), "--backend");
     Durability durability = Durability::kTag;
@@ -214,12 +215,19 @@ void AddGpuBench(CLI::App& app) {
     }
     std::unique_ptr<DeviceBackend> dev = Must(SelectBackend(choice), "backend");
     std::unique_ptr<DeviceBackend> host = CreateHostBackend();
+    // --quick shrinks what was left at its default, as `step` does.
+    const Args d;
     const uint64_t copy_bytes =
-        f.quick ? (uint64_t{256} << 20) : SizeArg("--copy-bytes", a->copy_bytes);
+        f.quick && a->copy_bytes == d.copy_bytes
+            ? (uint64_t{256} << 20)
+            : SizeArg("--copy-bytes", a->copy_bytes);
     const uint64_t chunk = SizeArg("--chunk", a->chunk);
-    const uint64_t n = f.quick ? (uint64_t{32} << 20) : a->params;
+    const uint64_t n =
+        f.quick && a->params == d.params ? (uint64_t{32} << 20) : a->params;
     const uint64_t subgroup = std::min<uint64_t>(
-        f.quick ? (uint64_t{4} << 20) : a->subgroup, n);
+        f.quick && a->subgroup == d.subgroup ? (uint64_t{4} << 20)
+                                             : a->subgroup,
+        n);
     if (chunk == 0 || copy_bytes == 0 || n == 0 || subgroup == 0)
       Die("sizes", absl::InvalidArgumentError(
                        "--copy-bytes, --chunk, --params and --subgroup must "

@@ -79,7 +79,7 @@ void AddIoBench(CLI::App& app) {
                   "Seconds per measurement (default 2, 1 with --quick)");
   cmd->callback([a] {
     const BenchFlags& f = a->f;
-    EnsureDir(f.dir);
+    EnsureBenchDir(f);
     // Arguments first: a bad one fails before any measurement.
     uint64_t size = f.quick ? (uint64_t{1} << 30) : SizeArg("--size", a->size);
     std::vector<uint64_t> caps = SizeListArg("--caps", a->caps, 2);

@@ -190,6 +190,7 @@ void AddSlotsBench(CLI::App& app) {
     uint64_t bytes = SizeArg("--object-bytes", a->object_bytes);
     uint64_t cap = SizeArg("--cap", a->cap);
     std::string root = f.dir + "/slots-path";
+    EnsureBenchDir(f);
     EnsureDir(root);
     json out;
     for (int pass = 0; pass < 2; ++pass) {

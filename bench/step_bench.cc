@@ -73,10 +73,12 @@ void AddStepBench(CLI::App& app) {
   cmd->add_flag("--keep", a->f.keep, "Leave the stores under their paths");
   cmd->add_option("--params", a->params,
                   "Parameters of the synthetic model (64M with --quick)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
   cmd->add_option("--subgroup", a->subgroup,
                   "Elements per subgroup (4M with --quick)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 32));
   cmd->add_option("--paths", a->paths,
                   "Comma-separated ROOT[@CAP] (CAP in bytes/s, e.g. "
                   "var/nvme,var/pfs@300MB); default <dir>/nvme. The baseline "
@@ -196,12 +198,16 @@ void AddStepBench(CLI::App& app) {
     }
     std::vector<PathSpec> paths;
     std::string spec = a->paths.empty() ? f.dir + "/nvme" : a->paths;
+    EnsureBenchDir(f);
     for (auto part : absl::StrSplit(spec, ',')) {
       std::vector<std::string> rc = absl::StrSplit(part, '@');
       PathSpec p;
       p.root = rc[0];
       if (rc.size() > 1) p.cap = SizeArg("--paths", rc[1]);
-      EnsureDir(p.root);
+      if (a->paths.empty())
+        EnsureDir(p.root);
+      else
+        EnsureNamedDir("--paths", p.root);
       // One directory twice (or through a link) would be two "paths" in one
       // segment file: refuse it before measuring anything.
       struct stat st;
@@ -244,6 +250,35 @@ void AddStepBench(CLI::App& app) {
                    "(--paths A,B)\n";
       throw CLI::RuntimeError(2);
     }
+    // Every argument is checked before the probes write anything.
+    CapChange change;
+    if (!a->cap_change.empty()) {
+      std::vector<std::string> rs = absl::StrSplit(a->cap_change, '@');
+      std::vector<std::string> cs =
+          rs.size() == 2 ? absl::StrSplit(rs[1], ':')
+                         : std::vector<std::string>();
+      bool known = false;
+      for (auto& p : paths) known |= rs[0] == p.root && p.cap > 0;
+      if (cs.size() != 2 || !absl::SimpleAtoi(cs[1], &change.step) ||
+          change.step < 1 || !known) {
+        std::cerr << "mlpo-bench: --cap-change " << a->cap_change
+                  << ": expected ROOT@CAP:STEP with ROOT one of --paths "
+                     "given a cap (e.g. var/pfs@300MB) and STEP >= 1\n";
+        throw CLI::RuntimeError(2);
+      }
+      change.root = rs[0];
+      change.cap = SizeArg("--cap-change", cs[0]);
+    }
+    std::vector<StateFormat> formats;
+    for (auto part : absl::StrSplit(a->formats, ',')) {
+      auto fmt = ParseStateFormat(part);
+      if (!fmt.ok()) {
+        std::cerr << "mlpo-bench: --state-format: " << fmt.status().message()
+                  << "\n";
+        throw CLI::RuntimeError(2);
+      }
+      formats.push_back(*fmt);
+    }
     json out;
     // U_k: each path's mixed bandwidth, with its cap, measured now; then all
     // paths driven together. Paths that share a device (two directories on
@@ -273,34 +308,6 @@ void AddStepBench(CLI::App& app) {
                                  : static_cast<int>(std::thread::hardware_concurrency());
     double r_adam = MeasureKernelRates(size_t{16} << 20, threads, 3).adam;
     out["r_adam_params_per_s"] = r_adam;
-    CapChange change;
-    if (!a->cap_change.empty()) {
-      std::vector<std::string> rs = absl::StrSplit(a->cap_change, '@');
-      std::vector<std::string> cs =
-          rs.size() == 2 ? absl::StrSplit(rs[1], ':')
-                         : std::vector<std::string>();
-      bool known = false;
-      for (auto& p : paths) known |= rs[0] == p.root && p.cap > 0;
-      if (cs.size() != 2 || !absl::SimpleAtoi(cs[1], &change.step) ||
-          change.step < 1 || !known) {
-        std::cerr << "mlpo-bench: --cap-change " << a->cap_change
-                  << ": expected ROOT@CAP:STEP with ROOT one of --paths "
-                     "given a cap (e.g. var/pfs@300MB) and STEP >= 1\n";
-        throw CLI::RuntimeError(2);
-      }
-      change.root = rs[0];
-      change.cap = SizeArg("--cap-change", cs[0]);
-    }
-    std::vector<StateFormat> formats;
-    for (auto part : absl::StrSplit(a->formats, ',')) {
-      auto fmt = ParseStateFormat(part);
-      if (!fmt.ok()) {
-        std::cerr << "mlpo-bench: --state-format: " << fmt.status().message()
-                  << "\n";
-        throw CLI::RuntimeError(2);
-      }
-      formats.push_back(*fmt);
-    }
     // Each format's kernel rate bounds its own runs.
     std::map<StateFormat, double> r_adam_of;
     for (StateFormat fmt : formats) {

@@ -167,6 +167,7 @@ void AddStoreBench(CLI::App& app) {
     uint64_t target =
         f.quick ? (uint64_t{2} << 30) : SizeArg("--tag-size", a->tag_size);
     std::string dir = f.dir + "/store-bench";
+    EnsureBenchDir(f);
     std::filesystem::remove_all(dir);
     EnsureDir(dir);
     json out;

@@ -4,7 +4,7 @@
 // mode's bound is what its own figures and the faster of the two probes
 // around it give; the compact format's ratio is fp32's step time
 // over its own; the trace shows the extents and the syncs. A bad
-// --probe-seconds is refused before any work. The figures themselves are
+// --probe-seconds, count, format or path is refused before any work. The figures themselves are
 // not asserted (speed is the benchmark's to show, not a test's).
 #include <algorithm>
 #include <filesystem>
@@ -181,7 +181,9 @@ TEST(StepBenchTest, BadCountsAndDurationsAreRefusedBeforeAnyWork) {
       {"--probe-seconds", "0"}, {"--probe-seconds", "-1"},
       {"--probe-seconds", "abc"}, {"--steps", "0"}, {"--warmup", "-1"},
       {"--queue-depth", "0"}, {"--queue-depth", "5000"},
-      {"--memory-limit", "0"}, {"--memory-limit", "12Q"}};
+      {"--memory-limit", "0"}, {"--memory-limit", "12Q"},
+      {"--params", "0"}, {"--subgroup", "0"}, {"--state-format", "fp16"},
+      {"--cap-change", "x@1MB:1"}};
   for (const auto& [flag, value] : bad) {
     CommandResult r = RunCommand(std::string(MLPO_BENCH) + " step --quick " +
                                  flag + " " + value + " --dir " +
@@ -189,6 +191,16 @@ TEST(StepBenchTest, BadCountsAndDurationsAreRefusedBeforeAnyWork) {
     EXPECT_EQ(r.code, 2) << flag << " " << value << ": " << r.out;
     EXPECT_NE(r.out.find(flag), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("probing"), std::string::npos) << r.out;
+  }
+  // A directory named under a parent that is not there (a typo, a disk not
+  // mounted) is refused, and nothing is made there.
+  for (const char* flag : {"--paths", "--dir"}) {
+    const std::string where = dir.path() + "/typo/bench";  // Sub makes it
+    CommandResult r = RunCommand(std::string(MLPO_BENCH) + " step --quick " +
+                                 flag + " " + where + " 2>&1");
+    EXPECT_EQ(r.code, 2) << flag << ": " << r.out;
+    EXPECT_NE(r.out.find("does not exist"), std::string::npos) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(dir.path() + "/typo")) << flag;
   }
 }
 
