@@ -45,4 +45,32 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
   return static_cast<uint64_t>(bytes);
 }
 
+absl::StatusOr<uint64_t> ParseCount(absl::string_view text) {
+  std::string s(absl::StripAsciiWhitespace(text));
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end == s.c_str() || !std::isfinite(v) || v <= 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad count '", text, "': expected a positive number such as "
+        "500000000, 70e9, 500M or 7B"));
+  std::string unit = absl::AsciiStrToUpper(std::string(end));
+  double mult;
+  if (unit.empty()) mult = 1;
+  else if (unit == "K") mult = 1e3;
+  else if (unit == "M") mult = 1e6;
+  else if (unit == "B" || unit == "G") mult = 1e9;
+  else if (unit == "T") mult = 1e12;
+  else
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad count unit in '", text, "' (K, M, B or G, T: powers of 1000)"));
+  double n = v * mult;
+  if (n > static_cast<double>(uint64_t{1} << 50))
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad count '", text, "': more than 2^50"));
+  if (n != std::floor(n))
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad count '", text, "': not a whole number"));
+  return static_cast<uint64_t>(n);
+}
+
 }  // namespace mlpo

@@ -18,6 +18,12 @@ inline constexpr uint64_t kMaxSize = uint64_t{1} << 60;  // 1 EiB
 // negative, not finite, a non-zero size under one byte, or over kMaxSize.
 absl::StatusOr<uint64_t> ParseSize(absl::string_view text);
 
+// A count of things (parameters) as people write it: "500000000", "70e9",
+// "500M", "1.5B", "7B". K/M/B/G/T are powers of 1000 (B and G both 1e9:
+// "7B" is seven billion parameters, as model names say). InvalidArgument
+// naming the text when it is not a whole positive count of at most 2^50.
+absl::StatusOr<uint64_t> ParseCount(absl::string_view text);
+
 }  // namespace mlpo
 
 #endif  // MLPO_BASE_SIZE_UNITS_H_

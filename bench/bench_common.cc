@@ -29,6 +29,17 @@ void EnsureDir(const std::string& dir) {
   }
 }
 
+CLI::Validator CountArg() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        auto n = ParseCount(v);
+        if (!n.ok()) return std::string(n.status().message());
+        v = std::to_string(*n);
+        return std::string();
+      },
+      "COUNT");
+}
+
 void EnsureNamedDir(const std::string& flag, const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;

@@ -24,6 +24,10 @@ struct BenchFlags {
 void AddBenchFlags(CLI::App* cmd, BenchFlags* f);
 // Creates `dir` (and parents). Exits the command with a message on failure.
 void EnsureDir(const std::string& dir);
+// For a count option (--params, --subgroup): "500M", "1.5B", "70e9" or
+// digits become the number (base/size_units.h ParseCount); anything else,
+// zero included, is a usage error naming the text.
+CLI::Validator CountArg();
 // A directory the user named with `flag`: made when missing, but never its
 // parents (as a store's paths are): a missing parent is a typo or a disk
 // that is not mounted, and a benchmark writes gigabytes there. Exits the

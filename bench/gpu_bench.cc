@@ -173,11 +173,13 @@ void AddGpuBench(CLI::App& app) {
   cmd->add_option("--chunk", a->chunk, "Bytes per copy call")
       ->capture_default_str();
   cmd->add_option("--params", a->params,
-                  "Parameters of the synthetic model (32M with --quick "
-                  "unless given)")
-      ->capture_default_str();
+                  "Parameters of the synthetic model: 268435456, 256M, 1B "
+                  "(32M with --quick unless given)")
+      ->capture_default_str()
+      ->transform(CountArg());
   cmd->add_option("--subgroup", a->subgroup, "Parameters per subgroup")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(CountArg());
   cmd->add_option("--steps", a->steps, "Timed steps per side (after one "
                                        "untimed)")
       ->capture_default_str()->check(CLI::Range(1, 1000));

@@ -72,13 +72,14 @@ void AddStepBench(CLI::App& app) {
   AddBenchFlags(cmd, &a->f);
   cmd->add_flag("--keep", a->f.keep, "Leave the stores under their paths");
   cmd->add_option("--params", a->params,
-                  "Parameters of the synthetic model (64M with --quick)")
+                  "Parameters of the synthetic model: 500000000, 500M, "
+                  "1.5B (64M with --quick)")
       ->capture_default_str()
-      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+      ->transform(CountArg());
   cmd->add_option("--subgroup", a->subgroup,
                   "Elements per subgroup (4M with --quick)")
       ->capture_default_str()
-      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 32));
+      ->transform(CountArg());
   cmd->add_option("--paths", a->paths,
                   "Comma-separated ROOT[@CAP] (CAP in bytes/s, e.g. "
                   "var/nvme,var/pfs@300MB); default <dir>/nvme. The baseline "

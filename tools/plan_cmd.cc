@@ -102,7 +102,7 @@ void AddPlanCommand(CLI::App& app) {
       "node, and the predicted update step of baseline, paper and mlpo from "
       "the paths' bandwidth (measured by `mlpo profile`)");
   struct Args {
-    double params = 0;
+    std::string params;
     int ranks = 1;
     std::string dram = "0";
     std::vector<std::string> paths;
@@ -116,7 +116,8 @@ void AddPlanCommand(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--params", a->params,
-                  "Parameters of the whole model (e.g. 70e9)")
+                  "Parameters of the whole model: 70e9, 70B, 500M (K, M, "
+                  "B or G, T: powers of 1000)")
       ->required();
   cmd->add_option("--ranks", a->ranks,
                   "Ranks (GPUs) per node, sharing its paths and DRAM")
@@ -150,7 +151,9 @@ void AddPlanCommand(CLI::App& app) {
   cmd->add_flag("--json", a->json, "Print one JSON object on stdout");
   cmd->callback([a] {
     PlanInput in;
-    in.params = a->params;
+    auto params = ParseCount(a->params);
+    if (!params.ok()) Fail("--params: " + std::string(params.status().message()));
+    in.params = static_cast<double>(*params);
     in.ranks = a->ranks;
     auto dram = ParseSize(a->dram);
     if (!dram.ok()) Fail("--dram: " + std::string(dram.status().message()));

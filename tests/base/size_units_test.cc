@@ -28,5 +28,26 @@ TEST(SizeUnitsTest, BadTextIsInvalidArgumentNamingIt) {
   }
 }
 
+// Parameter counts as model names and papers write them: powers of 1000,
+// "B" for billion (the count's B is not the size's byte).
+TEST(SizeUnitsTest, CountsAcceptDecimalSuffixes) {
+  EXPECT_EQ(*ParseCount("500000000"), 500000000u);
+  EXPECT_EQ(*ParseCount("70e9"), 70000000000u);
+  EXPECT_EQ(*ParseCount("500M"), 500000000u);
+  EXPECT_EQ(*ParseCount("7B"), 7000000000u);
+  EXPECT_EQ(*ParseCount("1.5b"), 1500000000u);
+  EXPECT_EQ(*ParseCount("1.5G"), 1500000000u);
+  EXPECT_EQ(*ParseCount("2K"), 2000u);
+  EXPECT_EQ(*ParseCount("1T"), 1000000000000u);
+  for (const char* bad : {"", "0", "-7B", "7X", "7GB", "1.5", "inf", "nan",
+                          "1e20", "B", "seven"}) {
+    auto r = ParseCount(bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find(std::string("'") + bad + "'"),
+              std::string::npos)
+        << r.status();
+  }
+}
+
 }  // namespace
 }  // namespace mlpo
