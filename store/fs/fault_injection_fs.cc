@@ -36,6 +36,25 @@ bool ReadAll(const std::string& path, std::string* out) {
   return true;
 }
 
+// The calls CutPowerAfter counts: those that change what is on disk.
+bool ChangesDisk(FaultInjectionFileSystem::Op op) {
+  using Op = FaultInjectionFileSystem::Op;
+  switch (op) {
+    case Op::kPreallocate:
+    case Op::kSync:
+    case Op::kSyncDir:
+    case Op::kRename:
+    case Op::kWriteFile:
+    case Op::kWrite:
+    case Op::kMkdir:
+    case Op::kUnlink:
+    case Op::kLink:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 FaultInjectionFileSystem::FaultInjectionFileSystem() {
@@ -57,6 +76,11 @@ void FaultInjectionFileSystem::SetPreallocateBudget(uint64_t bytes) {
 void FaultInjectionFileSystem::CutPower() {
   MutexLock l(&mu_);
   cut_ = true;
+}
+
+void FaultInjectionFileSystem::CutPowerAfter(int n) {
+  MutexLock l(&mu_);
+  cut_after_ = n;
 }
 
 bool FaultInjectionFileSystem::power_cut() const {
@@ -107,6 +131,8 @@ IoCompletionFilter FaultInjectionFileSystem::CompletionFilter() {
 
 absl::Status FaultInjectionFileSystem::Check(Op op, const std::string& file) {
   MutexLock l(&mu_);
+  if (!cut_ && cut_after_ >= 0 && ChangesDisk(op) && cut_after_-- == 0)
+    cut_ = true;
   if (cut_) return absl::InternalError("power lost (fault injection)");
   for (const Standing& f : standing_)
     if (f.op == op && file.rfind(f.prefix, 0) == 0) {
@@ -407,7 +433,18 @@ absl::Status FaultInjectionFileSystem::CopyFile(
     const std::string& from, const std::string& to,
     const std::function<void(uint64_t)>& progress) {
   MLPO_RETURN_IF_ERROR(Annotate(Check(Op::kWriteFile, to), "copy to " + to));
-  return FileSystem::CopyFile(from, to, progress);
+  std::error_code ec;
+  bool existed = fs::exists(to, ec);
+  MLPO_RETURN_IF_ERROR(FileSystem::CopyFile(from, to, progress));
+  // Synced by FileSystem::CopyFile: its content is what a reboot finds.
+  std::string content;
+  if (!ReadAll(to, &content))
+    return absl::InternalError("fault injection: cannot read back " + to);
+  MutexLock l(&mu_);
+  std::string p = AbsolutePath(to);
+  TrackLocked(p, !existed);
+  files_[p].synced = std::move(content);
+  return absl::OkStatus();
 }
 
 absl::Status FaultInjectionFileSystem::Rename(const std::string& from,

@@ -17,6 +17,10 @@
 //    directories alike), and every file deleted since then back as it was
 //    durable. Directories made by CreateDirs and trees removed by RemoveTree
 //    are durable on return (the POSIX file system syncs their parent).
+//  - CutPowerAfter(n): the power goes after n more calls that change what
+//    is on disk (writes, syncs, renames, creates, unlinks, links, copies):
+//    the next one fails, as every call after CutPower() does. A loop over
+//    n cuts a procedure at each of its steps in turn.
 //  - SetTornWrites(seed): RestoreToLastSync then keeps, in segment files,
 //    a random half of the 4 KiB blocks written since the last sync: the
 //    disk persisted part of what was in flight (torn extents).
@@ -72,6 +76,7 @@ class FaultInjectionFileSystem final : public FileSystem {
   void ClearFaults();
   void SetPreallocateBudget(uint64_t bytes);
   void CutPower();
+  void CutPowerAfter(int n);
   void SetTornWrites(uint64_t seed);
   // Call with every store on this file system closed.
   absl::Status RestoreToLastSync();
@@ -103,8 +108,8 @@ class FaultInjectionFileSystem final : public FileSystem {
   absl::Status Fdatasync(int fd, const std::string& path) override;
   absl::Status SyncDir(const std::string& dir) override;
   absl::Status Rename(const std::string& from, const std::string& to) override;
-  // Faulted as kWriteFile on `to` (a full disk); the copy is not tracked
-  // for power loss.
+  // Faulted as kWriteFile on `to` (a full disk); tracked for power loss as
+  // WriteFileSynced is (the copy is synced when it returns).
   absl::Status CopyFile(
       const std::string& from, const std::string& to,
       const std::function<void(uint64_t)>& progress) override;
@@ -171,6 +176,7 @@ class FaultInjectionFileSystem final : public FileSystem {
   uint64_t budget_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;
   uint64_t preallocated_ ABSL_GUARDED_BY(mu_) = 0;
   bool cut_ ABSL_GUARDED_BY(mu_) = false;
+  int cut_after_ ABSL_GUARDED_BY(mu_) = -1;  // CutPowerAfter; -1: none
   int injected_ ABSL_GUARDED_BY(mu_) = 0;
   int last_errno_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<rocksdb::Env> env_;
