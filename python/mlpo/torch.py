@@ -314,10 +314,27 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
                     weight_decay=group["weight_decay"], mode=self._mode)
 
     def _hyper(self, group):
-        b1, b2 = group["betas"]
-        return dict(lr=float(group["lr"]), beta1=float(b1), beta2=float(b2),
-                    eps=float(group["eps"]),
-                    weight_decay=float(group["weight_decay"]),
+        """The group's hyperparameters as numbers (a 0-d tensor lr, as a
+        scheduler may set, included); a ValueError naming the group and key
+        for anything else (the engine then checks the ranges)."""
+        g = next((i for i, x in enumerate(self.param_groups) if x is group),
+                 "new")
+
+        def num(key, v):
+            try:
+                return float(v)
+            except (TypeError, ValueError, RuntimeError):
+                raise ValueError(f"mlpo.torch: param group {g}'s {key} is "
+                                 f"{v!r}, not a number") from None
+        betas = group["betas"]
+        if not isinstance(betas, (list, tuple)) or len(betas) != 2:
+            raise ValueError(f"mlpo.torch: param group {g}'s betas is "
+                             f"{betas!r}, not a pair of numbers")
+        return dict(lr=num("lr", group["lr"]),
+                    beta1=num("betas[0]", betas[0]),
+                    beta2=num("betas[1]", betas[1]),
+                    eps=num("eps", group["eps"]),
+                    weight_decay=num("weight_decay", group["weight_decay"]),
                     mode=self._mode)
 
     @property

@@ -246,3 +246,39 @@ def test_a_parameter_twice_in_a_group_is_refused(store_dir):
         opt.add_param_group({"params": [extra.weight, extra.weight]})
     assert len(opt.param_groups) == 1
     opt.close()
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("weight_decay", None, "weight_decay is None, not a number"),
+    ("lr", "fast", "lr is 'fast', not a number"),
+    ("eps", torch.ones(2), "eps is tensor"),
+    ("betas", 0.9, "betas is 0.9, not a pair"),
+    ("betas", (0.9, "x"), "betas[1] is 'x'"),
+])
+def test_a_hyperparameter_set_to_a_non_number_is_named_at_step(
+        store_dir, key, value, says):
+    """A hyperparameter changed through param_groups (as a scheduler or a
+    user does) to something that is not a number: a ValueError naming the
+    group and key (not float()'s bare TypeError), nothing changes, and the
+    optimizer steps on once it is set right. A 0-d tensor lr, as some
+    schedulers set, is a number."""
+    model, opt = trained(store_dir, 2)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    good = opt.param_groups[0][key]
+    opt.param_groups[0][key] = value
+    opt.zero_grad()
+    loss_of(model, 2).backward()
+    with pytest.raises(ValueError, match=f"param group 0's {key}"):
+        opt.step()
+    with pytest.raises(ValueError) as e:
+        opt.step()
+    assert says in str(e.value), e.value
+    for n, p in model.named_parameters():
+        assert torch.equal(p, before[n]), n
+    opt.param_groups[0][key] = good
+    if key == "lr":
+        opt.param_groups[0]["lr"] = torch.tensor(good)
+    opt.step()
+    assert opt.state[model[0].weight]["step"] == 3
+    assert not torch.equal(model[0].weight, before["0.weight"])
+    opt.close()
