@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace mlpo {
 
@@ -43,6 +44,16 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
     return absl::InvalidArgumentError(
         absl::StrCat("bad size '", text, "': less than one byte"));
   return static_cast<uint64_t>(bytes);
+}
+
+std::string FormatBytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return absl::StrFormat("%.2f %s", b, units[u]);
 }
 
 absl::StatusOr<uint64_t> ParseCount(absl::string_view text) {

@@ -6,6 +6,7 @@
 #define MLPO_BASE_SIZE_UNITS_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -23,6 +24,10 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text);
 // "7B" is seven billion parameters, as model names say). InvalidArgument
 // naming the text when it is not a whole positive count of at most 2^50.
 absl::StatusOr<uint64_t> ParseCount(absl::string_view text);
+
+// A size for people, in powers of 1024 with two decimals: "512.00 B",
+// "1.50 GiB". What every message, report and table of mlpo prints.
+std::string FormatBytes(double bytes);
 
 }  // namespace mlpo
 

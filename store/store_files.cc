@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/size_units.h"
 #include "base/status_macros.h"
 #include "store/store_survey.h"
 
@@ -20,12 +21,6 @@ namespace mlpo {
 namespace {
 
 constexpr char kUnsharePrefix[] = "unshare-";
-
-std::string Bytes(uint64_t b) {
-  return b >= (uint64_t{1} << 30)
-             ? absl::StrFormat("%.2f GiB", b / double(uint64_t{1} << 30))
-             : absl::StrFormat("%.1f MiB", b / double(uint64_t{1} << 20));
-}
 
 // The pid the lock file names (the last mlpo writer; 0 when none) and
 // whether it still runs: something else (a backup tool, flock(1)) may hold
@@ -189,7 +184,7 @@ absl::Status SharedFilesError(const StoreOptions& o,
       "store writes these files in place, so using it would change that "
       "copy too. Nothing was changed. `mlpo unshare ", dir,
       "` gives this store files of its own (it copies the shared ",
-      Bytes(bytes), "); `mlpo relocate` does it for a copy; or "
+      FormatBytes(static_cast<double>(bytes)), "); `mlpo relocate` does it for a copy; or "
       "delete the other copy"));
 }
 

@@ -17,16 +17,6 @@ void Progress(const std::string& line) {
   std::fflush(stderr);
 }
 
-std::string FormatBytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  return absl::StrFormat("%.2f %s", b, units[u]);
-}
-
 std::string FormatRate(double bps) {
   return absl::StrFormat("%.1f MB/s", bps / 1e6);
 }

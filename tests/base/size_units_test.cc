@@ -49,5 +49,18 @@ TEST(SizeUnitsTest, CountsAcceptDecimalSuffixes) {
   }
 }
 
+TEST(SizeUnitsTest, FormatBytesReadsBackThroughParseSize) {
+  EXPECT_EQ(FormatBytes(512), "512.00 B");
+  EXPECT_EQ(FormatBytes(1536), "1.50 KiB");
+  EXPECT_EQ(FormatBytes(1.5 * (uint64_t{1} << 30)), "1.50 GiB");
+  EXPECT_EQ(FormatBytes(3.0 * (uint64_t{1} << 50)), "3072.00 TiB");
+  // What it prints parses back to the same size (units of 1024).
+  for (uint64_t b : {uint64_t{1} << 20, uint64_t{3} << 29, uint64_t{5} << 40}) {
+    std::string text = FormatBytes(static_cast<double>(b));
+    text.erase(text.find(' '), 1);
+    EXPECT_EQ(*ParseSize(text), b) << text;
+  }
+}
+
 }  // namespace
 }  // namespace mlpo
