@@ -44,23 +44,6 @@ void ExpectNoTemporaries(const std::string& dir) {
         << e.path();
 }
 
-// Heads of "a" and "b" at `step`, each filled for `step`; tag "t2" as
-// MakeTwoObjectStore left it.
-void ExpectHeadsAt(const StoreOptions& o, uint64_t step) {
-  StoreOptions ro = o;
-  ro.read_only = true;
-  auto s = ObjectStore::Open(ro);
-  ASSERT_TRUE(s.ok()) << s.status();
-  for (const char* n : {"a", "b"}) {
-    auto l = (*s)->Checkout(n).get();
-    ASSERT_TRUE(l.ok()) << l.status();
-    EXPECT_EQ((*l)->step(), step) << n;
-    EXPECT_TRUE(Matches(**l, step)) << n;
-  }
-  EXPECT_EQ((*s)->Tags().count("t2"), 1u);
-  ExpectStoreVerifies(s->get());
-}
-
 // The store `o` in a hard-linked copy under `to`: its options there.
 StoreOptions LinkCopy(const TempDir& dir, const StoreOptions& o,
                       const std::string& to) {
@@ -90,7 +73,7 @@ TEST(HardLinkCopyTest, AWritableOpenIsRefusedWhileFilesAreSharedAndUnshareEndsIt
   EXPECT_NE(msg.find("mlpo unshare"), std::string::npos) << msg;
   EXPECT_EQ(Bytes(seal), seal_before);
   // Reading is harmless: a read-only open works, and sees the state.
-  ExpectHeadsAt(o, 3);
+  ExpectTwoObjectStoreAt(o, 3);
 
   // A store with nothing to share unshares nothing; a store whose records
   // name another place (the copy, before relocate) is refused.
@@ -119,11 +102,11 @@ TEST(HardLinkCopyTest, AWritableOpenIsRefusedWhileFilesAreSharedAndUnshareEndsIt
     for (const char* n : {"a", "b"})
       ASSERT_TRUE(CommitFilled(s->get(), n, 4).ok());
   }
-  ExpectHeadsAt(o, 4);
+  ExpectTwoObjectStoreAt(o, 4);
   auto rel = Relocate(c, /*new_identity=*/true);
   ASSERT_TRUE(rel.ok()) << rel.status();
   EXPECT_TRUE(rel->unshared_files.empty());  // nothing left to share
-  ExpectHeadsAt(c, 3);
+  ExpectTwoObjectStoreAt(c, 3);
 }
 
 // The probe, as it was: relocate the hard-linked copy, write to it, and the
@@ -151,8 +134,8 @@ TEST(HardLinkCopyTest, RelocatingAHardLinkedCopyLeavesTheOriginalIntact) {
         ASSERT_TRUE(CommitFilled(s->get(), n, step).ok());
     ASSERT_TRUE((*s)->Tag("t6").ok());
   }
-  ExpectHeadsAt(c, 6);
-  ExpectHeadsAt(o, 3);
+  ExpectTwoObjectStoreAt(c, 6);
+  ExpectTwoObjectStoreAt(o, 3);
   auto s = ObjectStore::Open(o);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ((*s)->store_uuid(), uuid);
@@ -182,7 +165,7 @@ TEST(HardLinkCopyTest, AnUnshareCutShortChangesNothingAndFinishesWhenRunAgain) {
       << cut.status();
   ExpectNoTemporaries(p1);
   EXPECT_EQ(Links(p1 + "/seg-000000"), 2u);
-  ExpectHeadsAt(o, 3);
+  ExpectTwoObjectStoreAt(o, 3);
   EXPECT_FALSE(ObjectStore::Open(o).ok());  // still shared
 
   // A full disk on that path: the copy fails with ENOSPC naming the file,
@@ -197,13 +180,13 @@ TEST(HardLinkCopyTest, AnUnshareCutShortChangesNothingAndFinishesWhenRunAgain) {
       << full.status();
   ExpectNoTemporaries(p1);
   EXPECT_EQ(Links(p1 + "/seg-000000"), 2u);
-  ExpectHeadsAt(o, 3);
+  ExpectTwoObjectStoreAt(o, 3);
 
   auto done = Unshare(o, nullptr);
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(Links(p1 + "/seg-000000"), 1u);
   ASSERT_TRUE(ObjectStore::Open(o).ok());
-  ExpectHeadsAt(o, 3);
+  ExpectTwoObjectStoreAt(o, 3);
 }
 
 // The power lost at each step of an unshare in turn (each copy, sync,
@@ -238,7 +221,7 @@ TEST(HardLinkCopyTest, PowerLostAtAnyStepOfAnUnshareLosesNothing) {
       ASSERT_TRUE(fsys.RestoreToLastSync().ok()) << "cut after " << k;
     }
     SCOPED_TRACE("power cut after " + std::to_string(k) + " steps");
-    ExpectHeadsAt(o, 3);
+    ExpectTwoObjectStoreAt(o, 3);
     for (auto& [f, b] : copy_bytes)
       EXPECT_EQ(Bytes(f), b) << f << " of the hard-linked copy changed";
     auto again = Unshare(o, nullptr);
@@ -248,7 +231,7 @@ TEST(HardLinkCopyTest, PowerLostAtAnyStepOfAnUnshareLosesNothing) {
     ExpectNoTemporaries(DefaultMetaDir(o));
     EXPECT_EQ(Links(o.paths[1].path.root + "/t/rank-0/seg-000000"), 1u);
     ASSERT_TRUE(ObjectStore::Open(o).ok());
-    ExpectHeadsAt(o, 3);
+    ExpectTwoObjectStoreAt(o, 3);
   }
   EXPECT_TRUE(finished);
   EXPECT_GE(cuts, 6);  // a copy, a sync and a rename per file at least
@@ -275,8 +258,8 @@ TEST(HardLinkCopyTest, ALockHeldOnTheOriginalIsNamedAsSharedWhenTheCopyIsRelocat
   }
   auto rel = Relocate(c, /*new_identity=*/true);
   ASSERT_TRUE(rel.ok()) << rel.status();
-  ExpectHeadsAt(o, 3);
-  ExpectHeadsAt(c, 3);
+  ExpectTwoObjectStoreAt(o, 3);
+  ExpectTwoObjectStoreAt(c, 3);
 }
 
 }  // namespace

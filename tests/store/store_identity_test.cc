@@ -23,29 +23,6 @@ namespace mlpo {
 namespace {
 namespace fs = std::filesystem;
 
-// The store reads back exactly as MakeTwoObjectStore left it.
-void ExpectIntact(const StoreOptions& o) {
-  StoreOptions ro = o;
-  ro.read_only = true;
-  auto s = ObjectStore::Open(ro);
-  ASSERT_TRUE(s.ok()) << s.status();
-  for (const char* n : {"a", "b"}) {
-    auto l = (*s)->Checkout(n).get();
-    ASSERT_TRUE(l.ok()) << l.status();
-    EXPECT_EQ((*l)->step(), 3u);
-    EXPECT_TRUE(Matches(**l, 3));
-  }
-  auto tags = (*s)->Tags();
-  ASSERT_EQ(tags.count("t2"), 1u);
-  EXPECT_EQ(tags["t2"]["a"], 2u);
-  for (const std::string& t : {std::string(), std::string("t2")}) {
-    auto rep = Verify(*(*s), t);
-    ASSERT_TRUE(rep.ok());
-    EXPECT_TRUE(rep->bad.empty()) << rep->bad[0].error;
-    EXPECT_EQ(rep->objects, 2u);
-  }
-}
-
 std::string MetaDir(const StoreOptions& o) { return DefaultMetaDir(o); }
 
 std::vector<std::string> WalFiles(const std::string& meta) {
@@ -70,12 +47,12 @@ TEST(StoreIdentityTest, MisspeltMetaDirIsRefusedAndTheStoreStaysIntact) {
       << s.status();
   EXPECT_NE(s.status().message().find("misspelt"), std::string::npos);
   EXPECT_FALSE(fs::exists(typo.meta_dir + "/CURRENT"));
-  ExpectIntact(o);
+  ExpectTwoObjectStoreAt(o, 3);
   // Also through the TOML loader's absolute meta_dir: the same refusal.
   typo.meta_dir = dir.path() + "/elsewhere/meta";
   EXPECT_EQ(ObjectStore::Open(typo).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  ExpectIntact(o);
+  ExpectTwoObjectStoreAt(o, 3);
 }
 
 // Probe 2: one root listed twice, directly or through a symlink.
@@ -267,7 +244,7 @@ TEST(StoreIdentityTest, AFailedOpenWithoutCurrentChangesNothing) {
   std::sort(after.begin(), after.end());
   EXPECT_EQ(before, after);
   fs::rename(dir.path() + "/CURRENT.saved", meta + "/CURRENT");
-  ExpectIntact(o);
+  ExpectTwoObjectStoreAt(o, 3);
   // Left without CURRENT, recover rebuilds the index from its backup and
   // keeps the damaged one aside.
   fs::remove(meta + "/CURRENT");
@@ -315,7 +292,7 @@ TEST(StoreIdentityTest, ReadOnlyOpenWorksForAUserWhoCanOnlyRead) {
   waitpid(pid, &st, 0);
   ASSERT_TRUE(WIFEXITED(st));
   EXPECT_EQ(WEXITSTATUS(st), 0);
-  ExpectIntact(o);
+  ExpectTwoObjectStoreAt(o, 3);
 }
 
 // Item 7: whatever the umask, the store's files and directories are the
@@ -481,7 +458,7 @@ TEST(StoreIdentityTest, AnIndexOfAnotherStoreOverTheseDirectoriesIsRefused) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition)
       << s.status();
-  ExpectIntact(a);
+  ExpectTwoObjectStoreAt(a, 3);
 }
 
 }  // namespace
@@ -523,7 +500,7 @@ TEST(StoreIdentityTest, ARelocationCutShortFinishesWhenRunAgain) {
   auto cut = Relocate(cf, /*new_identity=*/true);
   ASSERT_FALSE(cut.ok());
   EXPECT_FALSE(ObjectStore::Open(c).ok());  // neither here nor there yet
-  ExpectIntact(o);
+  ExpectTwoObjectStoreAt(o, 3);
 
   // Run again (as a move, even: the first run's decision stands).
   auto done = Relocate(c, /*new_identity=*/false);
@@ -536,8 +513,8 @@ TEST(StoreIdentityTest, ARelocationCutShortFinishesWhenRunAgain) {
   // twice (an optimizer's state dict of the original loads into it).
   EXPECT_EQ((*s)->GetAttribute(kCopiedFromAttribute).value_or(""), uuid);
   s->reset();
-  ExpectIntact(c);
-  ExpectIntact(o);
+  ExpectTwoObjectStoreAt(c, 3);
+  ExpectTwoObjectStoreAt(o, 3);
   auto orig = ObjectStore::Open(o);
   ASSERT_TRUE(orig.ok()) << orig.status();
   EXPECT_EQ((*orig)->store_uuid(), uuid);

@@ -99,6 +99,27 @@ inline void ExpectStoreVerifies(ObjectStore* s) {
   }
 }
 
+// The store MakeTwoObjectStore made, as a read-only open sees it: the heads
+// of "a" and "b" at `step` with that step's bytes, tag "t2" holding version
+// 2, nothing else, and every head and tag verifying without a leak.
+inline void ExpectTwoObjectStoreAt(const StoreOptions& o, uint64_t step) {
+  StoreOptions ro = o;
+  ro.read_only = true;
+  auto s = ObjectStore::Open(ro);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->List().size(), 2u);
+  for (const char* n : {"a", "b"}) {
+    auto l = (*s)->Checkout(n).get();
+    ASSERT_TRUE(l.ok()) << l.status();
+    EXPECT_EQ((*l)->step(), step) << n;
+    EXPECT_TRUE(Matches(**l, step)) << n;
+  }
+  auto tags = (*s)->Tags();
+  ASSERT_EQ(tags.count("t2"), 1u);
+  EXPECT_EQ(tags["t2"]["a"], 2u);
+  ExpectStoreVerifies(s->get());
+}
+
 // Flips one bit of a file in place.
 inline void FlipBit(const std::string& file, uint64_t offset, int bit) {
   int fd = ::open(file.c_str(), O_RDWR);
