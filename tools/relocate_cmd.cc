@@ -69,8 +69,15 @@ bool Infer(const StoreOptions& old, const std::string& dir,
            std::string* meta) {
   std::string ns = StoreNamespace(old);
   fs::path new_root = RootOf(dir, ns);
+  // DIR is on the path --root names with its root, if one does; else on a
+  // path --root does not name.
+  int named = -1;
+  for (size_t j = 0; j < fixed.size(); ++j)
+    if (!fixed[j].empty() && Norm(fixed[j]) == Norm(new_root))
+      named = static_cast<int>(j);
   for (size_t k = 0; k < old.paths.size(); ++k) {
-    if (!fixed[k].empty()) continue;  // DIR is a path --root did not name
+    if (named >= 0 ? static_cast<int>(k) != named : !fixed[k].empty())
+      continue;
     // Old root k = P/rel and new root k = P'/rel: find the longest common
     // tail, whose heads are the old and new prefixes.
     fs::path a = fs::path(Norm(old.paths[k].path.root)), b = new_root;

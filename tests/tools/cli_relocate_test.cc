@@ -210,14 +210,16 @@ TEST_F(CliTest, APartlyMovedStoreKeepsItsIdentityAndAnUnmovedOneIsRefused) {
   const std::string p0 = o_.paths[0].path.root, p1 = o_.paths[1].path.root;
   const std::string moved = other.path() + "/p0";
   ASSERT_EQ(std::system(("mv " + p0 + " " + moved).c_str()), 0);
+  // Only the moved path and the index named: the other stays where it is
+  // (not guessed to be DIR's root too).
   r = Mlpo("relocate " + moved + "/t/rank-0 --root 0=" + moved +
-               " --root 1=" + p1 + " --meta-dir " + moved +
-               "/t/rank-0/meta --json",
+               " --meta-dir " + moved + "/t/rank-0/meta --json",
            true);
   ASSERT_EQ(r.code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
   EXPECT_FALSE(j["copy"].get<bool>()) << r.out;
   EXPECT_EQ(j["new_uuid"], uuid);
+  EXPECT_EQ(j["new_roots"], nlohmann::json::array({moved, p1}));
   EXPECT_EQ(Mlpo("verify " + p1 + "/t/rank-0 --tag first").code, 0);
 }
 
