@@ -184,8 +184,8 @@ absl::Status SharedFilesError(const StoreOptions& o,
       "store writes these files in place, so using it would change that "
       "copy too. Nothing was changed. `mlpo unshare ", dir,
       "` gives this store files of its own (it copies the shared ",
-      FormatBytes(static_cast<double>(bytes)), "); `mlpo relocate` does it for a copy; or "
-      "delete the other copy"));
+      FormatBytes(static_cast<double>(bytes)),
+      "); `mlpo relocate` does it for a copy; or delete the other copy"));
 }
 
 absl::Status UnshareFile(FileSystem* fs, const std::string& file,

@@ -152,7 +152,8 @@ void AddPlanCommand(CLI::App& app) {
   cmd->callback([a] {
     PlanInput in;
     auto params = ParseCount(a->params);
-    if (!params.ok()) Fail("--params: " + std::string(params.status().message()));
+    if (!params.ok())
+      Fail("--params: " + std::string(params.status().message()));
     in.params = static_cast<double>(*params);
     in.ranks = a->ranks;
     auto dram = ParseSize(a->dram);

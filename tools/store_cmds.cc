@@ -135,7 +135,8 @@ void AddStoreCommands(CLI::App& app) {
       auto from = s->GetAttribute(kCopiedFromAttribute);
       json copied_from = json::array();
       if (from.ok())
-        for (absl::string_view u : absl::StrSplit(*from, ' ', absl::SkipEmpty()))
+        for (absl::string_view u :
+             absl::StrSplit(*from, ' ', absl::SkipEmpty()))
           copied_from.push_back(std::string(u));
       json j = {{"store", o.name},
                 {"rank", o.rank},

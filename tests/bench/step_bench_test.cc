@@ -4,8 +4,9 @@
 // mode's bound is what its own figures and the faster of the two probes
 // around it give; the compact format's ratio is fp32's step time
 // over its own; the trace shows the extents and the syncs. A bad
-// --probe-seconds, count, format or path is refused before any work. The figures themselves are
-// not asserted (speed is the benchmark's to show, not a test's).
+// --probe-seconds, count, format or path is refused before any work. The
+// figures themselves are not asserted (speed is the benchmark's to show,
+// not a test's).
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
