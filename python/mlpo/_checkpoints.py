@@ -12,8 +12,8 @@ import torch
 import torch.distributed as dist
 
 from . import _mlpo
-from ._tag_ids import (check_reader_tag, check_tag_ids, is_store,
-                       reused_tag_error, tag_id)
+from ._tag_ids import (check_reader_tag, check_tag, check_tag_ids,
+                       is_store, tag_id)
 
 _MANIFEST_FORMAT = 1
 
@@ -365,53 +365,10 @@ class CheckpointMixin:
                     f"(identity {theirs}); this optimizer's store "
                     f"{eng.meta_dir} is {eng.store_uuid}. Point store= and "
                     "name= at the store that wrote it")
-            self._check_tag(eng, tag, info, theirs)
+            check_tag(eng, tag, info, theirs, self._rank)
             self.restore(tag)
             return
         self._reshard(info)
-
-    def _check_tag(self, eng, tag, info, theirs):
-        """ValueError unless `eng`'s store holds the checkpoint the dict of
-        store `theirs` names: the same store, or one it is a copy of (the
-        copy holds the original's tags as they were when it was copied)."""
-        copy = theirs != eng.store_uuid
-        where = f"store {eng.meta_dir}"
-        if copy:
-            where = (f"store {eng.meta_dir}, a copy of the store {theirs} "
-                     "that wrote the state dict,")
-            if info.get("tag_ids") is None:
-                raise ValueError(
-                    f"mlpo.torch: {where} cannot tell whether its tag "
-                    f"{tag!r} is the dict's checkpoint: the dict names it by "
-                    "name only (an earlier release wrote it). Load it into "
-                    "the original; nothing was changed")
-        if tag in eng.tags():
-            ids = info.get("tag_ids")
-            if ids is not None and ids[self._rank] != tag_id(eng, tag):
-                if copy:  # taken on either side since the copy was made
-                    raise ValueError(
-                        f"mlpo.torch: {where} has a tag {tag!r} that is not "
-                        "the checkpoint this state dict was taken with: one "
-                        "of the two took that name after the copy was "
-                        "made; nothing was changed")
-                # The dict's tag was dropped (keep_checkpoints, `mlpo
-                # drop-tag`) and a later checkpoint took its name.
-                raise reused_tag_error(where, tag)
-            return
-        dropped = json.loads(eng.get_attribute("dropped_tags") or "{}")
-        if tag in dropped:
-            raise ValueError(
-                f"mlpo.torch: {where} no longer has tag {tag!r}: "
-                f"it was dropped by the retention setting keep_checkpoints="
-                f"{dropped[tag]} (the optimizer keeps that many of its newest "
-                "checkpoints; keep_checkpoints=0, the default, keeps all)")
-        if copy:
-            raise ValueError(
-                f"mlpo.torch: {where} has no tag {tag!r}: the original took "
-                "it after the copy was made (or `mlpo drop-tag` dropped it "
-                "here); nothing was changed")
-        raise ValueError(f"mlpo.torch: {where} has no tag "
-                         f"{tag!r} (dropped with `mlpo drop-tag`?)")
 
     def _switch_namespace(self, ns, uuid, tag, info):
         """Reopens this optimizer in namespace `ns` at `tag`; False (and
@@ -430,7 +387,7 @@ class CheckpointMixin:
         refused = None
         if eng is not None:
             try:  # a missing or reused tag changes nothing either
-                self._check_tag(eng, tag, info, uuid)
+                check_tag(eng, tag, info, uuid, self._rank)
             except ValueError as e:
                 eng.close()
                 eng, refused = None, e

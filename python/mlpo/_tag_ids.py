@@ -1,6 +1,7 @@
 """What a state dict records of its tag besides the name (tag_ids, one per
 rank): a tag name can be dropped and taken again by another checkpoint, a
-version number is never reused."""
+version number is never reused. And check_tag: whether a store (the one
+that wrote the dict, or a copy of it) holds the checkpoint a dict names."""
 import hashlib
 import json
 
@@ -59,3 +60,48 @@ def is_store(eng, uuid):
     same store, or one it is a copy of (its tags then hold the original's
     versions until either side drops them; check_tag compares the tag)."""
     return uuid == eng.store_uuid or uuid in copied_from(eng)
+
+
+def check_tag(eng, tag, info, theirs, rank):
+    """ValueError unless `eng`'s store holds the checkpoint the dict of
+    store `theirs` names (for rank `rank`): the same store, or one it is a
+    copy of (the copy holds the original's tags as they were when it was
+    copied)."""
+    copy = theirs != eng.store_uuid
+    where = f"store {eng.meta_dir}"
+    if copy:
+        where = (f"store {eng.meta_dir}, a copy of the store {theirs} "
+                 "that wrote the state dict,")
+        if info.get("tag_ids") is None:
+            raise ValueError(
+                f"mlpo.torch: {where} cannot tell whether its tag "
+                f"{tag!r} is the dict's checkpoint: the dict names it by "
+                "name only (an earlier release wrote it). Load it into "
+                "the original; nothing was changed")
+    if tag in eng.tags():
+        ids = info.get("tag_ids")
+        if ids is not None and ids[rank] != tag_id(eng, tag):
+            if copy:  # taken on either side since the copy was made
+                raise ValueError(
+                    f"mlpo.torch: {where} has a tag {tag!r} that is not "
+                    "the checkpoint this state dict was taken with: one "
+                    "of the two took that name after the copy was "
+                    "made; nothing was changed")
+            # The dict's tag was dropped (keep_checkpoints, `mlpo
+            # drop-tag`) and a later checkpoint took its name.
+            raise reused_tag_error(where, tag)
+        return
+    dropped = json.loads(eng.get_attribute("dropped_tags") or "{}")
+    if tag in dropped:
+        raise ValueError(
+            f"mlpo.torch: {where} no longer has tag {tag!r}: "
+            f"it was dropped by the retention setting keep_checkpoints="
+            f"{dropped[tag]} (the optimizer keeps that many of its newest "
+            "checkpoints; keep_checkpoints=0, the default, keeps all)")
+    if copy:
+        raise ValueError(
+            f"mlpo.torch: {where} has no tag {tag!r}: the original took "
+            "it after the copy was made (or `mlpo drop-tag` dropped it "
+            "here); nothing was changed")
+    raise ValueError(f"mlpo.torch: {where} has no tag "
+                     f"{tag!r} (dropped with `mlpo drop-tag`?)")
