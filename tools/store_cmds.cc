@@ -9,9 +9,9 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "store/admin/gc.h"
+#include "store/admin/relocate.h"  // CopiedFrom
 #include "store/admin/verify.h"
 #include "store/object_store.h"
 #include "store/store_files.h"
@@ -135,9 +135,7 @@ void AddStoreCommands(CLI::App& app) {
       auto from = s->GetAttribute(kCopiedFromAttribute);
       json copied_from = json::array();
       if (from.ok())
-        for (absl::string_view u :
-             absl::StrSplit(*from, ' ', absl::SkipEmpty()))
-          copied_from.push_back(std::string(u));
+        for (const std::string& u : CopiedFrom(*from)) copied_from.push_back(u);
       json j = {{"store", o.name},
                 {"rank", o.rank},
                 {"meta_dir", o.meta_dir},

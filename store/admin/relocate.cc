@@ -15,6 +15,10 @@
 
 namespace mlpo {
 
+std::vector<std::string> CopiedFrom(absl::string_view attribute) {
+  return absl::StrSplit(attribute, ' ', absl::SkipEmpty());
+}
+
 absl::StatusOr<RelocateReport> Relocate(const StoreOptions& options,
                                         bool new_identity,
                                         const UnshareProgress& progress) {
@@ -152,8 +156,7 @@ absl::StatusOr<RelocateReport> Relocate(const StoreOptions& options,
     // The copy remembers what it was copied from (once, if run again).
     auto it = snap.attributes.find(kCopiedFromAttribute);
     std::vector<std::string> from;
-    if (it != snap.attributes.end())
-      from = absl::StrSplit(it->second, ' ', absl::SkipEmpty());
+    if (it != snap.attributes.end()) from = CopiedFrom(it->second);
     if (from.empty() || from.back() != rep.old_uuid) {
       from.push_back(rep.old_uuid);
       b.PutAttribute(kCopiedFromAttribute, absl::StrJoin(from, " "));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "store/admin/unshare.h"
 #include "store/store_options.h"
 
@@ -42,6 +43,10 @@ struct RelocateReport {
 // (a `cp -al` copy) are unshared first (store/admin/unshare.h; `progress`
 // follows the copying). Takes the writer lock of the new index; the
 // original is never opened or changed.
+// The identities a kCopiedFromAttribute value lists, oldest first (the
+// format Relocate writes: space-separated).
+std::vector<std::string> CopiedFrom(absl::string_view attribute);
+
 absl::StatusOr<RelocateReport> Relocate(
     const StoreOptions& options, bool new_identity,
     const UnshareProgress& progress = nullptr);
