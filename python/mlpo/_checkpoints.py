@@ -347,10 +347,11 @@ class CheckpointMixin:
         check_tag_ids(info, world)
         tag = info["tag"]
         if info["world_size"] == self._world:
-            self._require_engine()
+            eng = self._require_engine()
             theirs = info["store_uuids"][self._rank]
             ns = info["name"]
-            if not is_store(self._engine, theirs) and ns != self._ns:
+            ours = is_store(eng, theirs)
+            if not ours and ns != self._ns:
                 # Another namespace of the store (another optimizer's, or a
                 # run before this one): move there, or copy the tag in when
                 # a live optimizer holds it.
@@ -358,8 +359,7 @@ class CheckpointMixin:
                     return
                 self._reshard(info)
                 return
-            eng = self._engine
-            if not is_store(eng, theirs):
+            if not ours:
                 raise ValueError(
                     f"mlpo.torch: the state dict is from another store "
                     f"(identity {theirs}); this optimizer's store "
