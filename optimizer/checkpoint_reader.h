@@ -73,6 +73,11 @@ class CheckpointReader {
   const std::map<std::string, uint64_t>& tag_versions(int k) const {
     return ranks_[k].tag_versions;
   }
+  // Attribute `key` of rank `k`'s store (ObjectStore::GetAttribute: NotFound
+  // when it has none), e.g. kCopiedFromAttribute.
+  absl::StatusOr<std::string> attribute(int k, const std::string& key) const {
+    return ranks_[k].store->GetAttribute(key);
+  }
 
   // Reads elements [start, start + n) of group g's flat fp32 master
   // parameters, first and second moments into p, m, v (each may be null).

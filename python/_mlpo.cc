@@ -462,6 +462,12 @@ class Reader {
     for (auto& [o, v] : r_->tag_versions(k)) out[py::str(o)] = v;
     return out;
   }
+  py::object GetAttribute(int k, const std::string& key) const {
+    if (k < 0 || k >= r_->world()) throw py::index_error("no such rank");
+    auto v = r_->attribute(k, key);
+    if (absl::IsNotFound(v.status())) return py::none();
+    return py::str(Value(std::move(v)));
+  }
   std::vector<uint64_t> ParamSteps() { return Value(r_->ParamSteps()); }
   py::tuple Read(int g, uint64_t start, uint64_t n) {
     std::vector<float> p(n), m(n), v(n);
@@ -545,5 +551,6 @@ PYBIND11_MODULE(_mlpo, m) {
       .def_property_readonly("store_uuids", &Reader::store_uuids)
       .def("param_steps", &Reader::ParamSteps)
       .def("tag_versions", &Reader::TagVersions)
+      .def("get_attribute", &Reader::GetAttribute)
       .def("read", &Reader::Read);
 }

@@ -5,6 +5,7 @@ class in torch.py, which owns the layout, the engine and the step."""
 import hashlib
 import json
 import math
+import os
 import warnings
 from collections.abc import Mapping
 
@@ -13,7 +14,7 @@ import torch.distributed as dist
 
 from . import _mlpo
 from ._tag_ids import (check_reader_tag, check_tag, check_tag_ids,
-                       is_store, tag_id)
+                       is_store, reader_holds, tag_id)
 
 _MANIFEST_FORMAT = 1
 
@@ -410,15 +411,7 @@ class CheckpointMixin:
     def _reshard(self, info):
         """Reads the shards a checkpoint of another world size holds for this
         rank and imports them (into a fresh store)."""
-        store = info["store"]
-        reader = _mlpo.CheckpointReader(store["toml"], store["base_dir"],
-                                        info.get("store_name") or
-                                        _store_name(info["name"],
-                                                    info["world_size"]),
-                                        info["tag"])
-        if list(reader.store_uuids) != list(info["store_uuids"]):
-            raise ValueError("mlpo.torch: the checkpoint's stores were "
-                             "replaced since the state dict was written")
+        reader = self._checkpoint_reader(info)
         check_reader_tag(reader, info)
         self._check_manifest_of(json.loads(reader.manifest()))
         eng = self._require_engine()
@@ -436,6 +429,37 @@ class CheckpointMixin:
             tag, k = f"step-{reader.step}.{k}", k + 1
         eng.tag(tag)
         self._params_from_store()
+
+    def _checkpoint_reader(self, info):
+        """The reader of the checkpoint of another world size that `info`
+        names: in the store this optimizer was given when that holds the
+        checkpoint's stores or copies of them (`cp -a`, then `mlpo relocate
+        --all`), else where the dict says they were written."""
+        name = info.get("store_name") or _store_name(info["name"],
+                                                     info["world_size"])
+        try:
+            here = _mlpo.CheckpointReader(self._toml_text, self._base_dir,
+                                          name, info["tag"])
+        except (OSError, ValueError, RuntimeError):
+            here = None  # not here (or not readable): try the recorded place
+        if here is not None and reader_holds(here, info):
+            return here
+        store = info["store"]
+        try:
+            reader = _mlpo.CheckpointReader(store["toml"], store["base_dir"],
+                                            name, info["tag"])
+        except FileNotFoundError as e:
+            roots = ", ".join(os.path.join(self._base_dir, p["root"])
+                              for p in self._config["path"])
+            raise FileNotFoundError(
+                f"mlpo.torch: the checkpoint of {info['world_size']} ranks "
+                f"cannot be read where it was written ({e}), and this "
+                f"optimizer's store ({roots}) holds no copy of it (a copy: "
+                "`cp -a` the store, then `mlpo relocate --all`)") from None
+        if not reader_holds(reader, info):
+            raise ValueError("mlpo.torch: the checkpoint's stores were "
+                             "replaced since the state dict was written")
+        return reader
 
     def _check_manifest_of(self, other):
         try:

@@ -28,7 +28,15 @@ def export_state_dict(store, tag=None, name="mlpo"):
     else:
         toml, base = store_config.resolve(store, create=False)
         store_name = name
-    reader = _mlpo.CheckpointReader(toml, base, store_name, tag or "")
+    try:
+        reader = _mlpo.CheckpointReader(toml, base, store_name, tag or "")
+    except FileNotFoundError as e:
+        if not isinstance(store, dict):
+            raise
+        raise FileNotFoundError(
+            f"mlpo: {e}; the state dict names the store where it was "
+            "written: to read a copy of it, give the copy's store= "
+            f"with name={store_name!r}, tag={tag!r}") from None
     if isinstance(store, dict) and "mlpo" in store and tag == info["tag"]:
         check_tag_ids(info, info["world_size"])
         check_reader_tag(reader, info)

@@ -55,6 +55,24 @@ def copied_from(eng):
     return (eng.get_attribute("copied_from") or "").split()
 
 
+def reader_holds(reader, info):
+    """Whether `reader` (a CheckpointReader) reads the stores that wrote the
+    dict `info`, or copies of them (`cp -a`, then `mlpo relocate --all`)
+    whose tag holds the versions the dict names (its tag_ids: without them
+    a copy cannot tell). check_reader_tag then compares the versions."""
+    uuids = list(info["store_uuids"])
+    if reader.world != len(uuids):
+        return False
+    ours = list(reader.store_uuids)
+    if ours == uuids:
+        return True
+    if info.get("tag_ids") is None:
+        return False
+    return all(
+        o == u or u in (reader.get_attribute(k, "copied_from") or "").split()
+        for k, (o, u) in enumerate(zip(ours, uuids)))
+
+
 def is_store(eng, uuid):
     """Whether a dict of store `uuid` may name a tag of `eng`'s store: the
     same store, or one it is a copy of (its tags then hold the original's

@@ -96,3 +96,50 @@ def test_reshard_int8_moments_two_ranks_into_one(tmp_path, build_python_path):
     # lr 1e-2, 5 steps, each update's m / sqrt(v) within int8's rounding.
     assert params_close(two, one) <= 0.25 * 1e-2 * 5
     assert close(two, one, range(5, 10)) <= 0.05 * abs(two["losses"]["9"])
+
+
+def test_reshard_reads_a_copy_not_the_original(tmp_path, build_python_path,
+                                               mlpo_cli):
+    """A checkpoint of two ranks, copied (`cp -a`, `mlpo relocate --all`)
+    and loaded into one rank on the copy, is read from the copy: it loads
+    with the original gone, continues as the two-rank run did, and writes
+    nothing to the original. An unrelocated copy is no copy: the error says
+    where the checkpoint was written and how to make one."""
+    import shutil
+    import subprocess
+    import torch
+    import mlpo.torch as mt
+    from helpers import make_model, two_groups
+
+    orig, copy, raw = tmp_path / "orig", tmp_path / "copy", tmp_path / "raw"
+    two = run(tmp_path, build_python_path, 2, tmp_path / "two.json",
+              store=orig, save=tmp_path / "c2.pt", save_at=5)
+    subprocess.run(["cp", "-a", str(orig), str(copy)], check=True)
+    subprocess.run(["cp", "-a", str(orig), str(raw)], check=True)
+    subprocess.run([mlpo_cli, "relocate", "--all", str(copy)], check=True,
+                   capture_output=True)
+    gone = tmp_path / "gone"
+    orig.rename(gone)
+    one = run(tmp_path, build_python_path, 1, tmp_path / "one.json",
+              store=copy, load=tmp_path / "c2.pt", start=5)
+    assert close(two, one, range(5, 10)) <= TOL
+    assert params_close(two, one) <= TOL
+    assert (copy / "mlpo").is_dir() and not (gone / "mlpo").exists()
+
+    ckpt = torch.load(tmp_path / "c2.pt")
+    opt = mt.AdamW(two_groups(make_model(), named=True), lr=1e-2, store=raw,
+                   subgroup_numel=100)
+    with pytest.raises(FileNotFoundError) as e:
+        opt.load_state_dict(ckpt["opt"])
+    assert str(orig) in str(e.value) and "mlpo relocate --all" in str(e.value)
+    assert opt.state_dict()["mlpo"]["tag"]  # still usable, a fresh run
+    opt.close()
+    with pytest.raises(FileNotFoundError) as e:
+        mt.export_state_dict(ckpt["opt"])
+    assert "name='mlpo-w2', tag='step-5'" in str(e.value)
+    out = mt.export_state_dict(str(copy), name="mlpo-w2", tag="step-5")
+    gone.rename(orig)  # the original, back: both read the same checkpoint
+    ref = mt.export_state_dict(ckpt["opt"])
+    for i, s in ref["state"].items():
+        assert torch.equal(s["exp_avg_sq"], out["state"][i]["exp_avg_sq"])
+    shutil.rmtree(raw)
