@@ -282,3 +282,26 @@ def test_a_hyperparameter_set_to_a_non_number_is_named_at_step(
     assert opt.state[model[0].weight]["step"] == 3
     assert not torch.equal(model[0].weight, before["0.weight"])
     opt.close()
+
+
+def test_copying_or_pickling_the_optimizer_is_refused_naming_state_dict(
+        store_dir, tmp_path):
+    """torch.optim's optimizers pickle with their state; mlpo's is in the
+    store. A copy used to come back without its engine and fail at its
+    first use with an AttributeError; the copy is refused instead, and the
+    optimizer trains on."""
+    import copy
+    import pickle
+    model, opt = trained(store_dir)
+    for f in (copy.deepcopy, copy.copy, pickle.dumps,
+              lambda o: torch.save(o, tmp_path / "opt.pt")):
+        with pytest.raises(TypeError, match="state_dict"):
+            f(opt)
+    before = [p.detach().clone() for p in model.parameters()]
+    opt.zero_grad()
+    loss_of(model, 3).backward()
+    opt.step()
+    assert opt.step_count == 4
+    assert any(not torch.equal(a, p) for a, p in
+               zip(before, model.parameters()))
+    opt.close()
