@@ -493,6 +493,12 @@ PYBIND11_MODULE(_mlpo, m) {
   using mlpo::Engine;
   using mlpo::Reader;
   m.doc() = "mlpo: optimizer state in a tiered object store (C++ engine)";
+  m.def("check_store_config",
+        [](const std::string& toml, const std::string& base_dir) {
+          mlpo::StoreArg(toml, base_dir, "", 0);
+        },
+        "ValueError naming the key unless the TOML config text parses into "
+        "valid store options (nothing is opened or created)");
   py::class_<Engine>(m, "Engine")
       .def(py::init<const std::string&, const std::string&, const std::string&,
                     int, const std::vector<py::dict>&, uint64_t,

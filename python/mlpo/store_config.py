@@ -102,6 +102,17 @@ def load(store, create=True):
     return config, base
 
 
+def source(store):
+    """Where a store= argument's config comes from, for messages: the TOML
+    file's path, or what the argument is."""
+    if isinstance(store, (str, os.PathLike)):
+        s = os.path.abspath(os.fspath(store))
+        return s if s.endswith(".toml") else f"(store= {s})"
+    if isinstance(store, dict):
+        return "(the store= dict)"
+    return f"(store= {store!r})"
+
+
 def resolve(store, create=True):
     """(toml_text, base_dir) for `store` (see load())."""
     config, base = load(store, create)

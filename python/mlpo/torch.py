@@ -50,7 +50,7 @@ except ImportError as e:  # a venv without --system-site-packages, or pyenv
         "--system-site-packages`") from e
 import torch.distributed as dist
 
-from . import store_config
+from . import _mlpo, store_config
 from ._opening import STATE_BYTES, STATE_FORMATS  # noqa: F401
 from ._checkpoints import CheckpointMixin, StateView, _MANIFEST_FORMAT, _flat
 from ._export import export_state_dict
@@ -152,6 +152,11 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
                           prefetch=int(prefetch), commits=int(commits),
                           threads=int(threads))
         self._layout = self._make_layout()
+        try:  # a bad key or value, named with the file it is in
+            _mlpo.check_store_config(self._toml(), self._base_dir)
+        except ValueError as e:
+            raise ValueError(f"mlpo store config {store_config.source(store)}"
+                             f": {e}") from None
         self._open(restore_tag=restore_tag, resume=resume)
 
     # -- construction ----------------------------------------------------

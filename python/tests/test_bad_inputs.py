@@ -305,3 +305,25 @@ def test_copying_or_pickling_the_optimizer_is_refused_naming_state_dict(
     assert any(not torch.equal(a, p) for a, p in
                zip(before, model.parameters()))
     opt.close()
+
+
+def test_a_bad_key_or_value_in_a_store_config_names_the_file(tmp_path):
+    """A typo in a TOML config file is named with the file it is in (the
+    engine saw only the text); a store= dict is named as such. Nothing is
+    created in the store's paths."""
+    (tmp_path / "nv").mkdir()
+    model = make_model()
+    nv = '[[path]]\nroot = "nv"\n'
+    for text, key in (('cach = "1G"\n' + nv, "cach"),
+                      ("extent_bytes = 7\n" + nv, "extent_bytes"),
+                      (nv + '[[path]]\nroot = "pf"\nkind = "nvm"\n',
+                       "path[1].kind")):
+        cfg = tmp_path / "run.toml"
+        cfg.write_text(text)
+        with pytest.raises(ValueError) as e:
+            mt.AdamW(model.parameters(), store=str(cfg))
+        assert str(cfg) in str(e.value) and f"'{key}'" in str(e.value)
+    with pytest.raises(ValueError, match=r"store= dict.*'cach'"):
+        mt.AdamW(model.parameters(),
+                 store={"path": [str(tmp_path / "nv")], "cach": 1})
+    assert os.listdir(tmp_path / "nv") == []
