@@ -125,6 +125,12 @@ absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
   // Point-in-time: a damaged WAL replays up to the damage. Whether that lost
   // acknowledged writes is for the seal to say (see the header).
   opts.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+  // No preallocation: RocksDB reserves 1.1 write buffers (70 MiB) for each
+  // new WAL with fallocate, which on a nearly full disk takes the last free
+  // blocks (ext4 keeps what it got before ENOSPC), so the store cannot open
+  // even to drop a tag and gc, and a process killed before the log's close
+  // leaves them taken. The index writes little; appends extend its files.
+  opts.allow_fallocate = false;
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
   for (const char* n : kCfNames)
     cfs.emplace_back(n, rocksdb::ColumnFamilyOptions());
