@@ -493,6 +493,26 @@ PYBIND11_MODULE(_mlpo, m) {
   using mlpo::Engine;
   using mlpo::Reader;
   m.doc() = "mlpo: optimizer state in a tiered object store (C++ engine)";
+  m.def("read_store_attribute",
+        [](const std::string& toml, const std::string& base_dir,
+           const std::string& name, const std::string& key) -> py::object {
+          mlpo::StoreOptions o = mlpo::StoreArg(toml, base_dir, name, 0);
+          o.read_only = true;
+          o.create_if_missing = false;
+          absl::Status opened;
+          absl::StatusOr<std::string> v;
+          {
+            py::gil_scoped_release nogil;
+            auto store = mlpo::ObjectStore::Open(o);
+            opened = store.status();
+            if (store.ok()) v = (*store)->GetAttribute(key);  // or NotFound
+          }
+          mlpo::Check(opened);
+          if (!v.ok()) return py::none();
+          return py::str(*v);
+        },
+        "Attribute `key` of store `name` (rank 0), opened read-only (beside "
+        "a live writer too); None when the store has no such attribute");
   m.def("check_store_config",
         [](const std::string& toml, const std::string& base_dir) {
           mlpo::StoreArg(toml, base_dir, "", 0);

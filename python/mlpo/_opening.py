@@ -129,12 +129,15 @@ class StoreOpening:
             except RuntimeError as e:
                 msg = str(e)
                 if "already open by" in msg:
-                    if f"pid {os.getpid()}" in msg and not collected:
+                    mine = f"pid {os.getpid()}" in msg
+                    if mine and not collected:
                         # An optimizer of this process nobody can reach any
                         # more (a notebook cell run again) still holds it.
                         gc.collect()
                         collected = True
                         continue
+                    if not mine and getattr(self, "_resuming", False):
+                        self._check_held(ns, msg)
                     return None
                 if "is declared as" in msg:
                     # Objects of another size: another model, or this one
@@ -169,6 +172,31 @@ class StoreOpening:
                     self._skipped.append((ns, _another_model(diff)))
                     return None
             return eng
+
+    def _check_held(self, ns, msg):
+        """Resuming, a namespace another process holds: RuntimeError when it
+        holds this model's state (the last job still running: resuming
+        elsewhere would silently start afresh); noted as passed over when
+        it holds another model's."""
+        holder = msg.split("already open by ")[-1].split(" (one writer")[0]
+        try:  # its manifest, read beside the writer
+            held = _mlpo.read_store_attribute(
+                self._toml_text, self._base_dir,
+                _store_name(ns, self._world), "manifest")
+            diff = None if held is None else _model_difference(
+                _parse_manifest(held), self._manifest)
+        except (RuntimeError, ValueError, OSError):
+            diff = None  # unreadable: its state all the same
+        if diff is not None:
+            self._skipped.append(
+                (ns, f"{_another_model(diff)}, open in {holder}"))
+            return
+        raise RuntimeError(
+            f"mlpo.torch: resume: namespace {ns!r} of the store holds this "
+            f"model's state, and {holder} has it open (the "
+            "last job still running?). Nothing was changed: stop that "
+            "process and resume again, or pass name= for a state of this "
+            "optimizer's own")
 
     def _check_subgroups(self, ns, msg, restore_tag):
         """Resuming (or restoring a tag), a namespace whose objects have

@@ -95,3 +95,53 @@ def test_killed_training_resumes_from_its_last_file(tmp_path,
     got = torch.load(work / "final.pt")
     for k in want:
         assert torch.equal(got[k], want[k]), (k, kills)
+
+
+HOLDER = r"""
+import sys, torch
+sys.path[:0] = sys.argv[1:3]
+import mlpo.torch as mt
+from helpers import make_model, loss_of
+model = make_model()
+opt = mt.AdamW(model.named_parameters(), lr=1e-2, store=sys.argv[3])
+for s in range(3):
+    opt.zero_grad()
+    loss_of(model, s).backward()
+    opt.step()
+print("holding", flush=True)
+sys.stdin.read()  # until the test closes it
+"""
+
+
+def test_resume_while_the_last_job_still_holds_the_store_is_refused(
+        tmp_path, build_python_path):
+    """resume=True while another process (the last job, not dead yet) has
+    this model's namespace open used to pass it over and start afresh in
+    the next one ("nothing to resume"); it is refused naming the process,
+    nothing is created, and the resume works once that process is gone. A
+    model of other shapes still passes the held namespace over."""
+    import pytest
+    import mlpo.torch as mt
+    from helpers import make_model
+    store = str(tmp_path / "s")
+    tests = os.path.dirname(os.path.abspath(__file__))
+    p = subprocess.Popen([sys.executable, "-c", HOLDER, build_python_path,
+                          tests, store], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "holding"
+        with pytest.raises(RuntimeError,
+                           match=rf"this model's state.*pid {p.pid} has"):
+            mt.AdamW(make_model().named_parameters(), store=store,
+                     resume=True)
+        assert sorted(os.listdir(store)) == [".mlpo", "mlpo"]
+        other = mt.AdamW(torch.nn.Linear(3, 2).parameters(), store=store,
+                         resume=True)
+        assert other.store_name == "mlpo.2" and other.step_count == 0
+        other.close()
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
+    opt = mt.AdamW(make_model().named_parameters(), store=store, resume=True)
+    assert opt.store_name == "mlpo" and opt.step_count == 3
+    opt.close()
