@@ -24,6 +24,7 @@ ap.add_argument("--save")
 ap.add_argument("--save-at", type=int, default=-1)
 ap.add_argument("--out", required=True)
 ap.add_argument("--state-format", default="fp32")
+ap.add_argument("--ddp", type=int, default=0)  # wrap in DistributedDataParallel
 a = ap.parse_args()
 
 if "WORLD_SIZE" in os.environ:
@@ -31,13 +32,15 @@ if "WORLD_SIZE" in os.environ:
 world = dist.get_world_size() if dist.is_initialized() else 1
 rank = dist.get_rank() if dist.is_initialized() else 0
 
-model = make_model()
-opt = mt.AdamW(two_groups(model, named=True), lr=1e-2, store=a.store,
+model = net = make_model()
+if a.ddp and dist.is_initialized():
+    model = torch.nn.parallel.DistributedDataParallel(net)
+opt = mt.AdamW(two_groups(net, named=True), lr=1e-2, store=a.store,
                subgroup_numel=100,  # several subgroups per shard
                state_format=a.state_format)
 if a.load:
     ckpt = torch.load(a.load)
-    model.load_state_dict(ckpt["model"])
+    net.load_state_dict(ckpt["model"])
     opt.load_state_dict(ckpt["opt"])
 losses = {}
 for step in range(a.start, a.stop):
@@ -45,7 +48,7 @@ for step in range(a.start, a.stop):
     loss = loss_of(model, step, part=rank, parts=world)
     loss.backward()
     if step % 3 == 1:  # a frozen parameter now and then: skipped everywhere
-        model[0].bias.grad = None
+        net[0].bias.grad = None
     opt.step()
     full = loss.detach().clone()
     if world > 1:
@@ -55,12 +58,12 @@ for step in range(a.start, a.stop):
     if step + 1 == a.save_at:
         sd = opt.state_dict()  # every rank tags its store
         if rank == 0:
-            torch.save({"model": model.state_dict(), "opt": sd}, a.save)
+            torch.save({"model": net.state_dict(), "opt": sd}, a.save)
 if rank == 0:
     with open(a.out, "w") as f:
         json.dump({"losses": losses, "world": world,
                    "params": {n: p.detach().reshape(-1).tolist()
-                              for n, p in model.named_parameters()}}, f)
+                              for n, p in net.named_parameters()}}, f)
 if dist.is_initialized():
     dist.barrier()
     dist.destroy_process_group()

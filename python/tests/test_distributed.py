@@ -64,6 +64,18 @@ def test_two_ranks_equal_one_process(tmp_path, build_python_path):
     assert params_close(one, two) <= TOL
 
 
+def test_a_model_wrapped_in_ddp_trains_as_one_process(tmp_path,
+                                                      build_python_path):
+    """DistributedDataParallel averages the gradients in backward; mlpo's
+    own average of those equal gradients leaves them as they are."""
+    one = run(tmp_path, build_python_path, 1, tmp_path / "one.json",
+              store=tmp_path / "s1")
+    two = run(tmp_path, build_python_path, 2, tmp_path / "two.json",
+              store=tmp_path / "s2", ddp=1)
+    assert close(one, two, range(10)) <= TOL
+    assert params_close(one, two) <= TOL
+
+
 def test_reshard_two_ranks_into_one_and_one_into_two(tmp_path, build_python_path):
     st = tmp_path / "store"
     # 2 -> 1
