@@ -169,16 +169,6 @@ class CheckpointMixin:
         except Exception:  # interpreter shutdown: the store's own close runs
             pass
 
-    def __getstate__(self):
-        # torch.optim's optimizers pickle (and deepcopy) with their state;
-        # mlpo's lives in the store, which two optimizers cannot share, and
-        # a copy without it would fail at its first use.
-        raise TypeError(
-            f"mlpo.torch.{type(self).__name__} cannot be pickled or copied "
-            "(copy.deepcopy, torch.save(opt)): its state lives in the "
-            "store. Save opt.state_dict() (a small dict naming a checkpoint "
-            "of the store) and load it into a new optimizer")
-
     def _prune_checkpoints(self):
         """Keeps the newest keep_checkpoints "step-<t>" tags (0 keeps all)
         and frees what only the older ones held."""

@@ -159,6 +159,16 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
                              f": {e}") from None
         self._open(restore_tag=restore_tag, resume=resume)
 
+    def __getstate__(self):
+        # torch.optim's optimizers pickle (and deepcopy) with their state;
+        # mlpo's lives in the store, which two optimizers cannot share, and
+        # a copy without it would fail at its first use.
+        raise TypeError(
+            f"mlpo.torch.{type(self).__name__} cannot be pickled or copied "
+            "(copy.deepcopy, torch.save(opt)): its state lives in the "
+            "store. Save opt.state_dict() (a small dict naming a checkpoint "
+            "of the store) and load it into a new optimizer")
+
     # -- construction ----------------------------------------------------
 
     @staticmethod
