@@ -42,7 +42,7 @@ labels=(-LE slow)
 [ $slow -eq 1 ] && labels=()
 if [ $slow -eq 1 ]; then
   # The adapter's long property runs (python/tests/test_workflow_model.py,
-  # test_kill_resume.py, test_fuzz_state_dict.py).
+  # test_retention_model.py, test_kill_resume.py, test_fuzz_state_dict.py).
   export MLPO_WORKFLOW_EXAMPLES=${MLPO_WORKFLOW_EXAMPLES:-1500}
   export MLPO_KILL_ROUNDS=${MLPO_KILL_ROUNDS:-12}
   # State formats against fp32 on the example's own model, two seeds

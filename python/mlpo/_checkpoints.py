@@ -169,19 +169,30 @@ class CheckpointMixin:
         except Exception:  # interpreter shutdown: the store's own close runs
             pass
 
-    def _prune_checkpoints(self):
-        """Keeps the newest keep_checkpoints "step-<t>" tags (0 keeps all)
-        and frees what only the older ones held."""
+    def _prune_checkpoints(self, newest):
+        """Keeps the keep_checkpoints automatic tags ("step-<t>") that
+        state_dict() handed out last (`newest` now; 0 keeps all) and frees
+        what only the others held. Handed out, not numbered: in a rerun or
+        after a rollback, the tags taken now have lower steps than the
+        older run's, and the dict just returned must stay loadable."""
         if self.keep_checkpoints <= 0:
             return
         eng = self._engine
-        auto = sorted((k, t) for t in eng.tags()
-                      if (k := _step_tag_key(t)) is not None)
-        old = auto[:-self.keep_checkpoints]
+        was = json.loads(eng.get_attribute("checkpoint_order") or "[]")
+        # Automatic tags it does not list (taken by an earlier release, or
+        # while every checkpoint was kept) go first, oldest state first.
+        auto = [t for t in eng.tag_order() if _step_tag_key(t) is not None]
+        listed = [t for t in was if t in auto and t != newest]
+        order = [t for t in auto if t not in listed and t != newest]
+        order += listed + [newest]
+        old, keep = (order[:-self.keep_checkpoints],
+                     order[-self.keep_checkpoints:])
+        if keep != was:
+            eng.set_attribute("checkpoint_order", json.dumps(keep))
         if not old:
             return
         dropped = json.loads(eng.get_attribute("dropped_tags") or "{}")
-        for _, t in old:
+        for t in old:
             eng.drop_tag(t)
             dropped[t] = self.keep_checkpoints
         # The newest 1000 names, for load_state_dict's message.
@@ -225,17 +236,22 @@ class CheckpointMixin:
         # "step-<t>", or "step-<t>.<k>" when a tag of that step already
         # holds another lineage's state (training on after a rollback): a
         # dict never names a tag of another lineage, and no tag is replaced.
+        # A tag of this step holding these very versions is that checkpoint
+        # again (state_dict() twice, or after loading one).
         # (At step 0 with nothing stored, a tag of that name that is
         # "current" holds nothing: one an earlier release took. Not reused:
         # a new one stores the initial parameters.)
         tags = set(eng.tags())
-        tag, k = f"step-{eng.step_count}", 1
-        while tag in tags and (not eng.state_stored or
-                               not eng.tag_is_current(tag)):
-            tag, k = f"step-{eng.step_count}.{k}", k + 1
-        if tag not in tags:
+        t = eng.step_count
+        tag = next((n for n in sorted(tags) if eng.state_stored and
+                    (_step_tag_key(n) or (None,))[0] == t and
+                    eng.tag_is_current(n)), None)
+        if tag is None:  # the first free name of this step
+            tag, k = f"step-{t}", 1
+            while tag in tags:
+                tag, k = f"step-{t}.{k}", k + 1
             eng.tag(tag)
-            self._prune_checkpoints()
+        self._prune_checkpoints(tag)
         # "params" lists are empty so that torch.optim's load_state_dict
         # refuses this dict (its groups do not match) instead of loading an
         # optimizer with no moments; the counts are in "mlpo".
