@@ -1,10 +1,16 @@
 // Store subcommands of the mlpo CLI: inspect, ls, verify, tag, tags,
 // restore, drop-tag, gc (show: show_cmd.cc, recover: recover_cmd.cc). Each
 // takes STORE (a TOML config or a store directory) and --json.
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <cstdio>
 #include <iostream>
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -99,6 +105,24 @@ json TagStep(const StoreView& s,
   return step;
 }
 
+// A store's tags in the order their state was written (by the newest
+// version each holds: versions are never reused), the oldest first, as the
+// adapter orders them; not by name, where "step-10" sorts before "step-2".
+using TagVersions = std::map<std::string, uint64_t>;
+std::vector<std::pair<std::string, TagVersions>> TagsInWriteOrder(
+    const StoreView& s) {
+  std::vector<std::tuple<uint64_t, std::string, TagVersions>> order;
+  for (auto& [t, objs] : s.Tags()) {
+    uint64_t newest = 0;
+    for (auto& [o, v] : objs) newest = std::max(newest, v);
+    order.emplace_back(newest, t, objs);
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<std::pair<std::string, TagVersions>> out;
+  for (auto& [v, t, objs] : order) out.emplace_back(t, std::move(objs));
+  return out;
+}
+
 std::string StepText(const json& step) {
   if (step.is_null()) return "-";
   if (step.is_string()) return step.get<std::string>();
@@ -130,7 +154,7 @@ void AddStoreCommands(CLI::App& app) {
     c->callback([a] {
       auto s = OpenView("inspect", a->store);
       StoreStats st = s->Stats();
-      auto tags = s->Tags();
+      auto tags = TagsInWriteOrder(*s);
       const auto& o = s->options();
       auto from = s->GetAttribute(kCopiedFromAttribute);
       json copied_from = json::array();
@@ -353,11 +377,13 @@ void AddStoreCommands(CLI::App& app) {
   }
   {
     auto a = std::make_shared<CommonArgs>();
-    auto* c = AddStoreSub(app, "tags", "List tags", a.get());
+    auto* c = AddStoreSub(app, "tags",
+                          "List tags with their step, in the order their "
+                          "state was written (oldest first)", a.get());
     c->callback([a] {
       auto s = OpenView("tags", a->store);
       json j = json::array();
-      for (auto& [t, objs] : s->Tags()) {
+      for (auto& [t, objs] : TagsInWriteOrder(*s)) {
         json o = json::object();
         for (auto& [n, v] : objs) o[n] = v;
         j.push_back({{"name", t}, {"objects", o}, {"step", TagStep(*s, objs)}});

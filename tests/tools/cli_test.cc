@@ -12,6 +12,7 @@
 #include <iterator>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -21,6 +22,40 @@
 
 namespace mlpo {
 namespace {
+
+// Tags list in the order their state was written, not by name: "step-10"
+// after "step-9", and a tag of a rollback's state after the ones it rolled
+// back from.
+TEST_F(CliTest, TagsListInTheOrderTheirStateWasWritten) {
+  {
+    auto s = ObjectStore::Open(o_);
+    ASSERT_TRUE(s.ok()) << s.status();
+    for (uint64_t step : {9, 10}) {
+      auto l = (*s)->Checkout("w0").get();
+      ASSERT_TRUE(l.ok()) << l.status();
+      ASSERT_TRUE((*s)->Commit(*l, step).get().ok());
+      ASSERT_TRUE((*s)->Tag("step-" + std::to_string(step)).ok());
+    }
+    ASSERT_TRUE((*s)->Restore("step-9").ok());
+    auto l = (*s)->Checkout("w0").get();
+    ASSERT_TRUE(l.ok()) << l.status();
+    ASSERT_TRUE((*s)->Commit(*l, 10).get().ok());
+    ASSERT_TRUE((*s)->Tag("step-10.1").ok());
+  }
+  const std::vector<std::string> want = {"first", "step-9", "step-10",
+                                         "step-10.1"};
+  for (const char* cmd : {"tags", "inspect"}) {
+    CliRun r = Mlpo(std::string(cmd) + " " + store_dir_ + " --json");
+    ASSERT_EQ(r.code, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    std::vector<std::string> got;
+    for (auto& t : j["tags"]) got.push_back(t["name"].get<std::string>());
+    EXPECT_EQ(got, want) << cmd;
+  }
+  CliRun r = Mlpo("tags " + store_dir_);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_LT(r.out.find("step-9 "), r.out.find("step-10 ")) << r.out;
+}
 
 TEST_F(CliTest, InspectLsShowAndTagsReportTheStore) {
   CliRun r = Mlpo("inspect " + store_dir_ + " --json");
