@@ -386,19 +386,9 @@ class Engine {
     for (auto& [o, v] : t->second) out[py::str(o)] = v;
     return out;
   }
-  // Tag names, oldest first (by the newest version each holds; an empty
-  // tag counts as oldest).
+  // Tag names, oldest first (store/store_view.h).
   std::vector<std::string> TagOrder() {
-    std::vector<std::pair<uint64_t, std::string>> order;
-    for (auto& [t, objs] : opt()->store()->Tags()) {
-      uint64_t newest = 0;
-      for (auto& [o, v] : objs) newest = std::max(newest, v);
-      order.push_back({newest, t});
-    }
-    std::sort(order.begin(), order.end());
-    std::vector<std::string> out;
-    for (auto& [v, t] : order) out.push_back(t);
-    return out;
+    return TagsInWriteOrder(opt()->store()->Tags());
   }
   void SetAttribute(const std::string& k, const std::string& v) {
     Check(opt()->store()->SetAttribute(k, v));

@@ -13,6 +13,7 @@
 #ifndef MLPO_STORE_STORE_VIEW_H_
 #define MLPO_STORE_STORE_VIEW_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -142,6 +143,25 @@ class StoreView {
                                    const std::string& error,
                                    absl::StatusCode code) const = 0;
 };
+
+// The names of `tags` (StoreView::Tags()) in the order their state was
+// written, the oldest first: by the newest version each holds (versions are
+// never reused; an empty tag counts as oldest), then by name. Not by name
+// alone, where "step-10" sorts before "step-2". `mlpo tags`, `inspect`,
+// the adapter.
+inline std::vector<std::string> TagsInWriteOrder(
+    const std::map<std::string, std::map<std::string, uint64_t>>& tags) {
+  std::vector<std::pair<uint64_t, std::string>> order;
+  for (auto& [t, objs] : tags) {
+    uint64_t newest = 0;
+    for (auto& [o, v] : objs) newest = std::max(newest, v);
+    order.emplace_back(newest, t);
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<std::string> out;
+  for (auto& [v, t] : order) out.push_back(t);
+  return out;
+}
 
 }  // namespace mlpo
 

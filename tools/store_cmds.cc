@@ -8,7 +8,6 @@
 #include <iostream>
 #include <map>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -105,21 +104,15 @@ json TagStep(const StoreView& s,
   return step;
 }
 
-// A store's tags in the order their state was written (by the newest
-// version each holds: versions are never reused), the oldest first, as the
-// adapter orders them; not by name, where "step-10" sorts before "step-2".
+// A store's tags with their versions, in the order their state was written
+// (store/store_view.h TagsInWriteOrder).
 using TagVersions = std::map<std::string, uint64_t>;
-std::vector<std::pair<std::string, TagVersions>> TagsInWriteOrder(
+std::vector<std::pair<std::string, TagVersions>> OrderedTags(
     const StoreView& s) {
-  std::vector<std::tuple<uint64_t, std::string, TagVersions>> order;
-  for (auto& [t, objs] : s.Tags()) {
-    uint64_t newest = 0;
-    for (auto& [o, v] : objs) newest = std::max(newest, v);
-    order.emplace_back(newest, t, objs);
-  }
-  std::sort(order.begin(), order.end());
+  auto tags = s.Tags();
   std::vector<std::pair<std::string, TagVersions>> out;
-  for (auto& [v, t, objs] : order) out.emplace_back(t, std::move(objs));
+  for (const std::string& t : TagsInWriteOrder(tags))
+    out.emplace_back(t, std::move(tags[t]));
   return out;
 }
 
@@ -154,7 +147,7 @@ void AddStoreCommands(CLI::App& app) {
     c->callback([a] {
       auto s = OpenView("inspect", a->store);
       StoreStats st = s->Stats();
-      auto tags = TagsInWriteOrder(*s);
+      auto tags = OrderedTags(*s);
       const auto& o = s->options();
       auto from = s->GetAttribute(kCopiedFromAttribute);
       json copied_from = json::array();
@@ -383,7 +376,7 @@ void AddStoreCommands(CLI::App& app) {
     c->callback([a] {
       auto s = OpenView("tags", a->store);
       json j = json::array();
-      for (auto& [t, objs] : TagsInWriteOrder(*s)) {
+      for (auto& [t, objs] : OrderedTags(*s)) {
         json o = json::object();
         for (auto& [n, v] : objs) o[n] = v;
         j.push_back({{"name", t}, {"objects", o}, {"step", TagStep(*s, objs)}});
