@@ -6,10 +6,10 @@ optimizer on the same store, as torch.optim starts) and a resume; after
 each state_dict the store's automatic tags are exactly the last K handed
 out, and a saved dict loads exactly when its checkpoint is among them
 (else it is refused and nothing changes). state_dict() at a checkpoint's
-state (again, or after loading it) hands that checkpoint out again. Retention by step number failed
-this: a rerun's checkpoints (lower steps than the last run's) were dropped
-as they were made. MLPO_WORKFLOW_EXAMPLES as in test_workflow_model.py
-(default 12)."""
+state (again, or after loading it) hands that checkpoint out again.
+Retention by step number failed this: a rerun's checkpoints (lower steps
+than the last run's) were dropped as they were made.
+MLPO_WORKFLOW_EXAMPLES as in test_workflow_model.py (default 12)."""
 import os
 import shutil
 import tempfile
