@@ -48,6 +48,28 @@ class Stepping:
             grad = torch.empty_like(p, dtype=torch.float32).copy_(grad)
         return grad
 
+    def _check_groups(self):
+        """ValueError unless the param groups hold the parameters the store
+        was laid out for: one added to, removed from or replaced in a
+        group's 'params' by hand would be left out of the update without a
+        word (or updated all the same)."""
+        if len(self.param_groups) != len(self._layout):
+            raise ValueError(
+                f"mlpo.torch: the optimizer has {len(self.param_groups)} "
+                f"param groups and was made with {len(self._layout)}: "
+                "groups are added with add_param_group; nothing was changed")
+        for g, (group, l) in enumerate(zip(self.param_groups, self._layout)):
+            ps, es = group["params"], l["entries"]
+            if len(ps) != len(es) or any(p is not e["param"]
+                                         for p, e in zip(ps, es)):
+                raise ValueError(
+                    f"mlpo.torch: param group {g}'s 'params' changed since "
+                    "the optimizer was made (a parameter added, removed or "
+                    "replaced by hand); mlpo lays its store out for them "
+                    "once. Add parameters with add_param_group; leave one "
+                    "out of the update with grad None or requires_grad_("
+                    "False); nothing was changed")
+
     @torch.no_grad()
     def step(self, closure=None, *, loss_scale=None):
         """One optimizer step. Gradients are divided by loss_scale (default
@@ -59,6 +81,7 @@ class Stepping:
             with torch.enable_grad():
                 loss = closure()
         eng = self._require_engine()
+        self._check_groups()
         for g, group in enumerate(self.param_groups):
             eng.set_hyper(g, self._hyper(group))
         scale = loss_scale or self.loss_scale

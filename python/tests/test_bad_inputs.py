@@ -327,3 +327,37 @@ def test_a_bad_key_or_value_in_a_store_config_names_the_file(tmp_path):
         mt.AdamW(model.parameters(),
                  store={"path": [str(tmp_path / "nv")], "cach": 1})
     assert os.listdir(tmp_path / "nv") == []
+
+
+def test_params_edited_in_a_group_by_hand_are_refused_at_step(store_dir):
+    """torch.optim updates whatever a group's 'params' list holds at step();
+    mlpo lays its store out once, so a parameter appended there was left
+    out of the update without a word (and one removed was still updated).
+    step() refuses, changing nothing, until the list is as it was."""
+    model, opt = trained(store_dir)
+    extra = torch.nn.Parameter(torch.ones(3))
+    before = [p.detach().clone() for p in model.parameters()]
+    for edit, undo in (
+            (lambda ps: ps.append(extra), lambda ps: ps.pop()),
+            (lambda ps: ps.pop(), None),
+            (lambda ps: ps.__setitem__(0, extra), None)):
+        ps = opt.param_groups[0]["params"]
+        kept = list(ps)
+        edit(ps)
+        opt.zero_grad()
+        loss_of(model, 3).backward()
+        extra.grad = torch.ones(3)
+        with pytest.raises(ValueError, match="param group 0's 'params'"):
+            opt.step()
+        assert opt.step_count == 3
+        assert all(torch.equal(a, p) for a, p in
+                   zip(before, model.parameters()))
+        assert torch.equal(extra, torch.ones(3))
+        ps[:] = kept
+    opt.param_groups.append(dict(opt.param_groups[0], params=[extra]))
+    with pytest.raises(ValueError, match="add_param_group"):
+        opt.step()
+    opt.param_groups.pop()
+    opt.step()
+    assert opt.step_count == 4
+    opt.close()
