@@ -7,7 +7,6 @@ import json
 import math
 import os
 import warnings
-from collections.abc import Mapping
 
 import torch
 import torch.distributed as dist
@@ -73,62 +72,6 @@ def _model_difference(a, b):
     ka += [None] * (n - len(ka))
     kb += [None] * (n - len(kb))
     return next((x, y) for x, y in zip(ka, kb) if x != y)
-
-
-class StateView(Mapping):
-    """opt.state: {param: {"step", "exp_avg", "exp_avg_sq"}} as torch.optim
-    has it, for the parameters that have taken a step. Each access reads the
-    store and returns a copy: writing into it changes nothing."""
-
-    def __init__(self, opt):
-        self._opt = opt
-
-    def _stepped(self, param):
-        """Engine parameter index of `param` when it has taken a step,
-        else None."""
-        opt = self._opt
-        if opt._layout is None or opt._engine is None:
-            return None
-        k = opt._piece_of.get(id(param))
-        if k is None or opt._engine.param_steps[k] == 0:
-            return None
-        return k
-
-    def __getitem__(self, param):
-        opt = self._opt
-        k = self._stepped(param)
-        if k is None:
-            raise KeyError(param)
-        if opt._world > 1:
-            raise NotImplementedError(
-                "mlpo.torch: opt.state[p] with data parallel (each rank "
-                "holds a shard); read mlpo.torch.export_state_dict("
-                "opt.state_dict()) instead")
-        e = opt._pieces[k][1]
-        eng = opt._engine
-        _, m, v = eng.read_range(e["group"], e["offset"], e["numel"])
-        dev = e["param"].device
-        return {"step": torch.tensor(float(eng.param_steps[k])),
-                "exp_avg": _shaped(torch.from_numpy(m), e).to(dev),
-                "exp_avg_sq": _shaped(torch.from_numpy(v), e).to(dev)}
-
-    def __iter__(self):
-        opt = self._opt
-        if opt._layout is None or opt._engine is None:
-            return
-        steps = opt._engine.param_steps
-        for k, (g, e, at, n, off) in enumerate(opt._pieces):
-            if steps[k] > 0:
-                yield e["param"]
-
-    def __len__(self):
-        return sum(1 for _ in self)
-
-    def __contains__(self, param):
-        return self._stepped(param) is not None
-
-    def __repr__(self):
-        return f"<mlpo state of {len(self)} parameters (read on access)>"
 
 
 class CheckpointMixin:

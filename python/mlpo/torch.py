@@ -52,7 +52,8 @@ import torch.distributed as dist
 
 from . import _mlpo, store_config
 from ._opening import STATE_BYTES, STATE_FORMATS  # noqa: F401
-from ._checkpoints import CheckpointMixin, StateView, _MANIFEST_FORMAT, _flat
+from ._checkpoints import CheckpointMixin, _MANIFEST_FORMAT, _flat
+from ._state_view import StateView
 from ._export import export_state_dict
 from ._opening import _DTYPES, StoreOpening
 from ._stepping import Stepping

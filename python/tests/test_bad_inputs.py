@@ -361,3 +361,20 @@ def test_params_edited_in_a_group_by_hand_are_refused_at_step(store_dir):
     opt.step()
     assert opt.step_count == 4
     opt.close()
+
+
+def test_assigning_to_or_deleting_from_opt_state_is_refused(store_dir):
+    """torch.optim code resets a parameter's moments with `opt.state[p] =
+    {}` or `del opt.state[p]`; on mlpo's read-only view that failed with an
+    unrelated TypeError about tensor indices. It is refused naming what
+    moves state in and out, and the state stays."""
+    model, opt = trained(store_dir)
+    w = next(model.parameters())
+    m = opt.state[w]["exp_avg"].clone()
+    for f in (lambda: opt.state.__setitem__(w, {}),
+              lambda: opt.state.__delitem__(w)):
+        with pytest.raises(TypeError, match="opt.state is read from the "
+                                            "store.*load_state_dict"):
+            f()
+    assert torch.equal(opt.state[w]["exp_avg"], m)
+    opt.close()

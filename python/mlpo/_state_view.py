@@ -1,0 +1,73 @@
+"""opt.state of mlpo.torch's optimizers: a read-only view of the store's
+moments and step counts, in torch.optim's shape."""
+from collections.abc import Mapping
+
+import torch
+
+from ._checkpoints import _shaped
+
+
+class StateView(Mapping):
+    """opt.state: {param: {"step", "exp_avg", "exp_avg_sq"}} as torch.optim
+    has it, for the parameters that have taken a step. Each access reads the
+    store and returns a copy: writing into it changes nothing."""
+
+    def __init__(self, opt):
+        self._opt = opt
+
+    def _stepped(self, param):
+        """Engine parameter index of `param` when it has taken a step,
+        else None."""
+        opt = self._opt
+        if opt._layout is None or opt._engine is None:
+            return None
+        k = opt._piece_of.get(id(param))
+        if k is None or opt._engine.param_steps[k] == 0:
+            return None
+        return k
+
+    def __getitem__(self, param):
+        opt = self._opt
+        k = self._stepped(param)
+        if k is None:
+            raise KeyError(param)
+        if opt._world > 1:
+            raise NotImplementedError(
+                "mlpo.torch: opt.state[p] with data parallel (each rank "
+                "holds a shard); read mlpo.torch.export_state_dict("
+                "opt.state_dict()) instead")
+        e = opt._pieces[k][1]
+        eng = opt._engine
+        _, m, v = eng.read_range(e["group"], e["offset"], e["numel"])
+        dev = e["param"].device
+        return {"step": torch.tensor(float(eng.param_steps[k])),
+                "exp_avg": _shaped(torch.from_numpy(m), e).to(dev),
+                "exp_avg_sq": _shaped(torch.from_numpy(v), e).to(dev)}
+
+    def __iter__(self):
+        opt = self._opt
+        if opt._layout is None or opt._engine is None:
+            return
+        steps = opt._engine.param_steps
+        for k, (g, e, at, n, off) in enumerate(opt._pieces):
+            if steps[k] > 0:
+                yield e["param"]
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+    def __contains__(self, param):
+        return self._stepped(param) is not None
+
+    def _read_only(self, *args):
+        raise TypeError(
+            "mlpo.torch: opt.state is read from the store and cannot be "
+            "assigned to or deleted from (torch.optim code that resets a "
+            "parameter's moments this way would change nothing here); "
+            "export_state_dict() and load_state_dict() of a torch.optim "
+            "dict move state in and out")
+
+    __setitem__ = __delitem__ = _read_only
+
+    def __repr__(self):
+        return f"<mlpo state of {len(self)} parameters (read on access)>"
