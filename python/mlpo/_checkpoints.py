@@ -86,6 +86,12 @@ class CheckpointMixin:
 
     def checkpoint(self, tag):
         """Records the current state as `tag` (no data copied)."""
+        if self.keep_checkpoints > 0 and _step_tag_key(tag) is not None:
+            raise ValueError(
+                f"mlpo.torch: checkpoint({tag!r}): names of the form "
+                "step-<t> are state_dict()'s, and keep_checkpoints="
+                f"{self.keep_checkpoints} drops them as it drops those; "
+                "pick another name for a checkpoint of your own")
         self._require_engine().tag(tag)
 
     def restore(self, tag):

@@ -178,6 +178,10 @@ def test_state_dict_keeps_the_newest_checkpoints_and_frees_the_rest(store_dir):
         train(model, opt, [s])
         opt.state_dict()
     assert sorted(opt.tags()) == ["mine", "step-4", "step-5"]
+    # A tag of one's own named like state_dict's would be dropped with them.
+    with pytest.raises(ValueError, match="pick another name"):
+        opt.checkpoint("step-7")
+    assert "step-7" not in opt.tags()
 
 
 def test_a_dict_whose_tag_was_dropped_and_its_name_reused_is_refused(
