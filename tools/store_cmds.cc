@@ -1,7 +1,6 @@
 // Store subcommands of the mlpo CLI: inspect, ls, verify, tag, tags,
 // restore, drop-tag, gc (show: show_cmd.cc, recover: recover_cmd.cc). Each
 // takes STORE (a TOML config or a store directory) and --json.
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <cstdio>
