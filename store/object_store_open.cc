@@ -291,10 +291,18 @@ absl::Status ObjectStore::OpenImpl() {
 
 absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
   const bool ro = options_.read_only;
-  if (snap.paths.size() != options_.paths.size())
+  if (snap.paths.size() != options_.paths.size()) {
+    std::string recorded;
+    for (const PathRecord& r : snap.paths)
+      absl::StrAppend(&recorded, recorded.empty() ? "" : ", ", r.root);
     return absl::FailedPreconditionError(absl::StrCat(
-        Where(), " has ", snap.paths.size(), " paths; the options name ",
-        options_.paths.size()));
+        Where(), " has ", snap.paths.size(), " paths (", recorded,
+        "); the options name ", options_.paths.size(),
+        ". Nothing was changed: a store's paths are fixed when it is "
+        "created. Name the same paths, or move the state into a store with "
+        "the new ones (the adapter: load export_state_dict()'s dict into an "
+        "optimizer on the new store)"));
+  }
   store_uuid_ = snap.store_uuid;
   MetaIndex::Batch upgrade = meta_->NewBatch();
   if (store_uuid_.empty()) {  // a store made before identities: give it one

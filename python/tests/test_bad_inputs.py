@@ -378,3 +378,35 @@ def test_assigning_to_or_deleting_from_opt_state_is_refused(store_dir):
             f()
     assert torch.equal(opt.state[w]["exp_avg"], m)
     opt.close()
+
+
+def test_a_store_given_another_path_list_says_how_to_move_its_state(
+        tmp_path):
+    """Adding a tier to an existing store (store=[nvme] then [nvme, pfs])
+    is refused naming the recorded paths and the way over: the state,
+    exported, loads into an optimizer on the new paths and trains on
+    exactly as the old store does."""
+    import copy
+    a, b, c = (str(tmp_path / d) for d in ("a", "b", "c"))
+    model, opt = trained([a])
+    sd = opt.state_dict()
+    opt.close()
+    with pytest.raises(RuntimeError, match=rf"has 1 paths \({a}\); the "
+                       r"options name 2.*export_state_dict"):
+        mt.AdamW(model.parameters(), store=[a, b], resume=True)
+    assert not os.path.exists(b) or os.listdir(b) == []  # nothing written
+    moved = copy.deepcopy(model)
+    new = mt.AdamW(moved.named_parameters(), lr=1e-2, store=[b, c])
+    new.load_state_dict(mt.export_state_dict(sd))
+    old = mt.AdamW(model.named_parameters(), lr=1e-2, store=[a],
+                   resume=True)
+    for m, o in ((model, old), (moved, new)):
+        for s in range(3, 6):
+            o.zero_grad()
+            loss_of(m, s).backward()
+            o.step()
+    assert new.step_count == old.step_count == 6
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(),
+                                                 moved.parameters()))
+    old.close()
+    new.close()
