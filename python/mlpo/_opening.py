@@ -238,30 +238,35 @@ class StoreOpening:
         self._toml_text = self._toml()
         self._resuming = bool(resume or restore_tag)
         self._skipped = []  # (namespace, why) passed over, for _resume
-        eng = None
+        eng = i = err = None
+        together = self._world > 1 and ns is None
         tried = [ns] if ns is not None else list(self._namespaces())
-        for i, cand in enumerate(tried):
-            eng = self._try_open(cand, restore_tag, check_model)
-            if eng is not None:
-                break
-        if eng is None:
-            raise RuntimeError(
-                f"mlpo.torch: no free namespace in the store (tried "
-                f"{tried[0]!r} to {tried[-1]!r}: each is held by a live "
-                "optimizer or holds another model's state); pass name= or "
-                "another store=")
-        if self._world > 1 and ns is None:
+        try:
+            for i, cand in enumerate(tried):
+                eng = self._try_open(cand, restore_tag, check_model)
+                if eng is not None:
+                    break
+            if eng is None:
+                raise RuntimeError(
+                    f"mlpo.torch: no free namespace in the store (tried "
+                    f"{tried[0]!r} to {tried[-1]!r}: each is held by a live "
+                    "optimizer or holds another model's state); pass name= "
+                    "or another store=")
+        except Exception as e:
+            if not together:
+                raise
+            err = e
+        if together:
             # Every rank in the same namespace: the highest any rank needs.
-            k = torch.tensor([i], dtype=torch.int64)
-            dist.all_reduce(k, op=dist.ReduceOp.MAX, group=self._pg)
-            if int(k) != i:
+            k = max(self._agree_open(i, err, eng))
+            if k != i:
                 eng.close()
-                eng = self._try_open(tried[int(k)], restore_tag)
+                eng = self._try_open(tried[k], restore_tag)
                 if eng is None:
                     raise RuntimeError(
                         f"mlpo.torch: rank {self._rank} cannot open namespace "
-                        f"{tried[int(k)]!r} that another rank chose")
-            cand = tried[int(k)]
+                        f"{tried[k]!r} that another rank chose")
+            cand = tried[k]
         self._ns = cand
         self._engine = eng
         eng.set_attribute("manifest", json.dumps(self._manifest))
@@ -272,6 +277,33 @@ class StoreOpening:
             self._resume()
         self._set_initial()
         self._note_versions()
+
+    def _agree_open(self, value, err, eng=None):
+        """Data parallel: one stage of opening, together. Every rank gives
+        its value and its error, if any, and learns all ranks': when one
+        failed (its node's path missing, its store held), every rank closes
+        its store and raises naming it, instead of the others waiting for
+        it in the next collective (to fail there with the transport's
+        "connection closed" once it exits, or at the process group's
+        timeout while it lives on). Returns the ranks' values."""
+        out = [None] * self._world
+        told = None if err is None else f"{type(err).__name__}: {err}"
+        dist.all_gather_object(out, (value, told), group=self._pg)
+        failed = [(r, m) for r, (_, m) in enumerate(out) if m is not None]
+        if not failed:
+            return [v for v, _ in out]
+        self._open_told = True  # every rank knows: not again
+        for e in (eng, self._engine):
+            if e is not None:
+                e.close()
+        self._engine = None
+        if err is not None:
+            raise err
+        r, m = failed[0]
+        raise RuntimeError(
+            f"mlpo.torch: rank {r} of {self._world} could not open its "
+            f"store, so no rank opens (they open together); rank "
+            f"{self._rank} closed its own, unchanged. Rank {r}'s error: {m}")
 
     def _resume(self):
         """Continues from the heads, or from the newest tag when the last

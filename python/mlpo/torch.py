@@ -141,7 +141,23 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
                              "None, 'auto', 'cuda' or 'host', not "
                              f"{device_backend!r}")
         self._device_backend_arg = device_backend
-        self._config, self._base_dir = store_config.load(store)
+        try:
+            self._open_store(store, name, durability, state_format,
+                             subgroup_numel, max_grad_norm, prefetch,
+                             commits, threads, restore_tag, resume)
+        except Exception as e:
+            if self._world > 1 and not getattr(self, "_open_told", False):
+                # The other ranks wait for this one in a collective of
+                # opening: tell them, so they stop too.
+                self._agree_open(None, e)
+            raise
+        if self._world > 1:
+            self._agree_open(None, None)
+
+    def _open_store(self, store, name, durability, state_format,
+                    subgroup_numel, max_grad_norm, prefetch, commits,
+                    threads, restore_tag, resume):
+        self._config, self._base_dir = store_config.load(store, create=False)
         self._name = self._resolve_name(name)
         self._durability = self._resolve_durability(durability)
         self._state_format = self._resolve_state_format(state_format)
@@ -158,6 +174,7 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
         except ValueError as e:
             raise ValueError(f"mlpo store config {store_config.source(store)}"
                              f": {e}") from None
+        store_config.make_roots(self._config, self._base_dir)
         self._open(restore_tag=restore_tag, resume=resume)
 
     def __getstate__(self):

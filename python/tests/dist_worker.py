@@ -25,6 +25,8 @@ ap.add_argument("--save-at", type=int, default=-1)
 ap.add_argument("--out", required=True)
 ap.add_argument("--state-format", default="fp32")
 ap.add_argument("--ddp", type=int, default=0)  # wrap in DistributedDataParallel
+ap.add_argument("--rank1-store")  # rank 1's own (as on another node)
+ap.add_argument("--rank1-fails-opening", type=int, default=0)  # injected
 a = ap.parse_args()
 
 if "WORLD_SIZE" in os.environ:
@@ -32,10 +34,16 @@ if "WORLD_SIZE" in os.environ:
 world = dist.get_world_size() if dist.is_initialized() else 1
 rank = dist.get_rank() if dist.is_initialized() else 0
 
+if a.rank1_fails_opening and rank == 1:
+    def fail(self):  # as loading the state fails, after the namespace is
+        raise OSError("injected: rank 1 cannot read its state")  # agreed
+    mt.AdamW._set_initial = fail
+
 model = net = make_model()
 if a.ddp and dist.is_initialized():
     model = torch.nn.parallel.DistributedDataParallel(net)
-opt = mt.AdamW(two_groups(net, named=True), lr=1e-2, store=a.store,
+store = a.rank1_store if a.rank1_store and rank == 1 else a.store
+opt = mt.AdamW(two_groups(net, named=True), lr=1e-2, store=store,
                subgroup_numel=100,  # several subgroups per shard
                state_format=a.state_format)
 if a.load:

@@ -20,6 +20,16 @@ def free_port():
 
 
 def run(tmp_path, build_python_path, world, out, **kw):
+    for rank, (code, text) in enumerate(
+            launch(tmp_path, build_python_path, world, out, **kw)):
+        assert code == 0, f"rank {rank}:\n" + text[-3000:]
+    with open(out) as f:
+        return json.load(f)
+
+
+def launch(tmp_path, build_python_path, world, out, timeout=600, **kw):
+    """Each rank's (exit status, output); every rank killed at `timeout`
+    (status None)."""
     args = [os.path.join(HERE, "dist_worker.py"), "--out", str(out)]
     for k, v in kw.items():
         args += ["--" + k.replace("_", "-"), str(v)]
@@ -38,11 +48,15 @@ def run(tmp_path, build_python_path, world, out, **kw):
                                       stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True,
                                       cwd=tmp_path))
-    outs = [p.communicate(timeout=600)[0] for p in procs]
-    for rank, (p, text) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0, f"rank {rank}:\n" + text[-3000:]
-    with open(out) as f:
-        return json.load(f)
+    results = []
+    for p in procs:
+        try:
+            results.append((p.communicate(timeout=timeout)[0], p.returncode))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            results.append((p.communicate()[0], None))
+    return [(code, text) for text, code in results]
 
 
 def close(a, b, steps):
@@ -155,3 +169,28 @@ def test_reshard_reads_a_copy_not_the_original(tmp_path, build_python_path,
     for i, s in ref["state"].items():
         assert torch.equal(s["exp_avg_sq"], out["state"][i]["exp_avg_sq"])
     shutil.rmtree(raw)
+
+
+@pytest.mark.parametrize("where", ["store", "resume"])
+def test_a_rank_that_cannot_open_stops_every_rank(tmp_path, build_python_path,
+                                                  where):
+    """One rank's store fails to open (its node's path is a file; or later,
+    as it loads the state): every rank raises naming that rank and its
+    error. The others used to wait for it in a collective of opening and
+    fail with gloo's "Connection closed by peer" once it exited (or, while
+    it lived on, only at the process group's timeout)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    kw = dict(rank1_store=blocker / "store") if where == "store" else \
+        dict(rank1_fails_opening=1)
+    res = launch(tmp_path, build_python_path, 2, tmp_path / "out.json",
+                 timeout=120, store=tmp_path / "s", **kw)
+    (code0, text0), (code1, text1) = res
+    assert code0 not in (0, None) and code1 not in (0, None), res
+    assert "rank 1 of 2 could not open its store" in text0, text0[-3000:]
+    assert ("a-file" if where == "store" else "injected") in text0
+    # Rank 1 raises its own error.
+    assert "could not open its store" not in text1, text1[-3000:]
+    # Nothing was changed: the two ranks train on the same store.
+    run(tmp_path, build_python_path, 2, tmp_path / "o.json",
+        store=tmp_path / "s", stop=2)
