@@ -83,23 +83,34 @@ def load(store, create=True):
     config = {k: v for k, v in store.items() if k != "path"}
     config["path"] = _normalise_paths(paths)
     if create:
-        for p in config["path"]:
-            root = os.path.join(base, os.fspath(p["root"]))
-            if os.path.exists(root) and not os.path.isdir(root):
-                raise NotADirectoryError(
-                    f"mlpo store path {root} exists and is not a directory")
-            if not os.path.isdir(root):
-                # The path itself is made, never its parents: a typo in a
-                # mount point (/lustr/...) must not fill another disk.
-                parent = os.path.dirname(os.path.normpath(root))
-                if not os.path.isdir(parent):
-                    raise FileNotFoundError(
-                        f"mlpo store path {root}: its parent directory "
-                        f"{parent} does not exist (a typo, or a file system "
-                        "that is not mounted?); mlpo creates the path "
-                        "itself but not its parents: create them first")
-                os.makedirs(root, exist_ok=True)
+        make_roots(config, base)
     return config, base
+
+
+def make_roots(config, base):
+    """Creates each path's root (never its parents) of a config load()
+    returned, once the config is known to be good: a config with a typo
+    leaves no directory behind."""
+    for p in config["path"]:
+        root = os.path.join(base, os.fspath(p["root"]))
+        if os.path.exists(root) and not os.path.isdir(root):
+            raise NotADirectoryError(
+                f"mlpo store path {root} exists and is not a directory")
+        if not os.path.isdir(root):
+            # The path itself is made, never its parents: a typo in a
+            # mount point (/lustr/...) must not fill another disk.
+            parent = os.path.dirname(os.path.normpath(root))
+            if os.path.exists(parent) and not os.path.isdir(parent):
+                raise NotADirectoryError(
+                    f"mlpo store path {root}: {parent} is a file, not a "
+                    "directory")
+            if not os.path.isdir(parent):
+                raise FileNotFoundError(
+                    f"mlpo store path {root}: its parent directory "
+                    f"{parent} does not exist (a typo, or a file system "
+                    "that is not mounted?); mlpo creates the path "
+                    "itself but not its parents: create them first")
+            os.makedirs(root, exist_ok=True)
 
 
 def source(store):

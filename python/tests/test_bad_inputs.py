@@ -310,7 +310,8 @@ def test_copying_or_pickling_the_optimizer_is_refused_naming_state_dict(
 def test_a_bad_key_or_value_in_a_store_config_names_the_file(tmp_path):
     """A typo in a TOML config file is named with the file it is in (the
     engine saw only the text); a store= dict is named as such. Nothing is
-    created in the store's paths."""
+    created in the store's paths, and a path that does not exist yet is not
+    made."""
     (tmp_path / "nv").mkdir()
     model = make_model()
     nv = '[[path]]\nroot = "nv"\n'
@@ -325,8 +326,11 @@ def test_a_bad_key_or_value_in_a_store_config_names_the_file(tmp_path):
         assert str(cfg) in str(e.value) and f"'{key}'" in str(e.value)
     with pytest.raises(ValueError, match=r"store= dict.*'cach'"):
         mt.AdamW(model.parameters(),
-                 store={"path": [str(tmp_path / "nv")], "cach": 1})
+                 store={"path": [str(tmp_path / "nv"), str(tmp_path / "new")],
+                        "cach": 1})
     assert os.listdir(tmp_path / "nv") == []
+    # A path the config would make is not made for a config that is refused.
+    assert not (tmp_path / "pf").exists() and not (tmp_path / "new").exists()
 
 
 def test_params_edited_in_a_group_by_hand_are_refused_at_step(store_dir):
