@@ -70,6 +70,12 @@ inline constexpr char kBandwidthAttribute[] = "bandwidth";
 // into the copy where the copy holds the same checkpoint.
 inline constexpr char kCopiedFromAttribute[] = "copied_from";
 
+// Attribute the PyTorch adapter's keep_checkpoints keeps: the automatic
+// tags ("step-<t>", "step-<t>.<k>") state_dict() handed out last, as a JSON
+// array. Where it is set, older tags of that form are dropped as new ones
+// are taken, so `mlpo tag` refuses such names there.
+inline constexpr char kCheckpointOrderAttribute[] = "checkpoint_order";
+
 // Where a checkout lent a dirty version's only copy returns it when the
 // lease is dropped without a commit (ObjectCache::PutBack); detached when
 // the store closes.

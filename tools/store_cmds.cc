@@ -11,8 +11,12 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/algorithm/container.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 #include "store/admin/gc.h"
 #include "store/admin/relocate.h"  // CopiedFrom
@@ -133,6 +137,31 @@ json PathsJson(const StoreStats& st) {
                      {"referenced_bytes", p.referenced_bytes},
                      {"unreferenced_bytes", p.unreferenced_bytes}});
   return paths;
+}
+
+// A tag named as the adapter's automatic ones ("step-<t>", "step-<t>.<k>")
+// in a store whose keep_checkpoints drops the oldest of those would go with
+// them: refused there, before anything is written.
+void RefuseRetainedTagName(const ObjectStore& s, const std::string& name) {
+  auto digits = [](absl::string_view d) {
+    return !d.empty() && absl::c_all_of(d, [](char c) {
+      return absl::ascii_isdigit(static_cast<unsigned char>(c));
+    });
+  };
+  absl::string_view rest = name;
+  if (!absl::ConsumePrefix(&rest, "step-")) return;
+  const auto dot = rest.find('.');
+  if (!digits(rest.substr(0, dot)) ||
+      (dot != rest.npos && !digits(rest.substr(dot + 1))))
+    return;
+  auto order = s.GetAttribute(kCheckpointOrderAttribute);
+  if (!order.ok() || order->empty()) return;
+  Fail("tag", absl::InvalidArgumentError(absl::StrCat(
+                  "tag '", name, "': names of the form step-<t> are the "
+                  "PyTorch adapter's automatic checkpoints in this store, and "
+                  "its keep_checkpoints drops the oldest of them, so a tag of "
+                  "that name would be dropped with them; nothing was changed: "
+                  "pick another name")));
 }
 
 }  // namespace
@@ -354,6 +383,7 @@ void AddStoreCommands(CLI::App& app) {
     auto fn = t.fn;
     c->callback([a, name, cmd, fn, copy_to] {
       auto s = OpenTarget(cmd, a->store);
+      if (cmd == "tag") RefuseRetainedTagName(*s, *name);
       if (!copy_to->empty()) {
         TagCopy(s.get(), *name, *copy_to, a->json);
         return;

@@ -4,8 +4,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cmath>
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -55,6 +56,39 @@ TEST_F(CliTest, TagsListInTheOrderTheirStateWasWritten) {
   CliRun r = Mlpo("tags " + store_dir_);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_LT(r.out.find("step-9 "), r.out.find("step-10 ")) << r.out;
+}
+
+// Where the adapter's keep_checkpoints keeps its automatic tags, a tag of
+// that form made by hand would be dropped as one of them: refused, nothing
+// written; other names, and that form in a store without retention, are not.
+TEST_F(CliTest, TagRefusesTheAutomaticFormWhereRetentionDropsIt) {
+  CliRun r = Mlpo("tag " + store_dir_ + " step-8");
+  ASSERT_EQ(r.code, 0) << r.out;  // no retention here yet
+  {
+    auto s = ObjectStore::Open(o_);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_TRUE(
+        (*s)->SetAttribute(kCheckpointOrderAttribute, "[\"step-8\"]").ok());
+  }
+  for (const char* name : {"step-9", "step-9.1"}) {
+    r = Mlpo("tag " + store_dir_ + " " + name, true);
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("keep_checkpoints drops the oldest"),
+              std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(name), std::string::npos) << r.out;
+  }
+  for (const char* name : {"step-9x", "step-", "step-9.", "best-9"}) {
+    r = Mlpo("tag " + store_dir_ + " " + name);
+    EXPECT_EQ(r.code, 0) << name << ": " << r.out;
+  }
+  r = Mlpo("tags " + store_dir_ + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  std::vector<std::string> got;
+  for (auto& t : j["tags"]) got.push_back(t["name"].get<std::string>());
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::string>{"best-9", "first", "step-",
+                                           "step-8", "step-9.", "step-9x"}));
 }
 
 TEST_F(CliTest, InspectLsShowAndTagsReportTheStore) {
