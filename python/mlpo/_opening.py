@@ -7,6 +7,7 @@ import gc
 import json
 import os
 import sys
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -198,6 +199,73 @@ class StoreOpening:
             "process and resume again, or pass name= for a state of this "
             "optimizer's own")
 
+    def _other_worlds(self):
+        """This model's state under this name written by another number of
+        ranks ("<name>" is one rank's, "<name>-w<W>" W ranks'), as
+        (store name, ranks, step or None), highest step first."""
+        prefix = f"{self._name}-w"
+        names = set()
+        for p in self._config["path"]:
+            try:
+                names.update(os.listdir(os.path.join(self._base_dir,
+                                                     p["root"])))
+            except OSError:
+                pass
+        found = []
+        for n in names:
+            w = 1 if n == self._name else (
+                int(n[len(prefix):]) if n.startswith(prefix) and
+                n[len(prefix):].isdigit() else None)
+            if w is None or w == self._world or w < 1:
+                continue
+            try:
+                held = _mlpo.read_store_attribute(
+                    self._toml_text, self._base_dir, n, "manifest")
+                if held is None or _model_difference(
+                        _parse_manifest(held), self._manifest) is not None:
+                    continue
+            except (RuntimeError, ValueError, OSError):
+                continue  # not a store, or not this model's: not ours
+            try:
+                step = _mlpo.CheckpointReader(self._toml_text,
+                                              self._base_dir, n, "").step
+            except (RuntimeError, ValueError, OSError):
+                step = None
+            found.append((n, w, step))
+        return sorted(found, key=lambda f: -1 if f[2] is None else f[2],
+                      reverse=True)
+
+    def _check_other_worlds(self):
+        """Resuming: this model's state written by another number of ranks
+        is not resumed (a run of 2 ranks resumed on 1 looks in "<name>", not
+        "<name>-w2"). With nothing to resume here, RuntimeError naming it
+        (it started afresh without a word); with an older state here, a
+        warning (it went back to that one without a word)."""
+        eng = self._engine
+        others = self._other_worlds()
+        if not others:
+            return
+        n, w, step = others[0]
+        at = "" if step is None else f" at step {step}"
+        ranks = lambda k: f"{k} rank{'s' if k > 1 else ''}"  # noqa: E731
+        what = (f"namespace {n!r} of the store holds this model's state{at}, "
+                f"written by {ranks(w)}, and this run has "
+                f"{ranks(self._world)}")
+        how = (f"load the state dict saved with that run (opt.load_state_"
+               f"dict reshards it onto {ranks(self._world)})")
+        if not eng.state_stored:
+            eng.close()
+            self._engine = None
+            raise RuntimeError(
+                f"mlpo.torch: resume: {what}: resume=True continues a run of "
+                f"as many ranks. To continue it, {how}; or pass "
+                "resume=False to start afresh")
+        if step is not None and step > eng.step_count:
+            warnings.warn(
+                f"mlpo.torch: resume: continuing {self.store_name!r} at step "
+                f"{eng.step_count}, while {what} (a later state of another "
+                f"run). To continue that one instead, {how}", stacklevel=6)
+
     def _check_subgroups(self, ns, msg, restore_tag):
         """Resuming (or restoring a tag), a namespace whose objects have
         another size but whose manifest is this model's holds this model's
@@ -325,6 +393,7 @@ class StoreOpening:
             eng.restore(tags[-1])
             what = f"tag {tags[-1]!r} at step {eng.step_count} (the last " \
                    "step was cut short)"
+        self._check_other_worlds()
         if not eng.state_stored:
             what = "nothing to resume: starting at step 0"
             if self._skipped:

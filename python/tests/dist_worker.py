@@ -25,6 +25,7 @@ ap.add_argument("--save-at", type=int, default=-1)
 ap.add_argument("--out", required=True)
 ap.add_argument("--state-format", default="fp32")
 ap.add_argument("--ddp", type=int, default=0)  # wrap in DistributedDataParallel
+ap.add_argument("--resume", type=int, default=0)
 ap.add_argument("--rank1-store")  # rank 1's own (as on another node)
 ap.add_argument("--rank1-fails-opening", type=int, default=0)  # injected
 a = ap.parse_args()
@@ -45,7 +46,7 @@ if a.ddp and dist.is_initialized():
 store = a.rank1_store if a.rank1_store and rank == 1 else a.store
 opt = mt.AdamW(two_groups(net, named=True), lr=1e-2, store=store,
                subgroup_numel=100,  # several subgroups per shard
-               state_format=a.state_format)
+               state_format=a.state_format, resume=bool(a.resume))
 if a.load:
     ckpt = torch.load(a.load)
     net.load_state_dict(ckpt["model"])

@@ -194,3 +194,38 @@ def test_a_rank_that_cannot_open_stops_every_rank(tmp_path, build_python_path,
     # Nothing was changed: the two ranks train on the same store.
     run(tmp_path, build_python_path, 2, tmp_path / "o.json",
         store=tmp_path / "s", stop=2)
+
+
+def test_resume_on_another_number_of_ranks_says_so(tmp_path,
+                                                   build_python_path):
+    """resume=True looks in the namespace of its own number of ranks
+    ("mlpo" for one, "mlpo-w2" for two): a run of 2 ranks resumed on 1 found
+    nothing there and started afresh without a word. That is refused,
+    naming the state and the way (the state dict reshards), and that way
+    works; where the namespace holds an older state than another number of
+    ranks wrote since, resuming it warns."""
+    st = tmp_path / "store"
+    two = run(tmp_path, build_python_path, 2, tmp_path / "two.json",
+              store=st, save=tmp_path / "c.pt", save_at=5, stop=5)
+    (code, text), = launch(tmp_path, build_python_path, 1,
+                           tmp_path / "x.json", store=st, resume=1, stop=6)
+    assert code not in (0, None)
+    assert ("namespace 'mlpo-w2' of the store holds this model's state at "
+            "step 5, written by 2 ranks, and this run has 1 rank") in text, \
+        text[-3000:]
+    assert "opt.load_state_dict reshards it onto 1 rank" in text
+    one = run(tmp_path, build_python_path, 1, tmp_path / "one.json",
+              store=st, load=tmp_path / "c.pt", start=5)
+    assert abs(one["losses"]["5"] - two["losses"]["4"]) < 0.5
+    # 2 ranks resume their own state at step 5, and say that 1 rank wrote
+    # a later one.
+    res = launch(tmp_path, build_python_path, 2, tmp_path / "y.json",
+                 store=st, resume=1, start=5, stop=6, timeout=300)
+    for code, text in res:
+        assert code == 0, text[-3000:]
+        assert "continuing 'mlpo-w2' at step 5, while namespace 'mlpo' of " \
+            "the store holds this model's state at step 10, written by 1 " \
+            "rank" in text, text[-3000:]
+    again = run(tmp_path, build_python_path, 1, tmp_path / "z.json",
+                store=st, resume=1, start=10, stop=12)
+    assert set(again["losses"]) == {"10", "11"}
