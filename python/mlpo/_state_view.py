@@ -1,16 +1,58 @@
 """opt.state of mlpo.torch's optimizers: a read-only view of the store's
 moments and step counts, in torch.optim's shape."""
+import warnings
 from collections.abc import Mapping
 
 import torch
 
 from ._checkpoints import _shaped
 
+# Tensor methods that change their tensor in place besides those named
+# "<op>_" (zero_, add_, copy_, ...).
+_IN_PLACE = {"__setitem__", "__iadd__", "__isub__", "__imul__",
+             "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",
+             "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__"}
+
+
+class _StateCopy(torch.Tensor):
+    """A tensor of opt.state: a copy read from the store. torch.optim code
+    edits moments in place (`opt.state[p]["exp_avg"].zero_()`); here that
+    would change the copy only, so it warns, naming the way that works.
+    Anything computed from it is a plain tensor."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if args and isinstance(args[0], _StateCopy) and (
+                name in _IN_PLACE or
+                (name.endswith("_") and not name.startswith("_"))):
+            warnings.warn(
+                f"mlpo.torch: opt.state tensors are copies read from the "
+                f"store: {name} changed only this copy. To change moments "
+                "or step counts, edit export_state_dict(opt.state_dict()) "
+                "and load it with opt.load_state_dict", stacklevel=2)
+        with torch._C.DisableTorchFunction():
+            return func(*args, **(kwargs or {}))
+
+    def _plain(self):
+        with torch._C.DisableTorchFunction():
+            return self.as_subclass(torch.Tensor)
+
+    def __deepcopy__(self, memo):
+        return self._plain().clone()
+
+    def __reduce_ex__(self, proto):  # torch.save: a plain tensor
+        return self._plain().__reduce_ex__(proto)
+
+    def __repr__(self, **kwargs):
+        return repr(self._plain())
+
 
 class StateView(Mapping):
     """opt.state: {param: {"step", "exp_avg", "exp_avg_sq"}} as torch.optim
     has it, for the parameters that have taken a step. Each access reads the
-    store and returns a copy: writing into it changes nothing."""
+    store and returns a copy: writing into it changes nothing (and warns,
+    see _StateCopy)."""
 
     def __init__(self, opt):
         self._opt = opt
@@ -40,9 +82,10 @@ class StateView(Mapping):
         eng = opt._engine
         _, m, v = eng.read_range(e["group"], e["offset"], e["numel"])
         dev = e["param"].device
-        return {"step": torch.tensor(float(eng.param_steps[k])),
-                "exp_avg": _shaped(torch.from_numpy(m), e).to(dev),
-                "exp_avg_sq": _shaped(torch.from_numpy(v), e).to(dev)}
+        out = {"step": torch.tensor(float(eng.param_steps[k])),
+               "exp_avg": _shaped(torch.from_numpy(m), e).to(dev),
+               "exp_avg_sq": _shaped(torch.from_numpy(v), e).to(dev)}
+        return {k: t.as_subclass(_StateCopy) for k, t in out.items()}
 
     def __iter__(self):
         opt = self._opt

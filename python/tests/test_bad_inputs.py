@@ -1,9 +1,12 @@
 """Bad inputs: each is a Python exception that names the problem, and the
 store keeps its last committed state."""
+import copy
+import io
 import json
 import os
 import shutil
 import subprocess
+import warnings
 
 import pytest
 import torch
@@ -381,6 +384,45 @@ def test_assigning_to_or_deleting_from_opt_state_is_refused(store_dir):
                                             "store.*load_state_dict"):
             f()
     assert torch.equal(opt.state[w]["exp_avg"], m)
+    opt.close()
+
+
+def test_an_in_place_edit_of_opt_state_warns_and_the_way_it_names_works(
+        store_dir):
+    """torch.optim code resets moments in place (`opt.state[p]['exp_avg']
+    .zero_()`); mlpo's opt.state hands out copies, so that changed nothing
+    without a word. The edit warns, naming the way that works:
+    export_state_dict, edited, then load_state_dict. Reading, computing
+    from and saving the copies stays quiet and plain."""
+    model, opt = trained(store_dir)
+    w = next(model.parameters())
+    before = opt.state[w]["exp_avg"].clone()
+    for edit in (lambda s: s["exp_avg"].zero_(),
+                 lambda s: s["exp_avg_sq"].__setitem__(0, 1.0),
+                 lambda s: s["step"].add_(1)):
+        with pytest.warns(UserWarning, match=r"copies read from the store: "
+                          r".* changed only this copy.*export_state_dict"):
+            edit(opt.state[w])
+    assert torch.equal(opt.state[w]["exp_avg"], before)  # the store's
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s = opt.state[w]
+        derived = s["exp_avg"] * 2 + s["exp_avg_sq"].sqrt()
+        derived.add_(1)  # a plain tensor of the user's own
+        assert type(derived) is torch.Tensor and \
+            type(copy.deepcopy(s["exp_avg"])) is torch.Tensor
+        assert repr(s["step"]) == "tensor(3.)"
+        buf = io.BytesIO()
+        torch.save(dict(s), buf)
+        buf.seek(0)
+        assert type(torch.load(buf)["exp_avg"]) is torch.Tensor
+        assert torch.equal(s["exp_avg"], before) and float(s["step"]) == 3
+    sd = mt.export_state_dict(opt.state_dict())
+    i = next(i for i, s in sd["state"].items()
+             if s["exp_avg"].shape == w.shape)
+    sd["state"][i]["exp_avg"].zero_()
+    opt.load_state_dict(sd)
+    assert torch.count_nonzero(opt.state[w]["exp_avg"]) == 0
     opt.close()
 
 
