@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <string>
@@ -29,6 +30,8 @@
 #include <sys/stat.h>
 
 namespace mlpo {
+
+namespace fs = std::filesystem;
 
 CLI::App* AddStoreSub(CLI::App& app, const std::string& name,
                       const std::string& help, CommonArgs* a) {
@@ -162,6 +165,44 @@ void RefuseRetainedTagName(const ObjectStore& s, const std::string& name) {
                   "its keep_checkpoints drops the oldest of them, so a tag of "
                   "that name would be dropped with them; nothing was changed: "
                   "pick another name")));
+}
+
+// The stores `tag`, `restore` and `drop-tag` act on: every rank of a store
+// of several ranks (data parallel: <path>/<store>/rank-<r>) when the target
+// is its directory or a path root holding only it, since its shards must
+// stay one state; a single rank of such a store is refused, naming the
+// store's directory. Otherwise the one store the target names.
+std::vector<std::unique_ptr<ObjectStore>> OpenStoreRanks(
+    const std::string& cmd, const std::string& target) {
+  std::vector<std::unique_ptr<ObjectStore>> out;
+  std::error_code ec;
+  if (fs::is_directory(target, ec)) {
+    std::vector<std::string> dirs = FindStoreDirs(target);
+    auto parent = [](const std::string& d) {
+      return fs::path(d).parent_path().string();
+    };
+    const bool ranks_of_one =
+        dirs.size() > 1 && absl::c_all_of(dirs, [&](const std::string& d) {
+          return parent(d) == parent(dirs[0]);
+        });
+    if (ranks_of_one) {
+      for (const std::string& d : dirs) out.push_back(OpenTarget(cmd, d));
+      return out;
+    }
+    if (dirs.size() == 1) {
+      const std::vector<std::string> siblings = FindStoreDirs(parent(dirs[0]));
+      if (siblings.size() > 1 &&
+          fs::path(dirs[0]).filename().string().rfind("rank-", 0) == 0)
+        Fail(cmd, absl::InvalidArgumentError(absl::StrCat(
+                      dirs[0], " is one of the ", siblings.size(),
+                      " ranks of store ", parent(dirs[0]),
+                      ", whose shards must stay one state: nothing was "
+                      "changed; pass ", parent(dirs[0]),
+                      " to act on every rank")));
+    }
+  }
+  out.push_back(OpenTarget(cmd, target));
+  return out;
 }
 
 }  // namespace
@@ -382,17 +423,37 @@ void AddStoreCommands(CLI::App& app) {
                     "re-created");
     auto fn = t.fn;
     c->callback([a, name, cmd, fn, copy_to] {
-      auto s = OpenTarget(cmd, a->store);
-      if (cmd == "tag") RefuseRetainedTagName(*s, *name);
       if (!copy_to->empty()) {
+        auto s = OpenTarget(cmd, a->store);
+        RefuseRetainedTagName(*s, *name);
         TagCopy(s.get(), *name, *copy_to, a->json);
         return;
       }
-      absl::Status st = ((*s).*fn)(*name);
-      if (!st.ok()) Fail(cmd, st);
+      // Every rank is checked before any changes: the tag is new in each
+      // (tag), or each holds it (restore, drop-tag).
+      auto stores = OpenStoreRanks(cmd, a->store);
+      for (auto& s : stores) {
+        if (cmd == "tag") RefuseRetainedTagName(*s, *name);
+        const bool has = s->Tags().count(*name) > 0;
+        if (has == (cmd == "tag"))
+          Fail(cmd, (has ? absl::AlreadyExistsError(absl::StrCat(
+                               StoreWhere(s->options()), " already has tag '", *name,
+                               "'; nothing was changed"))
+                         : absl::NotFoundError(absl::StrCat(
+                               StoreWhere(s->options()), " has no tag '", *name,
+                               "'; nothing was changed"))));
+      }
+      for (auto& s : stores) {
+        absl::Status st = ((*s).*fn)(*name);
+        if (!st.ok()) Fail(cmd, st);
+      }
       if (a->json)
-        std::cout << json{{"ok", true}, {"command", cmd}, {"tag", *name}}.dump(2)
+        std::cout << json{{"ok", true}, {"command", cmd}, {"tag", *name},
+                          {"ranks", stores.size()}}.dump(2)
                   << "\n";
+      else if (stores.size() > 1)
+        std::printf("%s %s: done (%zu ranks)\n", cmd.c_str(), name->c_str(),
+                    stores.size());
       else
         std::printf("%s %s: done\n", cmd.c_str(), name->c_str());
     });

@@ -91,6 +91,88 @@ TEST_F(CliTest, TagRefusesTheAutomaticFormWhereRetentionDropsIt) {
                                            "step-8", "step-9.", "step-9x"}));
 }
 
+// A store of several ranks (data parallel: <path>/<store>/rank-<r>) keeps
+// its shards one state: tag, restore and drop-tag on its directory act on
+// every rank, each rank checked before any changes; one rank's directory is
+// refused. (`mlpo restore <store>/rank-0 TAG`, as the "holds 2 stores; pass
+// the one meant" message invited, left the ranks at different steps, which
+// the adapter resumed as one state.)
+TEST_F(CliTest, TagRestoreAndDropTagActOnEveryRankOfAStore) {
+  StoreOptions o1 = o_;
+  o1.rank = 1;
+  auto commit = [](const StoreOptions& o, uint64_t step) {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    if ((*s)->Tags().empty()) {  // rank 1, new: as rank 0 was made
+      ObjectLayout l = *ObjectLayout::Make({{"p", DType::kF32, 1000},
+                                            {"m", DType::kBF16, 3000}});
+      ASSERT_TRUE((*s)->Declare("w0", l).ok());
+    }
+    auto lease = (*s)->Checkout("w0").get();
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    ASSERT_TRUE((*s)->Commit(*lease, step).get().ok());
+  };
+  commit(o1, 7);
+  {
+    auto s = ObjectStore::Open(o1);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_TRUE((*s)->Tag("first").ok());
+  }
+  commit(o_, 8);
+  commit(o1, 8);
+  auto head_step = [](const std::string& rank_dir) -> int {
+    CliRun r = Mlpo("ls " + rank_dir + " --json");
+    if (r.code != 0) return -1;
+    return nlohmann::json::parse(r.out)["objects"][0]["head_step"].get<int>();
+  };
+  const std::string dir = o_.paths[1].path.root + "/t";
+  const std::string rank1 = dir + "/rank-1";
+  ASSERT_EQ(head_step(store_dir_), 8);
+  ASSERT_EQ(head_step(rank1), 8);
+
+  for (const char* cmd : {"restore", "drop-tag"}) {
+    CliRun r = Mlpo(std::string(cmd) + " " + store_dir_ + " first", true);
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("one of the 2 ranks of store " + dir),
+              std::string::npos) << r.out;
+  }
+  EXPECT_EQ(head_step(store_dir_), 8);
+  CliRun r = Mlpo("tag " + dir + " second --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["ranks"], 2);
+  r = Mlpo("restore " + o_.paths[0].path.root + " first");  // a path root
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("done (2 ranks)"), std::string::npos) << r.out;
+  EXPECT_EQ(head_step(store_dir_), 7);
+  EXPECT_EQ(head_step(rank1), 7);
+
+  // A tag only rank 0 holds: refused before rank 0 moves.
+  {
+    auto s = ObjectStore::Open(o_);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_TRUE((*s)->Tag("only0").ok());
+  }
+  commit(o_, 9);
+  r = Mlpo("restore " + dir + " only0", true);
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("rank 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("has no tag 'only0'; nothing was changed"),
+            std::string::npos) << r.out;
+  EXPECT_EQ(head_step(store_dir_), 9);
+  r = Mlpo("tag " + dir + " only0", true);  // new on one rank only: refused
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("already has tag 'only0'"), std::string::npos)
+      << r.out;
+  r = Mlpo("drop-tag " + dir + " second");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const std::string& d : {store_dir_, rank1}) {
+    r = Mlpo("tags " + d + " --json");
+    ASSERT_EQ(r.code, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    for (auto& t : j["tags"]) EXPECT_NE(t["name"], "second") << d;
+  }
+}
+
 TEST_F(CliTest, InspectLsShowAndTagsReportTheStore) {
   CliRun r = Mlpo("inspect " + store_dir_ + " --json");
   ASSERT_EQ(r.code, 0) << r.out;
