@@ -195,6 +195,16 @@ class CheckpointMixin:
         tag = next((n for n in sorted(tags) if eng.state_stored and
                     (_step_tag_key(n) or (None,))[0] == t and
                     eng.tag_is_current(n)), None)
+        if self._world > 1:
+            # One name on every rank: the one each would hand out again,
+            # else the first free on all (a rank's tags can differ from
+            # the others' where one store was changed alone).
+            views = [None] * self._world
+            dist.all_gather_object(views, (tag, sorted(tags)),
+                                   group=self._pg)
+            if any(v[0] != tag for v in views):
+                tag = None
+            tags = set().union(*(v[1] for v in views))
         if tag is None:  # the first free name of this step
             tag, k = f"step-{t}", 1
             while tag in tags:

@@ -373,6 +373,29 @@ class StoreOpening:
             f"store, so no rank opens (they open together); rank "
             f"{self._rank} closed its own, unchanged. Rank {r}'s error: {m}")
 
+    def _agree_steps(self, ranks):
+        """Data parallel, opened: every rank's (step, tags) must show one
+        state. A rank at another step (one rank's store restored by hand,
+        `mlpo restore <store>/rank-0 TAG`; or a job killed between two
+        ranks' commits under durability="step") would train on a mixed
+        state without a word: RuntimeError on every rank, naming the steps
+        and the newest tag every rank holds."""
+        steps = [s for s, _ in ranks]
+        if len(set(steps)) == 1:
+            return
+        common = [t for t in ranks[0][1] if all(t in tags for _, tags in
+                                               ranks)]
+        self.close()
+        at = ", ".join(f"rank {r} at step {s}" for r, s in enumerate(steps))
+        way = (f"restore every rank to one tag (the newest all hold is "
+               f"{common[-1]!r}: `mlpo restore <path>/{self.store_name} "
+               f"{common[-1]}` restores all its ranks), or load a state "
+               "dict" if common else "load a state dict")
+        raise RuntimeError(
+            f"mlpo.torch: the ranks' stores of {self.store_name!r} hold "
+            f"different steps ({at}): their shards are not one state; "
+            f"{way}")
+
     def _resume(self):
         """Continues from the heads, or from the newest tag when the last
         step was cut short; says which, once."""

@@ -152,7 +152,8 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
                 self._agree_open(None, e)
             raise
         if self._world > 1:
-            self._agree_open(None, None)
+            self._agree_steps(self._agree_open(
+                (self._engine.step_count, self._engine.tag_order()), None))
 
     def _open_store(self, store, name, durability, state_format,
                     subgroup_numel, max_grad_norm, prefetch, commits,

@@ -229,3 +229,43 @@ def test_resume_on_another_number_of_ranks_says_so(tmp_path,
     again = run(tmp_path, build_python_path, 1, tmp_path / "z.json",
                 store=st, resume=1, start=10, stop=12)
     assert set(again["losses"]) == {"10", "11"}
+
+
+def test_ranks_at_different_steps_are_refused_and_mended_by_restore(
+        tmp_path, build_python_path, mlpo_cli):
+    """One node's disk restored from a backup (or one rank's store
+    restored by hand) leaves the ranks at different steps; resuming trained
+    on that mixed state without a word. Every rank refuses, naming the
+    steps and the newest tag all hold; `mlpo restore` of the store's
+    directory moves every rank there, and training goes on as it went."""
+    import shutil
+    st = tmp_path / "store"
+    run(tmp_path, build_python_path, 2, tmp_path / "a.json", store=st,
+        stop=4, save=tmp_path / "c4.pt", save_at=4)
+    rank0 = st / "mlpo-w2" / "rank-0"
+    shutil.copytree(rank0, tmp_path / "backup", symlinks=True)
+    on = run(tmp_path, build_python_path, 2, tmp_path / "b.json", store=st,
+             resume=1, start=4, stop=8, save=tmp_path / "c8.pt", save_at=8)
+    shutil.rmtree(rank0)
+    shutil.copytree(tmp_path / "backup", rank0, symlinks=True)
+    res = launch(tmp_path, build_python_path, 2, tmp_path / "c.json",
+                 store=st, resume=1, start=8, stop=9, timeout=300)
+    for code, text in res:
+        assert code not in (0, None)
+        assert ("the ranks' stores of 'mlpo-w2' hold different steps (rank "
+                "0 at step 4, rank 1 at step 8)") in text, text[-3000:]
+        assert "the newest all hold is 'step-4'" in text
+    r = subprocess.run([mlpo_cli, "restore", str(st / "mlpo-w2"), "step-4"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "done (2 ranks)" in r.stdout, r.stderr
+    again = run(tmp_path, build_python_path, 2, tmp_path / "d.json",
+                store=st, resume=1, start=4, stop=8,
+                save=tmp_path / "d8.pt", save_at=8)
+    assert close(on, again, range(4, 8)) <= TOL
+    assert params_close(on, again) <= TOL
+    # Rank 1 still holds the first 'step-8' and rank 0 not: the new
+    # checkpoint takes one name on both ranks, so its dict loads (each rank
+    # chose for itself: 'step-8' on rank 0 and 'step-8.1' on rank 1).
+    last = run(tmp_path, build_python_path, 2, tmp_path / "e.json",
+               store=st, load=tmp_path / "d8.pt", start=8, stop=9)
+    assert set(last["losses"]) == {"8"}
