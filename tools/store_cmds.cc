@@ -178,8 +178,10 @@ std::vector<std::unique_ptr<ObjectStore>> OpenStoreRanks(
   std::error_code ec;
   if (fs::is_directory(target, ec)) {
     std::vector<std::string> dirs = FindStoreDirs(target);
-    auto parent = [](const std::string& d) {
-      return fs::path(d).parent_path().string();
+    auto parent = [](const std::string& d) {  // "x/rank-0/", "." too
+      fs::path p = fs::absolute(d).lexically_normal();
+      if (!p.has_filename()) p = p.parent_path();
+      return p.parent_path().string();
     };
     const bool ranks_of_one =
         dirs.size() > 1 && absl::c_all_of(dirs, [&](const std::string& d) {
@@ -191,8 +193,7 @@ std::vector<std::unique_ptr<ObjectStore>> OpenStoreRanks(
     }
     if (dirs.size() == 1) {
       const std::vector<std::string> siblings = FindStoreDirs(parent(dirs[0]));
-      if (siblings.size() > 1 &&
-          fs::path(dirs[0]).filename().string().rfind("rank-", 0) == 0)
+      if (siblings.size() > 1)
         Fail(cmd, absl::InvalidArgumentError(absl::StrCat(
                       dirs[0], " is one of the ", siblings.size(),
                       " ranks of store ", parent(dirs[0]),

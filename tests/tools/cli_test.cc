@@ -130,11 +130,13 @@ TEST_F(CliTest, TagRestoreAndDropTagActOnEveryRankOfAStore) {
   ASSERT_EQ(head_step(store_dir_), 8);
   ASSERT_EQ(head_step(rank1), 8);
 
-  for (const char* cmd : {"restore", "drop-tag"}) {
-    CliRun r = Mlpo(std::string(cmd) + " " + store_dir_ + " first", true);
+  for (const std::string& cmd :
+       {"restore " + store_dir_, "drop-tag " + store_dir_,
+        "restore " + store_dir_ + "/", "restore " + rank1 + "/."}) {
+    CliRun r = Mlpo(cmd + " first", true);
     EXPECT_NE(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("one of the 2 ranks of store " + dir),
-              std::string::npos) << r.out;
+              std::string::npos) << cmd << ": " << r.out;
   }
   EXPECT_EQ(head_step(store_dir_), 8);
   CliRun r = Mlpo("tag " + dir + " second --json");
