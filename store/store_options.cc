@@ -527,6 +527,21 @@ std::vector<std::string> FindStoreDirs(const std::string& dir) {
   return found;
 }
 
+std::string ParentOfStoreDir(const std::string& dir) {
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  return p.parent_path().string();
+}
+
+std::string RanksOfOneStore(const std::vector<std::string>& dirs) {
+  if (dirs.size() < 2) return "";
+  const std::string parent = ParentOfStoreDir(dirs[0]);
+  for (const std::string& d : dirs)
+    if (ParentOfStoreDir(d) != parent) return "";
+  return parent;
+}
+
 absl::StatusOr<std::string> ResolveStoreDir(const std::string& dir) {
   std::vector<std::string> found = FindStoreDirs(dir);
   if (found.size() == 1) return found[0];
@@ -535,6 +550,15 @@ absl::StatusOr<std::string> ResolveStoreDir(const std::string& dir) {
         dir, " is not a store directory (no STORE file) and holds none; "
              "pass the store's TOML config, <path>/<store>/rank-<r>, or a "
              "path root that holds one store"));
+  const std::string ranks_of = RanksOfOneStore(found);
+  if (!ranks_of.empty())
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, " holds the ", found.size(), " ranks of store ", ranks_of, " (",
+        absl::StrJoin(found, ", "),
+        "), each a store of its own here: pass one rank's directory (`mlpo "
+        "tag`, `restore` and `drop-tag` take ",
+        ranks_of, " and act on every rank; `mlpo export` reads every rank "
+        "from it)"));
   return absl::InvalidArgumentError(absl::StrCat(
       dir, " holds ", found.size(), " stores (", absl::StrJoin(found, ", "),
       "); pass the one meant"));

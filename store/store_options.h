@@ -159,6 +159,13 @@ absl::StatusOr<std::string> ResolveStoreDir(const std::string& dir);
 // Every store directory ResolveStoreDir looks for (DIR itself when it holds
 // STORE), sorted; empty when there is none.
 std::vector<std::string> FindStoreDirs(const std::string& dir);
+// The directory of one store of several ranks (data parallel:
+// <dir>/rank-<r>) when `dirs` (FindStoreDirs) are two or more of its ranks,
+// however spelt; else empty.
+std::string RanksOfOneStore(const std::vector<std::string>& dirs);
+// The directory holding store directory `dir` (its name directory when
+// `dir` is a rank's), absolute and normal: "x/rank-0/" and "." work too.
+std::string ParentOfStoreDir(const std::string& dir);
 
 // For the CLI: a TOML config file, or a store directory holding STORE (or a
 // directory ResolveStoreDir resolves to one).

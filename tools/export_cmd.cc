@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "CLI/CLI.hpp"
@@ -46,8 +47,9 @@ void AddExportCommand(CLI::App& app) {
       "Write a checkpoint's fp32 master weights (--moments: and Adam moments) "
       "under the model's parameter names as a safetensors file");
   c->add_option("store", a->store,
-                "Store TOML config, or a store directory <path>/<store>/rank-<r> "
-                "(any rank of the checkpoint)")
+                "Store TOML config, a store directory <path>/<store>/rank-<r> "
+                "(any rank of the checkpoint), or a data-parallel store's "
+                "directory <path>/<store>")
       ->required();
   c->add_option("out", a->out, "Output file")->required();
   c->add_option("--tag", a->tag, "Tag to export (default: the heads)");
@@ -63,7 +65,14 @@ void AddExportCommand(CLI::App& app) {
   c->callback([a] {
     absl::Status where = CheckOutputPath(a->out, a->force);
     if (!where.ok()) Fail(where);
-    auto o = StoreOptionsForTarget(a->store);
+    // A data-parallel store's directory: its ranks are read from any one.
+    std::string target = a->store;
+    std::error_code ec;
+    if (std::filesystem::is_directory(target, ec)) {
+      const std::vector<std::string> ranks = FindStoreDirs(target);
+      if (!RanksOfOneStore(ranks).empty()) target = ranks[0];
+    }
+    auto o = StoreOptionsForTarget(target);
     if (!o.ok()) Fail(o.status());
     auto r = CheckpointReader::Open(*o, a->tag);
     if (!r.ok()) Fail(r.status());

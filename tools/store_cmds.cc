@@ -177,29 +177,20 @@ std::vector<std::unique_ptr<ObjectStore>> OpenStoreRanks(
   std::vector<std::unique_ptr<ObjectStore>> out;
   std::error_code ec;
   if (fs::is_directory(target, ec)) {
-    std::vector<std::string> dirs = FindStoreDirs(target);
-    auto parent = [](const std::string& d) {  // "x/rank-0/", "." too
-      fs::path p = fs::absolute(d).lexically_normal();
-      if (!p.has_filename()) p = p.parent_path();
-      return p.parent_path().string();
-    };
-    const bool ranks_of_one =
-        dirs.size() > 1 && absl::c_all_of(dirs, [&](const std::string& d) {
-          return parent(d) == parent(dirs[0]);
-        });
-    if (ranks_of_one) {
+    const std::vector<std::string> dirs = FindStoreDirs(target);
+    if (!RanksOfOneStore(dirs).empty()) {
       for (const std::string& d : dirs) out.push_back(OpenTarget(cmd, d));
       return out;
     }
     if (dirs.size() == 1) {
-      const std::vector<std::string> siblings = FindStoreDirs(parent(dirs[0]));
-      if (siblings.size() > 1)
+      const std::string store = ParentOfStoreDir(dirs[0]);
+      const std::vector<std::string> siblings = FindStoreDirs(store);
+      if (!RanksOfOneStore(siblings).empty())
         Fail(cmd, absl::InvalidArgumentError(absl::StrCat(
                       dirs[0], " is one of the ", siblings.size(),
-                      " ranks of store ", parent(dirs[0]),
+                      " ranks of store ", store,
                       ", whose shards must stay one state: nothing was "
-                      "changed; pass ", parent(dirs[0]),
-                      " to act on every rank")));
+                      "changed; pass ", store, " to act on every rank")));
     }
   }
   out.push_back(OpenTarget(cmd, target));

@@ -258,6 +258,11 @@ def test_ranks_at_different_steps_are_refused_and_mended_by_restore(
     r = subprocess.run([mlpo_cli, "restore", str(st / "mlpo-w2"), "step-4"],
                        capture_output=True, text=True)
     assert r.returncode == 0 and "done (2 ranks)" in r.stdout, r.stderr
+    # The store's directory also exports (every rank read from it).
+    r = subprocess.run([mlpo_cli, "export", str(st / "mlpo-w2"),
+                        str(tmp_path / "w.safetensors"), "--tag", "step-4",
+                        "--json"], capture_output=True, text=True)
+    assert r.returncode == 0 and json.loads(r.stdout)["world"] == 2, r.stderr
     again = run(tmp_path, build_python_path, 2, tmp_path / "d.json",
                 store=st, resume=1, start=4, stop=8,
                 save=tmp_path / "d8.pt", save_at=8)

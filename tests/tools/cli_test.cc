@@ -139,7 +139,12 @@ TEST_F(CliTest, TagRestoreAndDropTagActOnEveryRankOfAStore) {
               std::string::npos) << cmd << ": " << r.out;
   }
   EXPECT_EQ(head_step(store_dir_), 8);
-  CliRun r = Mlpo("tag " + dir + " second --json");
+  // Read-only commands take one rank, and say so.
+  CliRun r = Mlpo("verify " + dir, true);
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("holds the 2 ranks of store " + dir), std::string::npos)
+      << r.out;
+  r = Mlpo("tag " + dir + " second --json");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(nlohmann::json::parse(r.out)["ranks"], 2);
   r = Mlpo("restore " + o_.paths[0].path.root + " first");  // a path root
