@@ -181,6 +181,9 @@ class CheckpointMixin:
         """A small dict naming the store, a tag taken now ("step-<t>") and
         the hyperparameters; no tensors. torch.save it with the model."""
         eng = self._require_engine()
+        if self._world > 1:  # every rank here, or a clear error on each
+            self._agree_call("state_dict", [0] * sum(
+                len(l["entries"]) for l in self._layout))
         self._adopt_edits()  # the checkpoint holds what the model holds
         # "step-<t>", or "step-<t>.<k>" when a tag of that step already
         # holds another lineage's state (training on after a rollback): a

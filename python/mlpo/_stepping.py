@@ -156,13 +156,38 @@ class Stepping:
             else:
                 eng.override_masters(g, off, t.data_ptr(), _DTYPES[t.dtype], n)
 
+    # Codes of the calls that take collectives with several ranks.
+    _CALLS = {"step": 1, "state_dict": 2}
+
+    def _agree_call(self, what, flags):
+        """Data parallel: the first collective of step() and state_dict(),
+        an all-reduce (MAX) of `flags` (one 0/1 per parameter; returned
+        reduced) that also carries which call each rank is in. A rank in
+        another call (state_dict() on rank 0 only, as a torch.optim script
+        saves its replicated state) paired its collectives with the
+        others' until every rank waited forever: now every rank raises,
+        saying so, and their collectives stay paired."""
+        code = self._CALLS[what]
+        t = torch.tensor([code, -code] + list(flags), dtype=torch.int32)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._pg)
+        if int(t[0]) != code or int(-t[1]) != code:
+            other = int(t[0]) if int(t[0]) != code else int(-t[1])
+            other = next(n for n, c in self._CALLS.items() if c == other)
+            raise RuntimeError(
+                f"mlpo.torch: rank {self._rank} is in {what}() while another "
+                f"rank is in {other}(): with data parallel every rank makes "
+                "the same calls, as "
+                "each holds a shard of the state. Call state_dict() on every "
+                "rank (each tags its shard) and save the dict on one; nothing "
+                "was changed")
+        return t[2:]
+
     def _step_sharded(self, eng, keep, scale):
         dt = _DTYPES[self._dtype]
         # A parameter with a gradient on any rank has one on every rank.
-        has = torch.tensor([p.grad is not None for l in self._layout
-                            for p in (e["param"] for e in l["entries"])],
-                           dtype=torch.int32)
-        dist.all_reduce(has, op=dist.ReduceOp.MAX, group=self._pg)
+        has = self._agree_call("step", [
+            p.grad is not None for l in self._layout
+            for p in (e["param"] for e in l["entries"])])
         active = {}
         i = 0
         for l in self._layout:

@@ -26,6 +26,7 @@ ap.add_argument("--out", required=True)
 ap.add_argument("--state-format", default="fp32")
 ap.add_argument("--ddp", type=int, default=0)  # wrap in DistributedDataParallel
 ap.add_argument("--resume", type=int, default=0)
+ap.add_argument("--save-on-rank0-only", type=int, default=0)
 ap.add_argument("--rank1-store")  # rank 1's own (as on another node)
 ap.add_argument("--rank1-fails-opening", type=int, default=0)  # injected
 a = ap.parse_args()
@@ -64,7 +65,7 @@ for step in range(a.start, a.stop):
         dist.all_reduce(full)
         full /= world
     losses[step] = full.item()
-    if step + 1 == a.save_at:
+    if step + 1 == a.save_at and (rank == 0 or not a.save_on_rank0_only):
         sd = opt.state_dict()  # every rank tags its store
         if rank == 0:
             torch.save({"model": net.state_dict(), "opt": sd}, a.save)

@@ -274,3 +274,25 @@ def test_ranks_at_different_steps_are_refused_and_mended_by_restore(
     last = run(tmp_path, build_python_path, 2, tmp_path / "e.json",
                store=st, load=tmp_path / "d8.pt", start=8, stop=9)
     assert set(last["losses"]) == {"8"}
+
+
+def test_state_dict_on_one_rank_only_is_an_error_on_every_rank(
+        tmp_path, build_python_path):
+    """A torch.optim script under DDP saves the optimizer on rank 0 only
+    (`if rank == 0: torch.save(opt.state_dict())`); mlpo's state is
+    sharded, and rank 0's state_dict() collectives paired with rank 1's
+    step() ones until both waited forever. Both raise, saying what to do;
+    the store keeps the steps taken before."""
+    res = launch(tmp_path, build_python_path, 2, tmp_path / "o.json",
+                 store=tmp_path / "s", save=tmp_path / "c.pt", save_at=3,
+                 save_on_rank0_only=1, timeout=120)
+    for rank, (code, text) in enumerate(res):
+        assert code not in (0, None), text[-3000:]
+        other = "step" if rank == 0 else "state_dict"
+        assert (f"rank {rank} is in {'state_dict' if rank == 0 else 'step'}"
+                f"() while another rank is in {other}()") in text, \
+            text[-3000:]
+        assert "Call state_dict() on every rank" in text
+    again = run(tmp_path, build_python_path, 2, tmp_path / "a.json",
+                store=tmp_path / "s", resume=1, start=3, stop=4)
+    assert set(again["losses"]) == {"3"}
