@@ -182,8 +182,7 @@ class CheckpointMixin:
         the hyperparameters; no tensors. torch.save it with the model."""
         eng = self._require_engine()
         if self._world > 1:  # every rank here, or a clear error on each
-            self._agree_call("state_dict", [0] * sum(
-                len(l["entries"]) for l in self._layout))
+            self._agree_call("state_dict", [])
         self._adopt_edits()  # the checkpoint holds what the model holds
         # "step-<t>", or "step-<t>.<k>" when a tag of that step already
         # holds another lineage's state (training on after a rollback): a
@@ -243,6 +242,8 @@ class CheckpointMixin:
         """Restores a dict from state_dict() (the tag it names; resharded
         when it was written by another number of ranks), or imports a plain
         torch.optim.AdamW/Adam state dict (exp_avg, exp_avg_sq, step)."""
+        if self._world > 1:
+            self._agree_load(state_dict)
         if not isinstance(state_dict, dict) or "param_groups" not in \
                 state_dict:
             raise ValueError("mlpo.torch: not an optimizer state dict")
@@ -280,6 +281,24 @@ class CheckpointMixin:
             for k, v in theirs.items():
                 if k != "params":
                     mine[k] = tuple(v) if k == "betas" else v
+
+    def _agree_load(self, state_dict):
+        """Data parallel: every rank loads, and the same checkpoint, before
+        anything changes (a load on rank 0 only, or of another file on one
+        rank, left the ranks' shards at different states)."""
+        info = state_dict.get("mlpo") if isinstance(state_dict, dict) \
+            else None
+        if not isinstance(info, dict):
+            info = {}
+        which = repr((info.get("tag"), info.get("step"),
+                      info.get("world_size"), info.get("store_uuids")))
+        h = int(hashlib.sha256(which.encode()).hexdigest()[:7], 16)
+        got = self._agree_call("load_state_dict", [h, -h])
+        if int(got[0]) != -int(got[1]):
+            raise RuntimeError(
+                "mlpo.torch: the ranks load different state dicts (this "
+                f"rank's names tag {info.get('tag')!r}): with data parallel "
+                "every rank loads the same one; nothing was changed")
 
     def _warn_if_model_moved(self, info):
         """A step-0 dict restores the parameters it was taken with: its tag

@@ -157,18 +157,22 @@ class Stepping:
                 eng.override_masters(g, off, t.data_ptr(), _DTYPES[t.dtype], n)
 
     # Codes of the calls that take collectives with several ranks.
-    _CALLS = {"step": 1, "state_dict": 2}
+    _CALLS = {"step": 1, "state_dict": 2, "load_state_dict": 3}
 
     def _agree_call(self, what, flags):
-        """Data parallel: the first collective of step() and state_dict(),
-        an all-reduce (MAX) of `flags` (one 0/1 per parameter; returned
+        """Data parallel: the first collective of step(), state_dict() and
+        load_state_dict(), an all-reduce (MAX) of `flags` (ints; returned
         reduced) that also carries which call each rank is in. A rank in
         another call (state_dict() on rank 0 only, as a torch.optim script
         saves its replicated state) paired its collectives with the
         others' until every rank waited forever: now every rank raises,
         saying so, and their collectives stay paired."""
         code = self._CALLS[what]
-        t = torch.tensor([code, -code] + list(flags), dtype=torch.int32)
+        # One length for every call (a collective pairs tensors of one
+        # size): a flag per parameter, at least two.
+        n = max(2, sum(len(l["entries"]) for l in self._layout))
+        flags = list(flags) + [0] * (n - len(flags))
+        t = torch.tensor([code, -code] + flags, dtype=torch.int32)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._pg)
         if int(t[0]) != code or int(-t[1]) != code:
             other = int(t[0]) if int(t[0]) != code else int(-t[1])
@@ -178,8 +182,8 @@ class Stepping:
                 f"rank is in {other}(): with data parallel every rank makes "
                 "the same calls, as "
                 "each holds a shard of the state. Call state_dict() on every "
-                "rank (each tags its shard) and save the dict on one; nothing "
-                "was changed")
+                "rank (each tags its shard) and save the dict on one, and "
+                "load_state_dict() on every rank; nothing was changed")
         return t[2:]
 
     def _step_sharded(self, eng, keep, scale):

@@ -27,6 +27,8 @@ ap.add_argument("--state-format", default="fp32")
 ap.add_argument("--ddp", type=int, default=0)  # wrap in DistributedDataParallel
 ap.add_argument("--resume", type=int, default=0)
 ap.add_argument("--save-on-rank0-only", type=int, default=0)
+ap.add_argument("--load-on-rank0-only", type=int, default=0)
+ap.add_argument("--rank1-load")  # rank 1 loads this file instead
 ap.add_argument("--rank1-store")  # rank 1's own (as on another node)
 ap.add_argument("--rank1-fails-opening", type=int, default=0)  # injected
 a = ap.parse_args()
@@ -48,8 +50,9 @@ store = a.rank1_store if a.rank1_store and rank == 1 else a.store
 opt = mt.AdamW(two_groups(net, named=True), lr=1e-2, store=store,
                subgroup_numel=100,  # several subgroups per shard
                state_format=a.state_format, resume=bool(a.resume))
-if a.load:
-    ckpt = torch.load(a.load)
+load = a.rank1_load if a.rank1_load and rank == 1 else a.load
+if load and (rank == 0 or not a.load_on_rank0_only):
+    ckpt = torch.load(load)
     net.load_state_dict(ckpt["model"])
     opt.load_state_dict(ckpt["opt"])
 losses = {}

@@ -296,3 +296,35 @@ def test_state_dict_on_one_rank_only_is_an_error_on_every_rank(
     again = run(tmp_path, build_python_path, 2, tmp_path / "a.json",
                 store=tmp_path / "s", resume=1, start=3, stop=4)
     assert set(again["losses"]) == {"3"}
+
+
+def test_load_state_dict_on_one_rank_or_of_other_dicts_is_refused(
+        tmp_path, build_python_path):
+    """Loading the optimizer on rank 0 only, or another checkpoint on one
+    rank, left the ranks' shards at different states, trained on as one.
+    Every rank raises before anything changes, and the same dict on every
+    rank loads."""
+    st = tmp_path / "s"
+    run(tmp_path, build_python_path, 2, tmp_path / "a.json", store=st,
+        stop=4, save=tmp_path / "c2.pt", save_at=2)
+    b = run(tmp_path, build_python_path, 2, tmp_path / "b.json", store=st,
+            resume=1, start=4, stop=7, save=tmp_path / "c6.pt", save_at=6)
+    for kw, says in (
+            (dict(load_on_rank0_only=1), ("load_state_dict", "step")),
+            (dict(rank1_load=tmp_path / "c2.pt"), None)):
+        res = launch(tmp_path, build_python_path, 2, tmp_path / "x.json",
+                     store=st, load=tmp_path / "c6.pt", start=6, stop=7,
+                     timeout=120, **kw)
+        for rank, (code, text) in enumerate(res):
+            assert code not in (0, None), text[-3000:]
+            if says is None:
+                want = "the ranks load different state dicts (this rank's " \
+                    f"names tag {'step-6' if rank == 0 else 'step-2'!r})"
+            else:
+                me, other = says if rank == 0 else says[::-1]
+                want = f"rank {rank} is in {me}() while another rank is " \
+                    f"in {other}()"
+            assert want in text, text[-3000:]
+    again = run(tmp_path, build_python_path, 2, tmp_path / "c.json",
+                store=st, load=tmp_path / "c6.pt", start=6, stop=7)
+    assert abs(again["losses"]["6"] - b["losses"]["6"]) <= TOL
