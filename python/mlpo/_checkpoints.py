@@ -86,6 +86,8 @@ class CheckpointMixin:
 
     def checkpoint(self, tag):
         """Records the current state as `tag` (no data copied)."""
+        if self._world > 1:
+            self._agree_tag("checkpoint", tag)
         if self.keep_checkpoints > 0 and _step_tag_key(tag) is not None:
             raise ValueError(
                 f"mlpo.torch: checkpoint({tag!r}): names of the form "
@@ -96,6 +98,11 @@ class CheckpointMixin:
 
     def restore(self, tag):
         """Moves the state back to `tag` and the model's parameters with it."""
+        if self._world > 1:
+            self._agree_tag("restore", tag)
+        self._restore(tag)
+
+    def _restore(self, tag):
         self._require_engine().restore(tag)
         if self._engine.state_stored:
             self._params_from_store()
@@ -282,24 +289,6 @@ class CheckpointMixin:
                 if k != "params":
                     mine[k] = tuple(v) if k == "betas" else v
 
-    def _agree_load(self, state_dict):
-        """Data parallel: every rank loads, and the same checkpoint, before
-        anything changes (a load on rank 0 only, or of another file on one
-        rank, left the ranks' shards at different states)."""
-        info = state_dict.get("mlpo") if isinstance(state_dict, dict) \
-            else None
-        if not isinstance(info, dict):
-            info = {}
-        which = repr((info.get("tag"), info.get("step"),
-                      info.get("world_size"), info.get("store_uuids")))
-        h = int(hashlib.sha256(which.encode()).hexdigest()[:7], 16)
-        got = self._agree_call("load_state_dict", [h, -h])
-        if int(got[0]) != -int(got[1]):
-            raise RuntimeError(
-                "mlpo.torch: the ranks load different state dicts (this "
-                f"rank's names tag {info.get('tag')!r}): with data parallel "
-                "every rank loads the same one; nothing was changed")
-
     def _warn_if_model_moved(self, info):
         """A step-0 dict restores the parameters it was taken with: its tag
         holds them as step 0. One written before step 0 was stored (an
@@ -364,7 +353,7 @@ class CheckpointMixin:
                     f"{eng.meta_dir} is {eng.store_uuid}. Point store= and "
                     "name= at the store that wrote it")
             check_tag(eng, tag, info, theirs, self._rank)
-            self.restore(tag)
+            self._restore(tag)
             return
         self._reshard(info)
 
@@ -400,7 +389,7 @@ class CheckpointMixin:
         self._engine = eng
         eng.set_attribute("manifest", json.dumps(self._manifest))
         try:
-            self.restore(tag)
+            self._restore(tag)
         finally:
             self._set_initial()
         return True

@@ -4,6 +4,7 @@ cut into this rank's shard), the step run, skipped steps reported, and a
 sharded step's new parameters gathered on every rank; and the edits made
 between steps adopted before a tag. A mixin of the optimizer class in
 torch.py, which owns the layout (_layout, _pieces) and the engine."""
+import hashlib
 import warnings
 
 import torch
@@ -157,11 +158,12 @@ class Stepping:
                 eng.override_masters(g, off, t.data_ptr(), _DTYPES[t.dtype], n)
 
     # Codes of the calls that take collectives with several ranks.
-    _CALLS = {"step": 1, "state_dict": 2, "load_state_dict": 3}
+    _CALLS = {"step": 1, "state_dict": 2, "load_state_dict": 3,
+              "checkpoint": 4, "restore": 5}
 
     def _agree_call(self, what, flags):
-        """Data parallel: the first collective of step(), state_dict() and
-        load_state_dict(), an all-reduce (MAX) of `flags` (ints; returned
+        """Data parallel: the first collective of step(), state_dict(),
+        load_state_dict(), checkpoint() and restore(), an all-reduce (MAX) of `flags` (ints; returned
         reduced) that also carries which call each rank is in. A rank in
         another call (state_dict() on rank 0 only, as a torch.optim script
         saves its replicated state) paired its collectives with the
@@ -185,6 +187,36 @@ class Stepping:
                 "rank (each tags its shard) and save the dict on one, and "
                 "load_state_dict() on every rank; nothing was changed")
         return t[2:]
+
+    def _agree_load(self, state_dict):
+        """Data parallel: every rank loads, and the same checkpoint, before
+        anything changes (a load on rank 0 only, or of another file on one
+        rank, left the ranks' shards at different states)."""
+        info = state_dict.get("mlpo") if isinstance(state_dict, dict) \
+            else None
+        if not isinstance(info, dict):
+            info = {}
+        which = repr((info.get("tag"), info.get("step"),
+                      info.get("world_size"), info.get("store_uuids")))
+        h = int(hashlib.sha256(which.encode()).hexdigest()[:7], 16)
+        got = self._agree_call("load_state_dict", [h, -h])
+        if int(got[0]) != -int(got[1]):
+            raise RuntimeError(
+                "mlpo.torch: the ranks load different state dicts (this "
+                f"rank's names tag {info.get('tag')!r}): with data parallel "
+                "every rank loads the same one; nothing was changed")
+
+    def _agree_tag(self, what, tag):
+        """Data parallel: checkpoint() and restore() on every rank, of one
+        tag, before anything changes (on one rank only they left the ranks'
+        shards at different states)."""
+        h = int(hashlib.sha256(repr(tag).encode()).hexdigest()[:7], 16)
+        got = self._agree_call(what, [h, -h])
+        if int(got[0]) != -int(got[1]):
+            raise RuntimeError(
+                f"mlpo.torch: {what}({tag!r}): the ranks name different "
+                "tags; with data parallel every rank names the same one; "
+                "nothing was changed")
 
     def _step_sharded(self, eng, keep, scale):
         dt = _DTYPES[self._dtype]

@@ -29,6 +29,7 @@ ap.add_argument("--resume", type=int, default=0)
 ap.add_argument("--save-on-rank0-only", type=int, default=0)
 ap.add_argument("--load-on-rank0-only", type=int, default=0)
 ap.add_argument("--rank1-load")  # rank 1 loads this file instead
+ap.add_argument("--rank0-restores")  # a tag, after the save, on rank 0 only
 ap.add_argument("--rank1-store")  # rank 1's own (as on another node)
 ap.add_argument("--rank1-fails-opening", type=int, default=0)  # injected
 a = ap.parse_args()
@@ -72,6 +73,8 @@ for step in range(a.start, a.stop):
         sd = opt.state_dict()  # every rank tags its store
         if rank == 0:
             torch.save({"model": net.state_dict(), "opt": sd}, a.save)
+        if a.rank0_restores and rank == 0:
+            opt.restore(a.rank0_restores)
 if rank == 0:
     with open(a.out, "w") as f:
         json.dump({"losses": losses, "world": world,

@@ -301,7 +301,8 @@ def test_state_dict_on_one_rank_only_is_an_error_on_every_rank(
 def test_load_state_dict_on_one_rank_or_of_other_dicts_is_refused(
         tmp_path, build_python_path):
     """Loading the optimizer on rank 0 only, or another checkpoint on one
-    rank, left the ranks' shards at different states, trained on as one.
+    rank (or restore(tag) on one rank), left the ranks' shards at different
+    states, trained on as one.
     Every rank raises before anything changes, and the same dict on every
     rank loads."""
     st = tmp_path / "s"
@@ -328,3 +329,13 @@ def test_load_state_dict_on_one_rank_or_of_other_dicts_is_refused(
     again = run(tmp_path, build_python_path, 2, tmp_path / "c.json",
                 store=st, load=tmp_path / "c6.pt", start=6, stop=7)
     assert abs(again["losses"]["6"] - b["losses"]["6"]) <= TOL
+    # opt.restore(tag) on one rank: the same.
+    res = launch(tmp_path, build_python_path, 2, tmp_path / "y.json",
+                 store=st, load=tmp_path / "c6.pt", start=6, stop=9,
+                 save=tmp_path / "c8.pt", save_at=8, rank0_restores="step-6",
+                 timeout=120)
+    for rank, (code, text) in enumerate(res):
+        assert code not in (0, None), text[-3000:]
+        me, other = ("restore", "step")[::1 if rank == 0 else -1]
+        assert f"rank {rank} is in {me}() while another rank is in " \
+            f"{other}()" in text, text[-3000:]
