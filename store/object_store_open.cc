@@ -40,6 +40,7 @@
 #include "store/placement/stripe.h"
 #include "store/store_files.h"
 #include "store/store_survey.h"
+#include "store/store_target.h"
 
 namespace mlpo {
 namespace fs = std::filesystem;

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 
 #include "CLI/CLI.hpp"
@@ -20,6 +19,7 @@
 #include "optimizer/checkpoint_reader.h"
 #include "store/fs/file_util.h"
 #include "base/status_macros.h"
+#include "store/store_target.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/output_path.h"
@@ -66,13 +66,8 @@ void AddExportCommand(CLI::App& app) {
     absl::Status where = CheckOutputPath(a->out, a->force);
     if (!where.ok()) Fail(where);
     // A data-parallel store's directory: its ranks are read from any one.
-    std::string target = a->store;
-    std::error_code ec;
-    if (std::filesystem::is_directory(target, ec)) {
-      const std::vector<std::string> ranks = FindStoreDirs(target);
-      if (!RanksOfOneStore(ranks).empty()) target = ranks[0];
-    }
-    auto o = StoreOptionsForTarget(target);
+    const std::vector<std::string> ranks = RanksOfStoreAt(a->store);
+    auto o = StoreOptionsForTarget(ranks.empty() ? a->store : ranks[0]);
     if (!o.ok()) Fail(o.status());
     auto r = CheckpointReader::Open(*o, a->tag);
     if (!r.ok()) Fail(r.status());

@@ -18,6 +18,7 @@
 #include "optimizer/state_format.h"
 #include "store/object_store.h"
 #include "store/store_options.h"
+#include "store/store_target.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/plan/plan_model.h"

@@ -14,6 +14,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "store/store_target.h"
 #include "tools/probe/bandwidth_probe.h"
 #include "store/object_store.h"
 #include "base/size_units.h"

@@ -11,6 +11,7 @@
 #include "store/admin/recover.h"
 #include "store/admin/salvage.h"
 #include "store/object_store.h"
+#include "store/store_target.h"
 #include "tools/cli_util.h"
 #include "tools/store_cmd_util.h"
 

@@ -19,6 +19,7 @@
 #include "store/admin/relocate.h"
 #include "store/admin/unshare.h"
 #include "store/object_store.h"
+#include "store/store_target.h"
 #include "tools/commands.h"
 #include "tools/cli_util.h"
 #include "tools/store_cmd_util.h"

@@ -24,6 +24,7 @@
 #include "store/admin/verify.h"
 #include "store/object_store.h"
 #include "store/store_files.h"
+#include "store/store_target.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/store_cmd_util.h"
@@ -175,17 +176,16 @@ void RefuseRetainedTagName(const ObjectStore& s, const std::string& name) {
 std::vector<std::unique_ptr<ObjectStore>> OpenStoreRanks(
     const std::string& cmd, const std::string& target) {
   std::vector<std::unique_ptr<ObjectStore>> out;
+  const std::vector<std::string> ranks = RanksOfStoreAt(target);
+  for (const std::string& d : ranks) out.push_back(OpenTarget(cmd, d));
+  if (!out.empty()) return out;
   std::error_code ec;
   if (fs::is_directory(target, ec)) {
     const std::vector<std::string> dirs = FindStoreDirs(target);
-    if (!RanksOfOneStore(dirs).empty()) {
-      for (const std::string& d : dirs) out.push_back(OpenTarget(cmd, d));
-      return out;
-    }
     if (dirs.size() == 1) {
       const std::string store = ParentOfStoreDir(dirs[0]);
-      const std::vector<std::string> siblings = FindStoreDirs(store);
-      if (!RanksOfOneStore(siblings).empty())
+      const std::vector<std::string> siblings = RanksOfStoreAt(store);
+      if (!siblings.empty())
         Fail(cmd, absl::InvalidArgumentError(absl::StrCat(
                       dirs[0], " is one of the ", siblings.size(),
                       " ranks of store ", store,
@@ -427,13 +427,15 @@ void AddStoreCommands(CLI::App& app) {
       for (auto& s : stores) {
         if (cmd == "tag") RefuseRetainedTagName(*s, *name);
         const bool has = s->Tags().count(*name) > 0;
-        if (has == (cmd == "tag"))
-          Fail(cmd, (has ? absl::AlreadyExistsError(absl::StrCat(
-                               StoreWhere(s->options()), " already has tag '", *name,
-                               "'; nothing was changed"))
-                         : absl::NotFoundError(absl::StrCat(
-                               StoreWhere(s->options()), " has no tag '", *name,
-                               "'; nothing was changed"))));
+        const std::string where = StoreWhere(s->options());
+        if (has && cmd == "tag")
+          Fail(cmd, absl::AlreadyExistsError(absl::StrCat(
+                        where, " already has tag '", *name,
+                        "'; nothing was changed")));
+        if (!has && cmd != "tag")
+          Fail(cmd, absl::NotFoundError(absl::StrCat(
+                        where, " has no tag '", *name,
+                        "'; nothing was changed")));
       }
       for (auto& s : stores) {
         absl::Status st = ((*s).*fn)(*name);

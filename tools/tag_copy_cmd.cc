@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "store/admin/copy.h"
+#include "store/store_target.h"
 #include "tools/cli_util.h"
 #include "tools/store_cmd_util.h"
 

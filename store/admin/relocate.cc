@@ -12,6 +12,7 @@
 #include "store/path/storage_path.h"
 #include "store/store_files.h"
 #include "store/store_survey.h"
+#include "store/store_target.h"
 
 namespace mlpo {
 

@@ -6,6 +6,7 @@
 #include "base/status_macros.h"
 #include "store/meta/meta_index.h"
 #include "store/store_files.h"
+#include "store/store_target.h"
 
 namespace mlpo {
 

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "store/fs/fault_injection_fs.h"
 #include "store/placement/stripe.h"
+#include "store/store_target.h"
 #include "tests/store/store_test_util.h"
 
 namespace mlpo {

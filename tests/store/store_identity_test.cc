@@ -17,6 +17,7 @@
 #include "store/admin/verify.h"
 #include "store/fs/fault_injection_fs.h"
 #include "store/fs/file_util.h"
+#include "store/store_target.h"
 #include "tests/store/store_test_util.h"
 
 namespace mlpo {

@@ -19,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "store/admin/gc.h"
 #include "store/store_files.h"
+#include "store/store_target.h"
 #include "tests/tools/cli_test_util.h"
 
 namespace mlpo {
