@@ -163,8 +163,9 @@ class Stepping:
 
     def _agree_call(self, what, flags):
         """Data parallel: the first collective of step(), state_dict(),
-        load_state_dict(), checkpoint() and restore(), an all-reduce (MAX) of `flags` (ints; returned
-        reduced) that also carries which call each rank is in. A rank in
+        load_state_dict(), checkpoint() and restore(), an all-reduce (MAX)
+        of `flags` (ints; returned reduced) that also carries which call
+        each rank is in. A rank in
         another call (state_dict() on rank 0 only, as a torch.optim script
         saves its replicated state) paired its collectives with the
         others' until every rank waited forever: now every rank raises,
@@ -188,6 +189,13 @@ class Stepping:
                 "load_state_dict() on every rank; nothing was changed")
         return t[2:]
 
+    def _agree_same(self, what, key):
+        """_agree_call for `what`, whose argument (`key`, a string) must be
+        the same on every rank: whether it is."""
+        h = int(hashlib.sha256(key.encode()).hexdigest()[:7], 16)
+        got = self._agree_call(what, [h, -h])
+        return int(got[0]) == -int(got[1])
+
     def _agree_load(self, state_dict):
         """Data parallel: every rank loads, and the same checkpoint, before
         anything changes (a load on rank 0 only, or of another file on one
@@ -196,11 +204,9 @@ class Stepping:
             else None
         if not isinstance(info, dict):
             info = {}
-        which = repr((info.get("tag"), info.get("step"),
-                      info.get("world_size"), info.get("store_uuids")))
-        h = int(hashlib.sha256(which.encode()).hexdigest()[:7], 16)
-        got = self._agree_call("load_state_dict", [h, -h])
-        if int(got[0]) != -int(got[1]):
+        if not self._agree_same("load_state_dict", repr((
+                info.get("tag"), info.get("step"), info.get("world_size"),
+                info.get("store_uuids")))):
             raise RuntimeError(
                 "mlpo.torch: the ranks load different state dicts (this "
                 f"rank's names tag {info.get('tag')!r}): with data parallel "
@@ -210,9 +216,7 @@ class Stepping:
         """Data parallel: checkpoint() and restore() on every rank, of one
         tag, before anything changes (on one rank only they left the ranks'
         shards at different states)."""
-        h = int(hashlib.sha256(repr(tag).encode()).hexdigest()[:7], 16)
-        got = self._agree_call(what, [h, -h])
-        if int(got[0]) != -int(got[1]):
+        if not self._agree_same(what, repr(tag)):
             raise RuntimeError(
                 f"mlpo.torch: {what}({tag!r}): the ranks name different "
                 "tags; with data parallel every rank names the same one; "

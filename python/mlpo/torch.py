@@ -142,9 +142,27 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
                              f"{device_backend!r}")
         self._device_backend_arg = device_backend
         try:
-            self._open_store(store, name, durability, state_format,
-                             subgroup_numel, max_grad_norm, prefetch,
-                             commits, threads, restore_tag, resume)
+            self._config, self._base_dir = store_config.load(store,
+                                                             create=False)
+            self._name = self._resolve_name(name)
+            self._durability = self._resolve_durability(durability)
+            self._state_format = self._resolve_state_format(state_format)
+            self._config.pop("name", None)
+            self._config.pop("state_format", None)
+            self._config["durability"] = self._durability
+            self._opts = dict(subgroup_numel=int(subgroup_numel),
+                              max_grad_norm=float(max_grad_norm),
+                              prefetch=int(prefetch), commits=int(commits),
+                              threads=int(threads))
+            self._layout = self._make_layout()
+            try:  # a bad key or value, named with the file it is in
+                _mlpo.check_store_config(self._toml(), self._base_dir)
+            except ValueError as e:
+                raise ValueError(
+                    f"mlpo store config {store_config.source(store)}: {e}"
+                ) from None
+            store_config.make_roots(self._config, self._base_dir)
+            self._open(restore_tag=restore_tag, resume=resume)
         except Exception as e:
             if self._world > 1 and not getattr(self, "_open_told", False):
                 # The other ranks wait for this one in a collective of
@@ -154,29 +172,6 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
         if self._world > 1:
             self._agree_steps(self._agree_open(
                 (self._engine.step_count, self._engine.tag_order()), None))
-
-    def _open_store(self, store, name, durability, state_format,
-                    subgroup_numel, max_grad_norm, prefetch, commits,
-                    threads, restore_tag, resume):
-        self._config, self._base_dir = store_config.load(store, create=False)
-        self._name = self._resolve_name(name)
-        self._durability = self._resolve_durability(durability)
-        self._state_format = self._resolve_state_format(state_format)
-        self._config.pop("name", None)
-        self._config.pop("state_format", None)
-        self._config["durability"] = self._durability
-        self._opts = dict(subgroup_numel=int(subgroup_numel),
-                          max_grad_norm=float(max_grad_norm),
-                          prefetch=int(prefetch), commits=int(commits),
-                          threads=int(threads))
-        self._layout = self._make_layout()
-        try:  # a bad key or value, named with the file it is in
-            _mlpo.check_store_config(self._toml(), self._base_dir)
-        except ValueError as e:
-            raise ValueError(f"mlpo store config {store_config.source(store)}"
-                             f": {e}") from None
-        store_config.make_roots(self._config, self._base_dir)
-        self._open(restore_tag=restore_tag, resume=resume)
 
     def __getstate__(self):
         # torch.optim's optimizers pickle (and deepcopy) with their state;
