@@ -37,3 +37,9 @@ def loss_of(model, step, dtype=torch.float32, part=None, parts=1):
 def max_diff(a, b):
     return max((p.detach().float() - q.detach().float()).abs().max().item()
                for p, q in zip(a.parameters(), b.parameters()))
+
+
+def assert_params_are(model, want):
+    """Each of `model`'s parameters equals want[name] exactly."""
+    for n, p in model.named_parameters():
+        assert torch.equal(p, want[n]), n

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import mlpo.torch as mt
-from helpers import make_model, loss_of
+from helpers import make_model, loss_of, assert_params_are
 
 
 def trained(store, steps=3):
@@ -276,8 +276,7 @@ def test_a_hyperparameter_set_to_a_non_number_is_named_at_step(
     with pytest.raises(ValueError) as e:
         opt.step()
     assert says in str(e.value), e.value
-    for n, p in model.named_parameters():
-        assert torch.equal(p, before[n]), n
+    assert_params_are(model, before)
     opt.param_groups[0][key] = good
     if key == "lr":
         opt.param_groups[0]["lr"] = torch.tensor(good)

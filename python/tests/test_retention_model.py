@@ -22,7 +22,7 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize,
                                  precondition, rule)
 
 import mlpo.torch as mt
-from helpers import make_model, loss_of
+from helpers import make_model, loss_of, assert_params_are
 
 EXAMPLES = int(os.environ.get("MLPO_WORKFLOW_EXAMPLES", "12"))
 
@@ -100,14 +100,12 @@ class Retention(RuleBasedStateMachine):
                 self.opt.load_state_dict(sd)
             assert self.opt.step_count == sd["mlpo"]["step"]
             self.at = sd["mlpo"]["tag"]
-            for n, p in self.model.named_parameters():
-                assert torch.equal(p, params[n]), n
+            assert_params_are(self.model, params)
             return
         with pytest.raises(ValueError,
                            match="keep_checkpoints|not the checkpoint"):
             self.opt.load_state_dict(sd)
-        for n, p in self.model.named_parameters():
-            assert torch.equal(p, before[n]), n
+        assert_params_are(self.model, before)
 
     @rule()
     def rerun(self):

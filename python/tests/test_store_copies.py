@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import mlpo.torch as mt
-from helpers import make_model, loss_of
+from helpers import make_model, loss_of, assert_params_are
 
 
 def train(model, opt, steps, first=0):
@@ -78,8 +78,7 @@ def test_a_hard_linked_copy_is_refused_until_unshared(tmp_path, mlpo_cli):
     # and trains on.
     for kind, w in enumerate(want):
         m, o = resume(root, kind)
-        for n, p in m.named_parameters():
-            assert torch.equal(p, w[n]), n
+        assert_params_are(m, w)
         train(m, o, 2, first=3)
         o.close()
 
@@ -91,8 +90,7 @@ def test_a_hard_linked_copy_is_refused_until_unshared(tmp_path, mlpo_cli):
     assert all(s["copy"] and not s["unshared_files"]
                for s in json.loads(r.stdout)["stores"]), r.stdout
     m, o = resume(snap, 0)
-    for n, p in m.named_parameters():
-        assert torch.equal(p, want[0][n]), n
+    assert_params_are(m, want[0])
     o.close()
 
 
@@ -140,8 +138,7 @@ def test_a_dict_of_the_original_loads_into_a_relocated_copy(tmp_path,
         o.load_state_dict({**d2, "mlpo": old})
     o.load_state_dict(d2)
     train(m, o, 2, first=2)
-    for n, p in m.named_parameters():
-        assert torch.equal(p, ref.state_dict()[n]), n
+    assert_params_are(m, ref.state_dict())
     o.close()
 
     # The copy's step-2 dropped and its name taken by another run there:

@@ -36,7 +36,7 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize,
                                  invariant, precondition, rule)
 
 import mlpo.torch as mt
-from helpers import make_model, loss_of
+from helpers import make_model, loss_of, assert_params_are
 
 EXAMPLES = int(os.environ.get("MLPO_WORKFLOW_EXAMPLES", "12"))
 KILLS = int(os.environ.get("MLPO_WORKFLOW_KILLS", "1"))
@@ -223,8 +223,7 @@ class Workflow(RuleBasedStateMachine):
                 warnings.catch_warnings():
             warnings.simplefilter("error")
             self.opt.load_state_dict(sd)
-        for n, p in self.model.named_parameters():
-            assert torch.equal(p, before[n]), n
+        assert_params_are(self.model, before)
 
     @rule()
     def rebuild(self):
@@ -305,8 +304,7 @@ class Workflow(RuleBasedStateMachine):
                 before = params_of(m)
                 with pytest.raises(ValueError, match="another store"):
                     o.load_state_dict(sd)
-                for n, p in m.named_parameters():
-                    assert torch.equal(p, before[n]), n
+                assert_params_are(m, before)
         finally:
             o.close()
 
