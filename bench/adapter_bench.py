@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The PyTorch adapter's cost, measured in one run. Two comparisons:
 
 --vs-torch (the state fits in RAM): mlpo.torch.AdamW with its defaults

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Convergence of the state formats: examples/train_gpt.py for the same
 steps and seeds in each format (fp32, bf16-moments, int8-moments), runs
 interleaved seed by seed; prints each run's final loss (mean of the last 20

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Draws `mlpo-bench step --json` output as stacked bars: read wait,
 compute and write wait per mode (the ablation rows in their order), with
 each mode's ratio to the baseline on top. Used by `mlpo-bench step --plot`.

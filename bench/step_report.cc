@@ -165,7 +165,7 @@ void DrawStepPlot(const std::string& png, json* out) {
     if (!j) fail(absl::InternalError("cannot write " + tmp));
   }
   // No shell: the file names go to python as they are.
-  std::vector<std::string> argv = {"/usr/bin/python3", MLPO_PLOT_SCRIPT, tmp,
+  std::vector<std::string> argv = {MLPO_PLOT_PYTHON, MLPO_PLOT_SCRIPT, tmp,
                                    png};
   std::vector<char*> cargv;
   for (auto& x : argv) cargv.push_back(x.data());
@@ -178,7 +178,7 @@ void DrawStepPlot(const std::string& png, json* out) {
   std::filesystem::remove(tmp);
   if (rc != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
     fail(absl::InternalError(absl::StrCat(
-        "plotting failed: /usr/bin/python3 ", MLPO_PLOT_SCRIPT,
+        "plotting failed: ", MLPO_PLOT_PYTHON, " ", MLPO_PLOT_SCRIPT,
         rc != 0 ? " could not start" : "", " (exit ", WEXITSTATUS(status),
         ")")));
   (*out)["plot"] = png;

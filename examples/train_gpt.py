@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Trains a small decoder-only transformer (character level, ~2M parameters)
 on the CPU with its optimizer state in an mlpo store on two tiers, the way a
 real training loop uses mlpo: the only change from a torch.optim script is

@@ -1,23 +1,46 @@
 #!/usr/bin/env bash
-# `pip install .` into a fresh venv made with --system-site-packages (so it
-# sees Debian's torch), then use the installed package from outside the
+# `pip wheel .` (scikit-build-core running mlpo's CMake build), then the
+# wheel installed into a fresh venv that has torch and used from outside the
 # source tree: mlpo.torch.AdamW against torch.optim.AdamW for a few steps, a
 # checkpoint, and the installed `mlpo` command on the store it left.
-# Part of scripts/test.sh. MLPO_BUILD_DIR (setup.py) reuses a CMake build.
+# Part of scripts/test.sh.
+#   MLPO_PIP_BUILD_DIR=build   reuse that CMake build tree (scripts/test.sh
+#                              does: its options are passed back unchanged)
+# The fresh venv sees torch through a .pth naming mlpo's venv's
+# site-packages (torch is a few GB; the wheel itself goes in alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/python_env.sh
 src=$PWD
-venv=${MLPO_PIP_VENV:-$PWD/var/pip-venv}
-rm -rf "$venv"
-/usr/bin/python3 -m venv --system-site-packages "$venv"
-# --no-index: nothing to download (pyproject.toml requires nothing).
-"$venv/bin/pip" install --no-index -q "$src"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+args=()
+if [ -n "${MLPO_PIP_BUILD_DIR:-}" ]; then
+  args=(-C "build-dir=$MLPO_PIP_BUILD_DIR"
+        -C cmake.define.BUILD_TESTING=ON -C cmake.define.MLPO_BUILD_BENCH=ON
+        -C cmake.define.MLPO_WERROR=ON)
+fi
+# --no-build-isolation: the backend (scikit-build-core, pybind11) is pinned
+# in mlpo's venv, so nothing is downloaded.
+"$MLPO_PYTHON" -m pip wheel -q --no-deps --no-build-isolation \
+  "${args[@]}" -w "$work/dist" "$src"
+wheel=$(ls "$work"/dist/mlpo-*.whl)
+echo "pip wheel: built $(basename "$wheel")"
+venv=$work/venv
+# --without-pip: the venv's own old pip and setuptools would shadow the
+# ones torch asks for; mlpo's venv's pip installs into it (--python).
+"$MLPO_BASE_PYTHON" -m venv --without-pip "$venv"
+site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+"$MLPO_PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+  >"$site/mlpo-venv-torch.pth"
+# --no-index: torch and numpy are there already; nothing to download.
+"$MLPO_PYTHON" -m pip --python "$venv/bin/python" install -q --no-index \
+  "$wheel"
 cd "$work"
 "$venv/bin/python" - <<'PY'
 import mlpo, mlpo.torch, torch
-assert "site-packages" in mlpo.__file__, f"not the installed package: {mlpo.__file__}"
+assert "site-packages" in mlpo.__file__ and "/venv/" in mlpo.__file__, \
+    f"not the installed package: {mlpo.__file__}"
 torch.manual_seed(0)
 model = torch.nn.Linear(16, 8)
 ref = torch.nn.Linear(16, 8)
@@ -34,7 +57,8 @@ for a, b in zip(model.parameters(), ref.parameters()):
     d = (a - b).abs().max().item()
     assert d < 1e-6, f"installed mlpo.torch.AdamW differs from torch by {d}"
 opt.state_dict()  # tag step-5
-print("pip install: mlpo.torch.AdamW matches torch.optim.AdamW over 5 steps")
+print("pip install: mlpo.torch.AdamW matches torch.optim.AdamW over 5 steps "
+      f"(torch {torch.__version__})")
 PY
 "$venv/bin/mlpo" tags store/mlpo/rank-0 | grep -q "step-5" ||
   { echo "pip install: the installed mlpo command does not list tag step-5"; exit 1; }

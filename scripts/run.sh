@@ -12,10 +12,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+source scripts/python_env.sh
 mkdir -p build
 scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
 mkdir -p var/nvme var/pfs
 echo "== examples/train_gpt.py (about a minute; optimizer state on var/nvme + var/pfs)"
-PYTHONPATH=build/python /usr/bin/python3 examples/train_gpt.py --seconds "${MLPO_TRAIN_SECONDS:-60}"
+PYTHONPATH=build/python "$MLPO_PYTHON" examples/train_gpt.py --seconds "${MLPO_TRAIN_SECONDS:-60}"
 echo "== mlpo inspect var/nvme/train_gpt/rank-0"
 build/tools/mlpo inspect var/nvme/train_gpt/rank-0

@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 slow=0
 [ "${1:-}" = "--slow" ] && slow=1
 scripts/deps.sh
+source scripts/python_env.sh
 mkdir -p build
 export MLPO_TEST_TMPDIR=${MLPO_TEST_TMPDIR:-$PWD/var/test-tmp}
 mkdir -p "$MLPO_TEST_TMPDIR"
@@ -52,11 +53,11 @@ fi
 status=0
 echo "== tests (Release)"
 (cd build && ctest -j "$(nproc)" --output-on-failure --timeout 600 "${labels[@]}") || status=1
-echo "== tests (PyTorch adapter, pytest, Debian's /usr/bin/python3)"
-PYTHONPATH=build/python /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+echo "== tests (PyTorch adapter, pytest, $("$MLPO_PYTHON" -c 'import torch; print("torch", torch.__version__)'))"
+PYTHONPATH=build/python "$MLPO_PYTHON" -m pytest -q -p no:cacheprovider \
   python/tests || status=1
-echo "== pip install . in a fresh venv (the build above, reused)"
-MLPO_BUILD_DIR=$PWD/build scripts/check_pip_install.sh || status=1
+echo "== pip wheel . / pip install into a fresh venv"
+MLPO_PIP_BUILD_DIR=build scripts/check_pip_install.sh || status=1
 echo "== tests (ASan + UBSan)"
 (cd "$san" && ASAN_OPTIONS=detect_leaks=1 ctest -j "$(nproc)" \
   --output-on-failure --timeout 900 -L unit -LE slow) || status=1
@@ -65,6 +66,8 @@ if [ $have_clang -eq 1 ]; then
   scripts/fuzz.sh "${MLPO_FUZZ_SECONDS:-10}" build-clang || status=1
 fi
 if [ $slow -eq 1 ]; then
+  echo "== tests (PyTorch adapter, pytest, the oldest torch: $MLPO_TORCH_OLDEST)"
+  scripts/test_oldest_torch.sh || status=1
   echo "== tests (ThreadSanitizer, unit tests)"
   scripts/tsan.sh || status=1
 fi
