@@ -72,6 +72,12 @@ void AddExportCommand(CLI::App& app) {
     auto r = CheckpointReader::Open(*o, a->tag);
     if (!r.ok()) Fail(r.status());
     const nlohmann::json& man = (*r)->manifest();
+    if (man.value("sharding", "") == "fsdp")
+      Fail(absl::UnimplementedError(
+          "mlpo export: " + a->store + " holds FSDP's shards of each "
+          "parameter (rank-major); export it from Python with "
+          "mlpo.torch.export_state_dict(store, tag=...), which puts the "
+          "shards together, and save that with safetensors"));
     struct Tensor {
       std::string name;
       std::vector<uint64_t> shape;

@@ -6,12 +6,13 @@ import hashlib
 import json
 import math
 import os
-import warnings
 
 import torch
 import torch.distributed as dist
 
+from ._warn import warn_user
 from . import _mlpo
+from ._reshard import CheckpointCoords, fill_from
 from ._tag_ids import (check_reader_tag, check_tag, check_tag_ids,
                        is_store, reader_holds, tag_id)
 
@@ -66,6 +67,9 @@ def _model_difference(a, b):
             (f"no key {e}" if isinstance(e, KeyError) else str(e)) +
             ")") from None
     kb = key(b)
+    sa, sb = a.get("sharding", "flat"), b.get("sharding", "flat")
+    if ka == kb and sa != sb:  # FSDP's shards or mlpo's own ZeRO chunks
+        return (f"{sa} sharding", f"{sb} sharding")
     if ka == kb:
         return None
     n = max(len(ka), len(kb))
@@ -145,12 +149,19 @@ class CheckpointMixin:
                      order[-self.keep_checkpoints:])
         if keep != was:
             eng.set_attribute("checkpoint_order", json.dumps(keep))
-        if not old:
+        self._drop_checkpoints(old, self.keep_checkpoints)
+
+    def _drop_checkpoints(self, tags, why):
+        """Drops `tags` and frees what only they held; load_state_dict of a
+        dict naming one says why (`why`: the keep_checkpoints number, or
+        a sentence)."""
+        if not tags:
             return
+        eng = self._engine
         dropped = json.loads(eng.get_attribute("dropped_tags") or "{}")
-        for t in old:
+        for t in tags:
             eng.drop_tag(t)
-            dropped[t] = self.keep_checkpoints
+            dropped[t] = why
         # The newest 1000 names, for load_state_dict's message.
         dropped = dict(list(dropped.items())[-1000:])
         eng.set_attribute("dropped_tags", json.dumps(dropped))
@@ -178,15 +189,41 @@ class CheckpointMixin:
         (group order, as fp32): what a dict taken before the first step
         records, to see that loading it gave them back."""
         h = hashlib.sha256()
-        for g in self.param_groups:
-            for p in g["params"]:
-                h.update(p.detach().float().cpu().contiguous().numpy()
-                         .tobytes())
+        for l in self._layout:
+            for e in l["entries"]:
+                h.update(e["param"].detach().float().cpu().contiguous()
+                         .numpy().tobytes())
         return h.hexdigest()
 
     def state_dict(self):
         """A small dict naming the store, a tag taken now ("step-<t>") and
-        the hyperparameters; no tensors. torch.save it with the model."""
+        the hyperparameters; no tensors. torch.save it with the model.
+        torch.optim's state-dict hooks run around it, as in torch."""
+        for hook in self._optimizer_state_dict_pre_hooks.values():
+            hook(self)
+        state_dict = self._take_state_dict()
+        for hook in self._optimizer_state_dict_post_hooks.values():
+            out = hook(self, state_dict)
+            if out is not None:
+                state_dict = out
+        return state_dict
+
+    def load_state_dict(self, state_dict):
+        """Restores a dict from state_dict() (the tag it names; resharded
+        when it was written by another number of ranks), or imports a plain
+        torch.optim.AdamW/Adam state dict (exp_avg, exp_avg_sq, step).
+        torch.optim's load-state-dict hooks run around it, as in torch."""
+        if isinstance(state_dict, dict):
+            state_dict = state_dict.copy()  # torch's: hooks may edit it
+        for hook in self._optimizer_load_state_dict_pre_hooks.values():
+            out = hook(self, state_dict)
+            if out is not None:
+                state_dict = out
+        self._load_state_dict(state_dict)
+        for hook in self._optimizer_load_state_dict_post_hooks.values():
+            hook(self)
+
+    def _take_state_dict(self):
         eng = self._require_engine()
         if self._world > 1:  # every rank here, or a clear error on each
             self._agree_call("state_dict", [])
@@ -219,7 +256,12 @@ class CheckpointMixin:
             while tag in tags:
                 tag, k = f"step-{t}.{k}", k + 1
             eng.tag(tag)
-        self._prune_checkpoints(tag)
+        if eng.step_count > 0:
+            # Not at step 0: a new optimizer's dict (Accelerate's prepare()
+            # takes one and loads it back) would drop the previous run's
+            # checkpoints before the run could load the one it resumes
+            # from. A step-0 tag is the oldest at the next retention.
+            self._prune_checkpoints(tag)
         # "params" lists are empty so that torch.optim's load_state_dict
         # refuses this dict (its groups do not match) instead of loading an
         # optimizer with no moments; the counts are in "mlpo".
@@ -245,10 +287,7 @@ class CheckpointMixin:
                         if eng.step_count == 0 else {})},
         }
 
-    def load_state_dict(self, state_dict):
-        """Restores a dict from state_dict() (the tag it names; resharded
-        when it was written by another number of ranks), or imports a plain
-        torch.optim.AdamW/Adam state dict (exp_avg, exp_avg_sq, step)."""
+    def _load_state_dict(self, state_dict):
         if self._world > 1:
             self._agree_load(state_dict)
         if not isinstance(state_dict, dict) or "param_groups" not in \
@@ -267,7 +306,8 @@ class CheckpointMixin:
         if counts is None:
             counts = [len(a["params"]) for a in groups]
         if not isinstance(counts, (list, tuple)) or len(counts) != len(
-                groups) or any(c != len(b["params"]) for c, b in
+                groups) or any(not isinstance(c, int) or isinstance(c, bool)
+                               or c != len(b["params"]) for c, b in
                                zip(counts, self.param_groups)):
             raise ValueError("mlpo.torch: the state dict has other parameter "
                              "groups than this optimizer (parameters per "
@@ -297,14 +337,14 @@ class CheckpointMixin:
         taken with (the model's own state_dict was not loaded with it)."""
         digest = info.get("initial_digest") if isinstance(info, dict) else None
         if isinstance(digest, str) and digest != self._params_digest():
-            warnings.warn(
+            warn_user(
                 f"mlpo.torch: this state dict (tag {info.get('tag')!r}) was "
                 "taken before the first step, and its tag holds no "
                 "parameters (an earlier mlpo stored none at step 0): "
                 "loading it restores a fresh optimizer and "
                 "leaves the model's parameters as they are, which are not "
                 "the ones it was taken with. Load the model's state_dict "
-                "saved with it as well (as with torch.optim)", stacklevel=3)
+                "saved with it as well (as with torch.optim)")
 
     def _load_mlpo(self, info):
         if not isinstance(info, dict):
@@ -403,10 +443,9 @@ class CheckpointMixin:
         eng = self._require_engine()
         steps = reader.param_steps()
         mine = [steps[e["index"]] for (g, e, at, n, off) in self._pieces]
-
-        def fill(g, off, n):
-            return reader.read(g, self._layout[g]["start"] + off, n)
-
+        fill = fill_from(reader, CheckpointCoords(json.loads(
+            reader.manifest())), [list(self._shard_pieces(g))
+                                  for g in range(len(self._layout))])
         eng.reset()  # a new lineage holding the checkpoint's state
         eng.import_state(reader.step, fill, mine)
         tag = f"step-{reader.step}"
@@ -452,7 +491,7 @@ class CheckpointMixin:
             diff = _model_difference(other, self._manifest)
         except ValueError as e:
             raise ValueError(f"mlpo.torch: the checkpoint: {e}") from None
-        if diff is not None:
+        if diff is not None and not isinstance(diff[0], str):
             raise ValueError(
                 "mlpo.torch: the checkpoint was written for another model "
                 f"(checkpoint {diff[0]}, model {diff[1]})")

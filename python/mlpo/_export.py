@@ -2,12 +2,14 @@
 moments and master weights), read through the C++ CheckpointReader, with
 no optimizer and no model needed."""
 import json
+import math
 
 import torch
 
 from . import _mlpo
 from . import store_config
 from ._checkpoints import _shaped, _store_name
+from ._reshard import CheckpointCoords
 from ._tag_ids import check_reader_tag, check_tag_ids
 
 
@@ -44,19 +46,22 @@ def export_state_dict(store, tag=None, name="mlpo"):
     steps = reader.param_steps()
     state, masters = {}, {}
     groups = []
+    coords = CheckpointCoords(manifest)  # FSDP's shards come together
     for g, gm in enumerate(manifest["groups"]):
-        p, m, v = (torch.from_numpy(x) for x in
-                   reader.read(g, 0, gm["flat_numel"]))
         indices = []
         for i, pm in enumerate(manifest["params"]):
             if pm["group"] != g:
                 continue
-            sl = slice(pm["offset"], pm["offset"] + pm["numel"])
+            n = math.prod(pm["shape"])
+            p, m, v = (torch.empty(n) for _ in range(3))
+            for coord, k, at in coords.runs(i, 0, n):
+                for dst, x in zip((p, m, v), reader.read(g, coord, k)):
+                    dst[at:at + k] = torch.from_numpy(x)
             if steps[i] > 0:  # torch.optim has no state before a step
                 state[i] = {"step": torch.tensor(float(steps[i])),
-                            "exp_avg": _shaped(m[sl], pm),
-                            "exp_avg_sq": _shaped(v[sl], pm)}
-            masters[pm["name"]] = _shaped(p[sl], pm)
+                            "exp_avg": _shaped(m, pm),
+                            "exp_avg_sq": _shaped(v, pm)}
+            masters[pm["name"]] = _shaped(p, pm)
             indices.append(i)
         groups.append({"lr": gm["lr"], "betas": tuple(gm["betas"]),
                        "eps": gm["eps"], "weight_decay": gm["weight_decay"],

@@ -7,11 +7,11 @@ import gc
 import json
 import os
 import sys
-import warnings
 
 import torch
 import torch.distributed as dist
 
+from ._warn import warn_user
 from . import _mlpo
 from . import store_config
 from ._checkpoints import _model_difference, _parse_manifest, _store_name
@@ -37,6 +37,8 @@ def _another_model(diff):
     """What a namespace holding another model's state holds, from
     _model_difference's pair: (name, shape, group) or None each."""
     theirs, ours = diff
+    if isinstance(theirs, str):  # the same model, sharded another way
+        return f"this model's state under {theirs} (this optimizer: {ours})"
     if theirs is None:
         return f"another model (without parameter {ours[0]!r})"
     if ours is None:
@@ -261,10 +263,10 @@ class StoreOpening:
                 f"as many ranks. To continue it, {how}; or pass "
                 "resume=False to start afresh")
         if step is not None and step > eng.step_count:
-            warnings.warn(
+            warn_user(
                 f"mlpo.torch: resume: continuing {self.store_name!r} at step "
                 f"{eng.step_count}, while {what} (a later state of another "
-                f"run). To continue that one instead, {how}", stacklevel=6)
+                f"run). To continue that one instead, {how}")
 
     def _check_subgroups(self, ns, msg, restore_tag):
         """Resuming (or restoring a tag), a namespace whose objects have

@@ -71,8 +71,8 @@ class StateView(Mapping):
     def __getitem__(self, param):
         opt = self._opt
         k = self._stepped(param)
-        if k is None:
-            raise KeyError(param)
+        if k is None:  # torch.optim's state is a defaultdict(dict)
+            return {}
         if opt._world > 1:
             raise NotImplementedError(
                 "mlpo.torch: opt.state[p] with data parallel (each rank "
@@ -94,7 +94,7 @@ class StateView(Mapping):
         steps = opt._engine.param_steps
         for k, (g, e, at, n, off) in enumerate(opt._pieces):
             if steps[k] > 0:
-                yield e["param"]
+                yield e["dparam"]
 
     def __len__(self):
         return sum(1 for _ in self)

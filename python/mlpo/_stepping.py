@@ -5,11 +5,11 @@ sharded step's new parameters gathered on every rank; and the edits made
 between steps adopted before a tag. A mixin of the optimizer class in
 torch.py, which owns the layout (_layout, _pieces) and the engine."""
 import hashlib
-import warnings
 
 import torch
 import torch.distributed as dist
 
+from ._warn import warn_user
 from ._checkpoints import _flat
 from ._opening import _DTYPES
 
@@ -29,9 +29,11 @@ class Stepping:
                 f"mlpo.torch: parameter {e['name']} changed its memory "
                 f"layout (strides {list(e['stride'])} -> "
                 f"{list(p.stride())}) since the optimizer was made")
-        grad = p.grad
+        grad = e["dparam"].grad
         if grad is None:
             return None
+        if hasattr(grad, "to_local"):  # FSDP's: this rank's shard of it
+            grad = grad.to_local()
         if grad.is_sparse:
             raise RuntimeError(
                 f"mlpo.torch: parameter {e['name']} has a sparse gradient; "
@@ -61,7 +63,7 @@ class Stepping:
                 "groups are added with add_param_group; nothing was changed")
         for g, (group, l) in enumerate(zip(self.param_groups, self._layout)):
             ps, es = group["params"], l["entries"]
-            if len(ps) != len(es) or any(p is not e["param"]
+            if len(ps) != len(es) or any(p is not e["dparam"]
                                          for p, e in zip(ps, es)):
                 raise ValueError(
                     f"mlpo.torch: param group {g}'s 'params' changed since "
@@ -91,19 +93,20 @@ class Stepping:
             rep = self._step_device(eng, keep, scale)
         elif self._world == 1:
             rep = self._step_host(eng, keep, scale)
+        elif self._fsdp:
+            rep = self._step_local_shards(eng, keep, scale)
         else:
             rep = self._step_sharded(eng, keep, scale)
         self.last_report = rep
         if rep["skipped"] and "overflow" in rep["skip_reason"]:
             n = eng.skipped_steps
             if n >= self._warned_skips * 10 or self._warned_skips == 0:
-                warnings.warn(
+                warn_user(
                     f"mlpo.torch: step {eng.step_count + 1} skipped: "
                     f"{rep['skip_reason']}; {n} step(s) skipped so far "
-                    "(optimizer.skipped_steps)", RuntimeWarning,
-                    stacklevel=3)
+                    "(optimizer.skipped_steps)", RuntimeWarning)
                 self._warned_skips = max(1, n)
-        elif not rep["skipped"] and self._world > 1:
+        elif not rep["skipped"] and self._world > 1 and not self._fsdp:
             self._publish_sharded()
         self._note_versions()
         return loss
@@ -221,6 +224,29 @@ class Stepping:
                 f"mlpo.torch: {what}({tag!r}): the ranks name different "
                 "tags; with data parallel every rank names the same one; "
                 "nothing was changed")
+
+    def _step_local_shards(self, eng, keep, scale):
+        """FSDP: FSDP has averaged the gradients and left each rank its
+        shard of them; the kernel updates this rank's shards of the
+        parameters in place. The ranks agree on the gradient statistics
+        (norm clipping, overflow skips), as one process would see them."""
+        dt = _DTYPES[self._dtype]
+        self._agree_call("step", [
+            e["dparam"].grad is not None
+            for l in self._layout for e in l["entries"]])
+        for k, (g, e, at, n, off) in enumerate(self._pieces):
+            p = e["param"]
+            eng.set_param_memory(k, p.data_ptr() + at * p.element_size(), dt)
+            grad = self._grad_of(e)
+            if grad is None:
+                continue
+            keep.append(grad)
+            eng.stage_grad(g, off, grad.data_ptr() + at * grad.element_size(),
+                           dt, n)
+        sum_sq, nonfinite = eng.local_grad_stats()
+        stats = torch.tensor([sum_sq, float(nonfinite)], dtype=torch.float64)
+        dist.all_reduce(stats, group=self._pg)
+        return eng.step(scale, float(stats[0]), int(stats[1]))
 
     def _step_sharded(self, eng, keep, scale):
         dt = _DTYPES[self._dtype]

@@ -110,6 +110,9 @@ def check_tag(eng, tag, info, theirs, rank):
             raise reused_tag_error(where, tag)
         return
     dropped = json.loads(eng.get_attribute("dropped_tags") or "{}")
+    if tag in dropped and isinstance(dropped[tag], str):
+        raise ValueError(f"mlpo.torch: {where} no longer has tag {tag!r}: "
+                         f"it was dropped {dropped[tag]}")
     if tag in dropped:
         raise ValueError(
             f"mlpo.torch: {where} no longer has tag {tag!r}: "

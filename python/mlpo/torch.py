@@ -57,6 +57,7 @@ from ._state_view import StateView
 from ._export import export_state_dict
 from ._opening import _DTYPES, StoreOpening
 from ._stepping import Stepping
+from ._reshard import fsdp_group_sizes, fsdp_rows, row_numel
 
 __all__ = ["AdamW", "Adam", "export_state_dict"]
 
@@ -67,6 +68,43 @@ def _world(process_group):
         return (dist.get_world_size(process_group),
                 dist.get_rank(process_group))
     return 1, 0
+
+
+def _fsdp_mesh(groups):
+    """The device mesh when the parameters are FSDP's DTensor shards (one
+    1-d mesh, each sharded on dim 0, as fully_shard makes them), else None;
+    ValueError for any other mix or layout."""
+    try:
+        from torch.distributed.tensor import DTensor, Shard
+    except ImportError:  # a torch built without distributed
+        return None
+    params = [p for g in groups for p in g["params"]]
+    dts = [p for p in params if isinstance(p, DTensor)]
+    if not dts:
+        return None
+    if len(dts) != len(params):
+        raise ValueError(
+            f"mlpo.torch: {len(dts)} of the {len(params)} parameters are "
+            "DTensors (FSDP's fully_shard) and the others plain tensors; "
+            "shard the whole model (fully_shard on the root module too), "
+            "so that every parameter is one rank's shard")
+    meshes = {p.device_mesh for p in dts}
+    if len(meshes) != 1:
+        raise ValueError("mlpo.torch: the parameters are DTensors on "
+                         f"{len(meshes)} device meshes; mlpo takes one")
+    mesh = meshes.pop()
+    if mesh.ndim != 1 or any(tuple(p.placements) != (Shard(0),)
+                             for p in dts):
+        raise ValueError(
+            "mlpo.torch: DTensor parameters are supported as fully_shard "
+            "makes them (a 1-d mesh, each sharded on dim 0), not "
+            f"{dts[0].placements} on a {mesh.ndim}-d mesh")
+    return mesh
+
+
+def _local(p):
+    """A parameter's memory on this rank: its local shard for a DTensor."""
+    return p._local_tensor if hasattr(p, "_local_tensor") else p
 
 
 def _is_dense(p):
@@ -136,6 +174,15 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
         self._warned_skips = 0
         self._pg = process_group
         self._world, self._rank = _world(process_group)
+        # FSDP (fully_shard): the parameters are DTensors whose local
+        # shards this rank updates in place, as torch.optim does; FSDP
+        # itself averages the gradients and gathers the parameters.
+        mesh = _fsdp_mesh(self.param_groups)
+        self._fsdp = mesh is not None
+        if self._fsdp:
+            if process_group is None:
+                self._pg = mesh.get_group()
+            self._world, self._rank = _world(self._pg)
         if device_backend not in (None, "auto", "cuda", "host"):
             raise ValueError(f"mlpo.torch.{cls}: device_backend must be "
                              "None, 'auto', 'cuda' or 'host', not "
@@ -188,7 +235,7 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
     @staticmethod
     def _split_names(params):
         """Accepts parameters, (name, parameter) pairs, or groups of either;
-        returns plain torch groups and {id(param): name}."""
+        returns them as torch groups and {id(param): name}."""
         if isinstance(params, torch.Tensor):
             raise TypeError("params argument given to the optimizer should be "
                             "an iterable of Tensors or dicts, but got a Tensor")
@@ -196,8 +243,12 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
         names = {}
 
         def strip(seq):
+            # (name, parameter) pairs stay pairs: torch.optim (2.6 on)
+            # turns them into the group's "param_names", which its state
+            # dicts carry.
             out, seen = [], set()
-            for x in seq:
+            for item in seq:
+                x = item
                 if (isinstance(x, tuple) and len(x) == 2
                         and isinstance(x[0], str)):
                     names[id(x[1])] = x[0]
@@ -211,7 +262,7 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
                                              if id(x) in names else "") +
                         "; pass each parameter once")
                 seen.add(id(x))
-                out.append(x)
+                out.append(item)
             return out
 
         if params and isinstance(params[0], dict):
@@ -235,23 +286,46 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
         dtypes = set()
         for g, group in enumerate(self.param_groups):
             entries, off = [], 0
-            for p in group["params"]:
-                name = self._names.get(id(p), f"param.{index}")
+            for dp in group["params"]:
+                p = _local(dp)  # dp itself but for FSDP's shards
+                name = self._names.get(id(dp), f"param.{index}")
                 self._check_param(p, name)
                 dtypes.add(p.dtype)
-                entries.append(dict(param=p, name=name, offset=off, group=g,
-                                    numel=p.numel(), shape=tuple(p.shape),
+                entries.append(dict(param=p, dparam=dp, name=name,
+                                    offset=off, group=g, numel=p.numel(),
+                                    shape=tuple(p.shape),
                                     stride=tuple(p.stride()),
                                     dtype=p.dtype, index=index))
+                if self._fsdp:
+                    rows = self._fsdp_rows(dp)
+                    entries[-1]["elem0"] = rows[0] * row_numel(dp.shape)
                 manifest_params.append(dict(
-                    name=name, shape=list(p.shape), dtype=_DTYPES[p.dtype],
+                    name=name, shape=list(dp.shape), dtype=_DTYPES[p.dtype],
                     group=g, offset=off, numel=p.numel(),
-                    stride=list(p.stride())))
+                    stride=list(p.stride()),
+                    **({"rows": rows} if self._fsdp else {})))
                 off += p.numel()
                 index += 1
-            chunk = -(-off // self._world) if off else 0
-            start = min(off, self._rank * chunk)
-            end = min(off, start + chunk)
+            if self._fsdp:
+                # This rank's shards are its whole state. The manifest
+                # places them in rank-major coordinates (rank 0's shards,
+                # then rank 1's, ...): each rank's one contiguous range, as
+                # the checkpoint reader takes them (_reshard.py).
+                sizes = fsdp_group_sizes(
+                    [e["dparam"].shape for e in entries], self._world)
+                chunk, start, end = off, 0, off
+                base = sum(sizes[:self._rank])
+                for m in manifest_params[len(manifest_params) -
+                                         len(entries):]:
+                    m["offset"] += base
+                layout.append(dict(entries=entries, flat=sum(sizes),
+                                   chunk=chunk, start=start, numel=off,
+                                   manifest_start=base))
+                continue
+            else:  # ZeRO: rank r holds the r-th chunk of the flat group
+                chunk = -(-off // self._world) if off else 0
+                start = min(off, self._rank * chunk)
+                end = min(off, start + chunk)
             layout.append(dict(entries=entries, flat=off, chunk=chunk,
                                start=start, numel=end - start))
         if not dtypes:
@@ -285,17 +359,33 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
                     l["pieces"].append(len(self._pieces))
                     self._pieces.append(piece)
         # Engine parameter of each model parameter (one piece per rank).
-        self._piece_of = {id(e["param"]): k
+        self._piece_of = {id(e["dparam"]): k
                           for k, (g, e, at, n, off) in enumerate(self._pieces)}
         self._manifest = dict(
             format=_MANIFEST_FORMAT, world=self._world, rank=self._rank,
             subgroup_numel=self._opts["subgroup_numel"],
             state_format=self._state_format,
-            groups=[dict(flat_numel=l["flat"], shard_start=l["start"],
+            groups=[dict(flat_numel=l["flat"],
+                         shard_start=l.get("manifest_start", l["start"]),
                          shard_numel=l["numel"], **self._hyper_json(g))
                     for g, l in zip(self.param_groups, layout)],
-            params=manifest_params)
+            params=manifest_params,
+            **({"sharding": "fsdp"} if self._fsdp else {}))
         return layout
+
+    def _fsdp_rows(self, dp):
+        """[first, end) of the global dim-0 rows this rank's shard of
+        DTensor `dp` holds: fully_shard gives rank r torch.chunk's r-th
+        piece, which is what fsdp_rows computes for every rank."""
+        first, end = fsdp_rows(dp.shape, self._world, self._rank)
+        local = _local(dp)
+        if (end - first) * row_numel(dp.shape) != local.numel():
+            raise ValueError(
+                f"mlpo.torch: a DTensor parameter of shape {list(dp.shape)} "
+                f"holds {local.numel()} elements on rank {self._rank} of "
+                f"{self._world}, not rows [{first}, {end}) of dim 0 as "
+                "fully_shard lays them out")
+        return [first, end]
 
     @staticmethod
     def _check_param(p, name):
@@ -394,7 +484,7 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
         for g, l in enumerate(self._layout):
             p, _, _ = self._engine.read_group(g)
             flat = torch.from_numpy(p)
-            if self._world > 1:
+            if self._world > 1 and not self._fsdp:
                 flat = self._gather(flat, l)
             for e in l["entries"]:
                 _flat(e["param"]).copy_(

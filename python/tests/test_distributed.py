@@ -27,10 +27,11 @@ def run(tmp_path, build_python_path, world, out, **kw):
         return json.load(f)
 
 
-def launch(tmp_path, build_python_path, world, out, timeout=600, **kw):
-    """Each rank's (exit status, output); every rank killed at `timeout`
-    (status None)."""
-    args = [os.path.join(HERE, "dist_worker.py"), "--out", str(out)]
+def launch(tmp_path, build_python_path, world, out, timeout=600,
+           worker="dist_worker.py", **kw):
+    """Each rank's (exit status, output) of `worker` (a script beside this
+    file); every rank killed at `timeout` (status None)."""
+    args = [os.path.join(HERE, worker), "--out", str(out)]
     for k, v in kw.items():
         args += ["--" + k.replace("_", "-"), str(v)]
     env = dict(os.environ, PYTHONPATH=build_python_path, GLOO_SOCKET_IFNAME="lo",

@@ -192,8 +192,10 @@ def test_state_is_readable_and_groups_dtypes_layouts_work(store_dir):
         assert float(mine["step"]) == float(theirs["step"])
         for k in ("exp_avg", "exp_avg_sq"):
             assert (mine[k] - theirs[k]).abs().max() <= 1e-6, k
-    with pytest.raises(KeyError):
-        opt.state[torch.nn.Parameter(torch.zeros(1))]
+    # As torch.optim's defaultdict: {} for a tensor that has no state.
+    stranger = torch.nn.Parameter(torch.zeros(1))
+    assert opt.state[stranger] == ropt.state[stranger] == {}
+    assert stranger not in opt.state
     # bf16 weights with fp32 norms; a channels_last convolution.
     torch.manual_seed(3)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(),

@@ -1,0 +1,77 @@
+"""mlpo with Hugging Face transformers.Trainer.
+
+    import mlpo.hf, mlpo.torch
+    trainer = transformers.Trainer(
+        model=model, args=args, train_dataset=data,
+        optimizer_cls_and_kwargs=(mlpo.torch.AdamW,
+                                  dict(lr=args.learning_rate,
+                                       store=["/nvme/ckpt", "/pfs/ckpt"])),
+        callbacks=[mlpo.hf.TrainerCheckpoints()])
+
+Trainer saves `optimizer.state_dict()` into each checkpoint folder
+(`optimizer.pt`, a few hundred bytes naming a tag of the store) and loads
+it on `resume_from_checkpoint`: that works without this module. What
+TrainerCheckpoints adds: the store's checkpoints follow Trainer's folders.
+After every save it drops each automatic tag ("step-<t>", the ones
+state_dict() takes) that no `checkpoint-*/optimizer.pt` under
+`args.output_dir` names any more, so `save_total_limit` frees the store's
+space as it deletes folders, and every folder left loads. A tag you took
+with `opt.checkpoint(name)` is never dropped.
+"""
+import glob
+import os
+
+import torch
+import transformers
+
+from ._checkpoints import _step_tag_key
+
+__all__ = ["TrainerCheckpoints", "mlpo_optimizer"]
+
+
+def mlpo_optimizer(optimizer):
+    """The mlpo.torch optimizer inside what Trainer or Accelerate hold (an
+    AcceleratedOptimizer wraps it), or None."""
+    from .torch import _MlpoOptimizer
+    while optimizer is not None and not isinstance(optimizer,
+                                                   _MlpoOptimizer):
+        optimizer = getattr(optimizer, "optimizer", None)
+    return optimizer
+
+
+def folder_tags(output_dir, opt):
+    """The tags of `opt`'s store that the checkpoint folders under
+    output_dir name (their optimizer.pt files)."""
+    eng = opt._require_engine()
+    out = set()
+    for path in glob.glob(os.path.join(output_dir, "checkpoint-*",
+                                       "optimizer.pt")):
+        try:
+            sd = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception:  # a folder being written or a foreign file:
+            continue       # it names nothing of ours
+        info = sd.get("mlpo") if isinstance(sd, dict) else None
+        if not isinstance(info, dict) or info.get("name") != opt._ns:
+            continue
+        uuids = info.get("store_uuids") or []
+        if opt._rank < len(uuids) and uuids[opt._rank] == eng.store_uuid:
+            out.add(info.get("tag"))
+    return out
+
+
+class TrainerCheckpoints(transformers.TrainerCallback):
+    """A Trainer callback: the store's automatic checkpoints follow the
+    checkpoint folders Trainer keeps (see the module's text). Runs on every
+    rank; each drops the tags of its own store."""
+
+    def on_save(self, args, state, control, optimizer=None, **kwargs):
+        opt = mlpo_optimizer(optimizer)
+        if opt is None or opt._engine is None:
+            return
+        named = folder_tags(args.output_dir, opt)
+        stale = [t for t in opt._engine.tags()
+                 if _step_tag_key(t) is not None and t not in named]
+        opt._drop_checkpoints(
+            stale, "because no checkpoint folder under "
+            f"{args.output_dir} names it any more (mlpo.hf."
+            "TrainerCheckpoints follows Trainer's save_total_limit)")
