@@ -1,0 +1,175 @@
+"""torch 2.x's optimizer contract, checked on mlpo.torch.AdamW beside
+torch.optim.AdamW: the base class, step hooks (per optimizer and global),
+state-dict and load-state-dict hooks, the LR schedulers of 2.x (which wrap
+step), the param_names 2.x state dicts carry, zero_grad()'s default, and a
+torch.compile'd model with the optimizer outside it."""
+import warnings
+
+import pytest
+import torch
+
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+import mlpo.torch as mt
+from helpers import batch, make_model, max_diff, two_groups
+
+TOL = 1e-6
+
+
+def pair(tmp_path, groups=two_groups, **kw):
+    model, ref = make_model(), make_model()
+    opt = mt.AdamW(groups(model), lr=1e-2, store=str(tmp_path / "s"), **kw)
+    ropt = torch.optim.AdamW(groups(ref), lr=1e-2)
+    return model, opt, ref, ropt
+
+
+def train_step(model, opt, step):
+    x, y = batch(step)
+    opt.zero_grad()
+    ((model(x) - y) ** 2).mean().backward()
+    opt.step()
+
+
+def test_is_a_torch_optimizer(tmp_path):
+    model, opt, _, _ = pair(tmp_path)
+    assert isinstance(opt, torch.optim.Optimizer)
+    assert isinstance(opt, torch.optim.AdamW) is False  # its own class
+
+
+def test_step_hooks_run_as_in_torch(tmp_path):
+    model, opt, ref, ropt = pair(tmp_path)
+    seen = {"mine": [], "theirs": []}
+    for o, who in ((opt, "mine"), (ropt, "theirs")):
+        o.register_step_pre_hook(
+            lambda o, a, k, who=who: seen[who].append(("pre", o.step_count
+                                                       if who == "mine"
+                                                       else None)))
+        o.register_step_post_hook(
+            lambda o, a, k, who=who: seen[who].append(("post", None)))
+    glob = []
+    handle = register_optimizer_step_post_hook(
+        lambda o, a, k: glob.append(type(o).__name__))
+    try:
+        for s in range(3):
+            train_step(model, opt, s)
+            train_step(ref, ropt, s)
+    finally:
+        handle.remove()
+    assert [k for k, _ in seen["mine"]] == [k for k, _ in seen["theirs"]]
+    # The pre hook ran before the step: it saw the counts 0, 1, 2.
+    assert [c for k, c in seen["mine"] if k == "pre"] == [0, 1, 2]
+    assert glob == ["AdamW"] * 6
+    assert max_diff(model, ref) <= TOL
+    # A pre hook that hands back other arguments is obeyed (here: a
+    # closure, which step() calls and whose loss it returns).
+    called = []
+    opt.register_step_pre_hook(lambda o, a, k: (a, {**k, "closure": lambda: (
+        called.append(1), torch.tensor(7.0))[1]}))
+    assert float(opt.step()) == 7.0 and called == [1]
+
+
+def test_state_dict_hooks_run_as_in_torch(tmp_path):
+    model, opt, ref, ropt = pair(tmp_path)
+    train_step(model, opt, 0)
+    calls = []
+    opt.register_state_dict_pre_hook(lambda o: calls.append("pre"))
+    opt.register_state_dict_post_hook(
+        lambda o, sd: {**sd, "note": "added by a hook"})
+    sd = opt.state_dict()
+    assert sd["note"] == "added by a hook" and calls == ["pre"]
+    train_step(model, opt, 1)
+    opt.register_load_state_dict_pre_hook(
+        lambda o, sd: calls.append(("load-pre", sd["note"])))
+    opt.register_load_state_dict_post_hook(
+        lambda o: calls.append(("load-post", o.step_count)))
+    opt.load_state_dict(sd)
+    assert calls[1:] == [("load-pre", "added by a hook"), ("load-post", 1)]
+    # A load pre hook may hand back another dict, as torch allows.
+    train_step(model, opt, 1)
+    older = opt.state_dict()
+    opt.register_load_state_dict_pre_hook(lambda o, d: older)
+    train_step(model, opt, 2)
+    opt.load_state_dict(sd)  # the hook swaps in `older`: step 2
+    assert opt.step_count == 2
+
+
+@pytest.mark.parametrize("make_sched", [
+    lambda o: torch.optim.lr_scheduler.LinearLR(o, 0.1, total_iters=4),
+    lambda o: torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, 3),
+    lambda o: torch.optim.lr_scheduler.OneCycleLR(o, 2e-2, total_steps=8),
+    lambda o: torch.optim.lr_scheduler.SequentialLR(o, [
+        torch.optim.lr_scheduler.ConstantLR(o, 0.5, total_iters=3),
+        torch.optim.lr_scheduler.ExponentialLR(o, 0.8)], milestones=[3]),
+    lambda o: torch.optim.lr_scheduler.ReduceLROnPlateau(o, patience=0),
+], ids=["linear", "cosine-restarts", "one-cycle", "sequential", "plateau"])
+def test_lr_schedulers_of_torch_2(tmp_path, make_sched):
+    """2.x schedulers wrap opt.step to count calls; OneCycleLR also cycles
+    betas[0] in every group. No 'step() before optimizer.step()' warning,
+    and the run is torch's."""
+    model, opt, ref, ropt = pair(tmp_path)
+    scheds = make_sched(opt), make_sched(ropt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the order warning would raise
+        for s in range(8):
+            for m, o, sch in ((model, opt, scheds[0]),
+                              (ref, ropt, scheds[1])):
+                train_step(m, o, s)
+                if isinstance(sch, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                    sch.step(1.0)  # no improvement: the lr falls
+                else:
+                    sch.step()
+    assert [g["lr"] for g in opt.param_groups] == \
+        [g["lr"] for g in ropt.param_groups]
+    assert [g["betas"] for g in opt.param_groups] == \
+        [tuple(g["betas"]) for g in ropt.param_groups]
+    assert max_diff(model, ref) <= TOL
+    # The scheduler's own state dict round-trips with the optimizer's.
+    sched2 = make_sched(opt)
+    sched2.load_state_dict(scheds[0].state_dict())
+
+
+def test_param_names_as_torch_2_carries_them(tmp_path):
+    model, opt, ref, ropt = pair(
+        tmp_path, groups=lambda m: two_groups(m, named=True))
+    train_step(model, opt, 0)
+    train_step(ref, ropt, 0)
+    mine, theirs = opt.state_dict(), ropt.state_dict()
+    assert [g["param_names"] for g in mine["param_groups"]] == \
+        [g["param_names"] for g in theirs["param_groups"]] == \
+        [["0.weight", "2.weight"], ["0.bias", "2.bias"]]
+    # torch's dict, with its names, imports into a new mlpo optimizer.
+    fresh = mt.AdamW(two_groups(ref, named=True), lr=1e-2,
+                     store=str(tmp_path / "s2"))
+    fresh.load_state_dict(theirs)
+    assert fresh.param_groups[0]["param_names"] == ["0.weight", "2.weight"]
+    # Named and unnamed parameters in one group: torch's own error.
+    with pytest.raises(ValueError, match="with/without names"):
+        mt.AdamW([("w", model[0].weight), model[0].bias],
+                 store=str(tmp_path / "s3"))
+
+
+def test_zero_grad_sets_none_by_default(tmp_path):
+    model, opt, _, _ = pair(tmp_path)
+    train_step(model, opt, 0)
+    opt.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
+    ((model(batch(1)[0])) ** 2).mean().backward()
+    opt.zero_grad(set_to_none=False)
+    assert all(p.grad is not None and not p.grad.any()
+               for p in model.parameters())
+
+
+def test_a_compiled_model_with_the_optimizer_outside(tmp_path):
+    """torch.compile(model): its parameters are the module's own, and the
+    optimizer outside the compiled graph updates them as torch's does."""
+    model, opt, ref, ropt = pair(tmp_path)
+    cm = torch.compile(model, backend="aot_eager")
+    cref = torch.compile(ref, backend="aot_eager")
+    for s in range(4):
+        train_step(cm, opt, s)
+        train_step(cref, ropt, s)
+    assert max_diff(model, ref) <= TOL
+    # The inductor backend (generated C++ kernels), one step each.
+    for m, o in ((model, opt), (ref, ropt)):
+        train_step(torch.compile(m), o, 4)
+    assert max_diff(model, ref) <= TOL
