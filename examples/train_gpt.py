@@ -36,9 +36,8 @@ try:
     from tqdm import tqdm
 except ModuleNotFoundError as e:
     sys.exit(f"train_gpt.py: {sys.executable} has no module {e.name!r}: run "
-             "it with Debian's /usr/bin/python3 (python3-torch, python3-tqdm"
-             "; scripts/build.sh installs them), or a venv made with "
-             "--system-site-packages")
+             "it with mlpo's venv, .venv/bin/python (scripts/deps.sh makes "
+             "it from requirements.txt)")
 import torch.nn as nn
 import torch.nn.functional as F
 

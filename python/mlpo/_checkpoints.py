@@ -123,6 +123,12 @@ class CheckpointMixin:
             self._engine.close()
             self._engine = None
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     def __del__(self):
         try:
             self.close()

@@ -1,6 +1,7 @@
 """opt.state of mlpo.torch's optimizers: a read-only view of the store's
 moments and step counts, in torch.optim's shape."""
 import warnings
+import weakref
 from collections.abc import Mapping
 
 import torch
@@ -55,7 +56,18 @@ class StateView(Mapping):
     see _StateCopy)."""
 
     def __init__(self, opt):
-        self._opt = opt
+        # A weak reference: opt.state -> opt -> opt.state would be a cycle,
+        # and `del opt` would leave the store open until the garbage
+        # collector ran (a second optimizer on it was refused till then).
+        self._opt_ref = weakref.ref(opt)
+
+    @property
+    def _opt(self):
+        opt = self._opt_ref()
+        if opt is None:
+            raise RuntimeError("mlpo.torch: the optimizer of this state is "
+                               "gone")
+        return opt
 
     def _stepped(self, param):
         """Engine parameter index of `param` when it has taken a step,

@@ -42,12 +42,12 @@ import math
 
 try:
     import torch
-except ImportError as e:  # a venv without --system-site-packages, or pyenv
+except ImportError as e:  # an interpreter without torch
     raise ImportError(
-        "mlpo.torch needs PyTorch, which is not importable from "
-        f"{__import__('sys').executable}: use Debian's /usr/bin/python3 "
-        "(python3-torch), or a venv made with `python3 -m venv "
-        "--system-site-packages`") from e
+        "mlpo.torch needs PyTorch (2.6 or newer), which is not importable "
+        f"from {__import__('sys').executable}: pip install torch there, or "
+        "use mlpo's venv (.venv/bin/python in a source tree, made by "
+        "scripts/deps.sh)") from e
 import torch.distributed as dist
 
 from . import _mlpo, store_config

@@ -173,3 +173,29 @@ def test_a_compiled_model_with_the_optimizer_outside(tmp_path):
     for m, o in ((model, opt), (ref, ropt)):
         train_step(torch.compile(m), o, 4)
     assert max_diff(model, ref) <= TOL
+
+
+def test_del_and_with_release_the_store_at_once(tmp_path):
+    """`del opt` closes the store then and there (opt.state referred back
+    to the optimizer, so only the garbage collector released it), and the
+    with-form closes it at the block's end: the next optimizer opens the
+    same namespace, not a second one beside a held store."""
+    import gc
+    gc.disable()  # no collector to hide a cycle
+    try:
+        model = make_model()
+        opt = mt.AdamW(model.parameters(), store=str(tmp_path / "s"))
+        train_step(model, opt, 0)
+        opt.state[model[0].weight]  # the view is in use
+        del opt
+        with mt.AdamW(model.parameters(), store=str(tmp_path / "s"),
+                      resume=True) as opt:
+            assert opt.store_name == "mlpo" and opt.step_count == 1
+            train_step(model, opt, 1)
+        with pytest.raises(RuntimeError, match="closed"):
+            opt.step()
+        again = mt.AdamW(model.parameters(), store=str(tmp_path / "s"),
+                         resume=True)
+        assert again.store_name == "mlpo" and again.step_count == 2
+    finally:
+        gc.enable()
