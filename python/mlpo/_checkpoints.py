@@ -153,6 +153,14 @@ class CheckpointMixin:
         order += listed + [newest]
         old, keep = (order[:-self.keep_checkpoints],
                      order[-self.keep_checkpoints:])
+        if _step_tag_key(newest)[0] == 0:
+            # A dict of a fresh start (Accelerate's prepare() takes one and
+            # loads it back) drops older step-0 ones only: checkpoints of
+            # trained state wait for the next trained one, or a resumed
+            # run would lose the checkpoint it is about to load.
+            spared = [t for t in old if _step_tag_key(t)[0] != 0]
+            old = [t for t in old if t not in spared]
+            keep = spared + keep
         if keep != was:
             eng.set_attribute("checkpoint_order", json.dumps(keep))
         self._drop_checkpoints(old, self.keep_checkpoints)
@@ -262,12 +270,7 @@ class CheckpointMixin:
             while tag in tags:
                 tag, k = f"step-{t}.{k}", k + 1
             eng.tag(tag)
-        if eng.step_count > 0:
-            # Not at step 0: a new optimizer's dict (Accelerate's prepare()
-            # takes one and loads it back) would drop the previous run's
-            # checkpoints before the run could load the one it resumes
-            # from. A step-0 tag is the oldest at the next retention.
-            self._prune_checkpoints(tag)
+        self._prune_checkpoints(tag)
         # "params" lists are empty so that torch.optim's load_state_dict
         # refuses this dict (its groups do not match) instead of loading an
         # optimizer with no moments; the counts are in "mlpo".

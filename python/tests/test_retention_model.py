@@ -1,6 +1,6 @@
 """keep_checkpoints against a model of what it promises: the last K
 checkpoints state_dict() handed out stay loadable, whatever their step
-numbers. Random sequences of steps, state_dict, loading any saved dict
+numbers (a dict taken at step 0 drops only older step-0 ones). Random sequences of steps, state_dict, loading any saved dict
 (kept or dropped), training on after such a rollback, a rerun (a fresh
 optimizer on the same store, as torch.optim starts) and a resume; after
 each state_dict the store's automatic tags are exactly the last K handed
@@ -41,6 +41,7 @@ class Retention(RuleBasedStateMachine):
         self.opt = self.new_optimizer(resume=False)
         self.batch = 0
         self.handed = []  # tag names, the one handed out last at the end
+        self.step_of = {}  # tag name -> the step it holds
         self.current = {}  # kept tag name -> its tag_ids
         self.saved = []  # (dict, the model's parameters when it was taken)
         # The checkpoint the heads are at, when one is: state_dict() there
@@ -80,9 +81,16 @@ class Retention(RuleBasedStateMachine):
             self.handed.remove(tag)
         self.handed.append(tag)
         self.current[tag] = sd["mlpo"]["tag_ids"]
-        for old in self.handed[:-self.keep]:
+        self.step_of[tag] = sd["mlpo"]["step"]
+        excess = self.handed[:-self.keep]
+        if sd["mlpo"]["step"] == 0:
+            # A fresh start's dict drops older step-0 ones only; trained
+            # checkpoints wait for the next trained one (a resumed run's
+            # prepare() would drop the one it is about to load).
+            excess = [t for t in excess if self.step_of[t] == 0]
+        for old in excess:
             del self.current[old]
-        self.handed = self.handed[-self.keep:]
+            self.handed.remove(old)
         self.saved.append((sd, params_of(self.model)))
         auto = {t for t in self.opt.tags() if t.startswith("step-")}
         assert auto == set(self.handed), (auto, self.handed)
