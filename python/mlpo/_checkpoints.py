@@ -2,8 +2,10 @@
 store tags, resharding a checkpoint of W ranks into W' ranks, importing a
 torch.optim state dict, and export_state_dict(). A mixin of the optimizer
 class in torch.py, which owns the layout, the engine and the step."""
+import copy
 import hashlib
 import json
+import sys
 import math
 import os
 
@@ -107,6 +109,7 @@ class CheckpointMixin:
         self._restore(tag)
 
     def _restore(self, tag):
+        self._forget_prepared()
         self._require_engine().restore(tag)
         if self._engine.state_stored:
             self._params_from_store()
@@ -119,6 +122,7 @@ class CheckpointMixin:
 
     def close(self):
         """Waits for commits in flight and releases the store."""
+        self._prepared = None
         if self._engine is not None:
             self._engine.close()
             self._engine = None
@@ -215,7 +219,15 @@ class CheckpointMixin:
         torch.optim's state-dict hooks run around it, as in torch."""
         for hook in self._optimizer_state_dict_pre_hooks.values():
             hook(self)
-        state_dict = self._take_state_dict()
+        prepared = getattr(self, "_prepared", None)
+        if prepared is not None and prepared[0] == self._engine_step():
+            # Taken on every rank already (prepare_state_dict), for a
+            # caller that asks on one rank only, as Trainer saves.
+            state_dict = copy.deepcopy(prepared[1])
+        else:
+            if self._world > 1:
+                _refuse_one_rank_save()
+            state_dict = self._take_state_dict()
         for hook in self._optimizer_state_dict_post_hooks.values():
             out = hook(self, state_dict)
             if out is not None:
@@ -236,6 +248,20 @@ class CheckpointMixin:
         self._load_state_dict(state_dict)
         for hook in self._optimizer_load_state_dict_post_hooks.values():
             hook(self)
+
+    def prepare_state_dict(self):
+        """Data parallel: takes the checkpoint on every rank now (call it on
+        every rank), so that a state_dict() before the next step, on any
+        rank or on one only (as a script that saves on rank 0 calls it),
+        hands it out without waiting for the others. mlpo.hf's Trainer
+        callback calls it before each of Trainer's saves."""
+        self._prepared = (self._engine_step(), self._take_state_dict())
+
+    def _engine_step(self):
+        return self._require_engine().step_count
+
+    def _forget_prepared(self):
+        self._prepared = None
 
     def _take_state_dict(self):
         eng = self._require_engine()
@@ -271,6 +297,7 @@ class CheckpointMixin:
                 tag, k = f"step-{t}.{k}", k + 1
             eng.tag(tag)
         self._prune_checkpoints(tag)
+        self._last_handed = tag
         # "params" lists are empty so that torch.optim's load_state_dict
         # refuses this dict (its groups do not match) instead of loading an
         # optimizer with no moments; the counts are in "mlpo".
@@ -297,6 +324,7 @@ class CheckpointMixin:
         }
 
     def _load_state_dict(self, state_dict):
+        self._forget_prepared()
         if self._world > 1:
             self._agree_load(state_dict)
         if not isinstance(state_dict, dict) or "param_groups" not in \
@@ -624,3 +652,21 @@ def _step_tag_key(tag):
     if not step.isdigit() or (k and not k.isdigit()):
         return None
     return (int(step), int(k) if k else 0)
+
+
+def _refuse_one_rank_save():
+    """transformers.Trainer saves the optimizer on rank 0 only: its
+    state_dict() there would wait for the other ranks, which are in their
+    next step's collectives (DDP's all-reduce), for ever. Say what to add
+    instead, on the rank that saves."""
+    f = sys._getframe(2)
+    while f is not None:
+        if f.f_code.co_name == "_save_optimizer_and_scheduler" and \
+                "transformers" in f.f_code.co_filename:
+            raise RuntimeError(
+                "mlpo.torch: Trainer saves the optimizer on rank 0 only, "
+                "and with data parallel every rank holds a shard of mlpo's "
+                "state: add callbacks=[mlpo.hf.TrainerCheckpoints()] to the "
+                "Trainer, which has every rank take the checkpoint before "
+                "Trainer saves it")
+        f = f.f_back

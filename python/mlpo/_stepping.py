@@ -85,6 +85,7 @@ class Stepping:
                 loss = closure()
         eng = self._require_engine()
         self._check_groups()
+        self._prepared = None  # a prepared dict is of the state before
         for g, group in enumerate(self.param_groups):
             eng.set_hyper(g, self._hyper(group))
         scale = loss_scale or self.loss_scale

@@ -41,15 +41,17 @@ def mlpo_optimizer(optimizer):
 
 def folder_tags(output_dir, opt):
     """The tags of `opt`'s store that the checkpoint folders under
-    output_dir name (their optimizer.pt files)."""
+    output_dir name (their optimizer.pt files); None when one of those
+    files cannot be read (being written by another rank, or damaged):
+    then nothing may be dropped."""
     eng = opt._require_engine()
     out = set()
     for path in glob.glob(os.path.join(output_dir, "checkpoint-*",
                                        "optimizer.pt")):
         try:
             sd = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception:  # a folder being written or a foreign file:
-            continue       # it names nothing of ours
+        except Exception:
+            return None
         info = sd.get("mlpo") if isinstance(sd, dict) else None
         if not isinstance(info, dict) or info.get("name") != opt._ns:
             continue
@@ -62,13 +64,32 @@ def folder_tags(output_dir, opt):
 class TrainerCheckpoints(transformers.TrainerCallback):
     """A Trainer callback: the store's automatic checkpoints follow the
     checkpoint folders Trainer keeps (see the module's text). Runs on every
-    rank; each drops the tags of its own store."""
+    rank; each drops the tags of its own store. With data parallel it also
+    has every rank take the checkpoint just before Trainer saves it on
+    rank 0 alone (prepare_state_dict): without it that save is refused."""
+
+    def _prepare(self, control, optimizer):
+        opt = mlpo_optimizer(optimizer)
+        if control.should_save and opt is not None and opt._world > 1:
+            opt.prepare_state_dict()
+
+    def on_step_end(self, args, state, control, optimizer=None, **kwargs):
+        self._prepare(control, optimizer)
+
+    def on_epoch_end(self, args, state, control, optimizer=None, **kwargs):
+        self._prepare(control, optimizer)
 
     def on_save(self, args, state, control, optimizer=None, **kwargs):
         opt = mlpo_optimizer(optimizer)
         if opt is None or opt._engine is None:
             return
         named = folder_tags(args.output_dir, opt)
+        if named is None:
+            return  # the next save tries again
+        # The checkpoint just taken stays whatever the folders say: on
+        # ranks other than the one that saves, its optimizer.pt may not be
+        # written yet.
+        named.add(getattr(opt, "_last_handed", None))
         stale = [t for t in opt._engine.tags()
                  if _step_tag_key(t) is not None and t not in named]
         opt._drop_checkpoints(
