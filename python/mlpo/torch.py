@@ -57,6 +57,7 @@ from ._state_view import StateView
 from ._export import export_state_dict
 from ._opening import _DTYPES, StoreOpening
 from ._stepping import Stepping
+from ._unsupported import refuse_unsupported
 from ._reshard import fsdp_group_sizes, fsdp_rows, row_numel
 
 __all__ = ["AdamW", "Adam", "export_state_dict"]
@@ -137,18 +138,19 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
         cls = type(self).__name__
         if weight_decay is None:
             weight_decay = self._default_weight_decay
-        if amsgrad:
-            raise ValueError(f"mlpo.torch.{cls}: amsgrad=True is not "
-                             "supported (mlpo implements Adam/AdamW without "
-                             "amsgrad)")
-        if maximize or capturable or differentiable or fused:
-            raise ValueError(f"mlpo.torch.{cls}: maximize, capturable, "
-                             "differentiable and fused are not supported")
+        refuse_unsupported(dict(amsgrad=amsgrad, maximize=maximize,
+                                capturable=capturable,
+                                differentiable=differentiable),
+                           f"mlpo.torch.{cls}()")
         for key, v in (("lr", lr), ("eps", eps),
                        ("weight_decay", weight_decay)):
             if not (isinstance(v, (int, float)) and math.isfinite(v)
                     and v >= 0):
                 raise ValueError(f"mlpo.torch.{cls}: invalid {key} {v!r}")
+        for g, group in enumerate(params if params and isinstance(
+                params, (list, tuple)) and isinstance(params[0], dict)
+                else []):
+            refuse_unsupported(group, f"mlpo.torch.{cls}(): param group {g}")
         if not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"mlpo.torch.{cls}: invalid betas {betas!r}")
         if durability not in (None, "step", "tag"):
@@ -163,7 +165,7 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps,
                         weight_decay=weight_decay, amsgrad=False,
                         maximize=False, foreach=foreach, capturable=False,
-                        differentiable=False, fused=None)
+                        differentiable=False, fused=fused)
         self._layout = None
         self._engine = None
         super().__init__(params, defaults)
@@ -438,6 +440,7 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
         for anything else (the engine then checks the ranges)."""
         g = next((i for i, x in enumerate(self.param_groups) if x is group),
                  "new")
+        refuse_unsupported(group, f"mlpo.torch: step(): param group {g}")
 
         def num(key, v):
             try:
@@ -529,6 +532,7 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
             raise NotImplementedError(
                 "mlpo.torch: add_param_group with data parallel is not "
                 "supported; pass every group to the constructor")
+        refuse_unsupported(param_group, "mlpo.torch: add_param_group")
         groups, names = self._split_names([param_group])
         eng = self._require_engine()
         saved = None

@@ -35,6 +35,45 @@ def test_amsgrad_and_other_unsupported_flags(store_dir):
         mt.AdamW(model.parameters(), betas=(0.9, 1.5), store=store_dir)
 
 
+@pytest.mark.parametrize("key", ["amsgrad", "maximize", "capturable",
+                                 "differentiable"])
+def test_unsupported_options_are_refused_wherever_they_are_set(
+        store_dir, key):
+    """torch.optim lets a user set these in a group dict, by editing
+    param_groups, in add_param_group and through a loaded state dict; mlpo
+    accepted them there and ran as if unset (maximize trained the wrong
+    way, silently). Each place now refuses with nothing changed. foreach
+    and fused are accepted: mlpo's update is always one fused kernel."""
+    model = make_model()
+    with pytest.raises(ValueError, match=f"param group 1: {key}"):
+        mt.AdamW([{"params": model[0].parameters()},
+                  {"params": model[2].parameters(), key: True}],
+                 store=store_dir)
+    opt = mt.AdamW([{"params": model[0].parameters()}], lr=1e-2,
+                   store=store_dir, fused=True, foreach=True)
+    assert opt.param_groups[0]["fused"] and opt.param_groups[0]["foreach"]
+    loss_of(model, 0).backward()
+    opt.step()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt.param_groups[0][key] = True
+    loss_of(model, 1).backward()
+    with pytest.raises(ValueError, match=f"step\\(\\): param group 0: {key}"):
+        opt.step()
+    assert_params_are(model, before)
+    assert opt.step_count == 1
+    opt.param_groups[0][key] = False
+    with pytest.raises(ValueError, match=f"add_param_group: {key}"):
+        opt.add_param_group({"params": model[2].parameters(), key: True})
+    assert len(opt.param_groups) == 1
+    # A torch.optim dict with the option set (torch takes all four).
+    ref = torch.optim.AdamW(make_model()[0].parameters(), **{key: True})
+    sd = ref.state_dict()
+    with pytest.raises(ValueError, match=f"load_state_dict: .*{key}"):
+        opt.load_state_dict(sd)
+    opt.step()  # still usable, at its own state
+    assert opt.step_count == 2
+
+
 def test_sparse_gradient_is_refused_and_the_state_stays(store_dir):
     torch.manual_seed(0)
     emb = torch.nn.Embedding(10, 4, sparse=True)

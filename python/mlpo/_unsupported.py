@@ -1,0 +1,26 @@
+"""torch.optim Adam/AdamW options that mlpo does not implement, refused
+wherever a user can set them (the constructor, a group dict,
+param_groups edits, add_param_group, a loaded torch.optim state dict),
+never ignored: a run would silently differ from torch's (maximize would
+train the wrong way). foreach and fused are accepted: mlpo's update is
+always one fused kernel."""
+
+WHY = {
+    "amsgrad": "amsgrad=True (exp_avg_sq's running maximum) is not "
+               "implemented by mlpo",
+    "maximize": "maximize=True (ascending the objective) is not "
+                "implemented by mlpo; negate the loss instead",
+    "capturable": "capturable=True is for capturing the step in a CUDA "
+                  "graph, and mlpo's step runs on the host outside any graph",
+    "differentiable": "differentiable=True is autograd through the step, "
+                      "and mlpo's update runs in C++ outside autograd",
+}
+
+
+def refuse_unsupported(options, where):
+    """ValueError naming `where` and the option when `options` (a dict)
+    sets one of WHY's to a true value; nothing was changed."""
+    for key, why in WHY.items():
+        v = options.get(key) if isinstance(options, dict) else None
+        if v is not None and v is not False and v != 0:
+            raise ValueError(f"{where}: {why}; nothing was changed")
