@@ -25,7 +25,7 @@ AdamStepConsts MakeStepConsts(const AdamHyper& h, uint64_t t,
   c.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   c.eps = static_cast<float>(h.eps);
   c.neg_step = static_cast<float>(-(h.lr / bc1));
-  c.grad_scale = static_cast<float>(grad_scale);
+  c.grad_scale = static_cast<float>(h.maximize ? -grad_scale : grad_scale);
   return c;
 }
 

@@ -40,6 +40,10 @@ struct AdamHyper {
   double eps = 1e-8;
   double weight_decay = 0.0;
   AdamMode mode = AdamMode::kAdamW;
+  // torch.optim's maximize: the gradient's sign flipped before anything
+  // else (ascends the objective); folded into grad_scale, so every kernel
+  // and ISA honours it bit for bit.
+  bool maximize = false;
 };
 
 // Per-step constants derived once from AdamHyper, the step number t >= 1

@@ -40,7 +40,8 @@ T Value(absl::StatusOr<T> v) {
   return std::move(*v);
 }
 
-// {"lr", "beta1", "beta2", "eps", "weight_decay", "mode": "adamw"|"adam"}.
+// {"lr", "beta1", "beta2", "eps", "weight_decay", "mode": "adamw"|"adam",
+//  "maximize": bool (optional)}.
 inline AdamHyper HyperArg(const py::dict& g) {
   AdamHyper h;
   h.lr = g["lr"].cast<double>();
@@ -52,6 +53,7 @@ inline AdamHyper HyperArg(const py::dict& g) {
   if (mode == "adamw") h.mode = AdamMode::kAdamW;
   else if (mode == "adam") h.mode = AdamMode::kAdam;
   else throw py::value_error("mode must be 'adamw' or 'adam'");
+  if (g.contains("maximize")) h.maximize = g["maximize"].cast<bool>();
   return h;
 }
 

@@ -65,9 +65,20 @@ def export_state_dict(store, tag=None, name="mlpo"):
             indices.append(i)
         groups.append({"lr": gm["lr"], "betas": tuple(gm["betas"]),
                        "eps": gm["eps"], "weight_decay": gm["weight_decay"],
-                       "amsgrad": False, "maximize": False, "foreach": None,
+                       "amsgrad": False,
+                       "maximize": bool(gm.get("maximize", False)),
+                       "foreach": None,
                        "capturable": False, "differentiable": False,
                        "fused": None, "params": indices})
+    theirs = store.get("param_groups") if isinstance(store, dict) else None
+    if isinstance(theirs, list) and len(theirs) == len(groups):
+        # The dict's groups hold the hyperparameters as they were when it
+        # was taken (a scheduler's lr, a group's maximize); the manifest,
+        # those the store was created with.
+        for mine, t in zip(groups, theirs):
+            if isinstance(t, dict):
+                mine.update({k: (tuple(v) if k == "betas" else v)
+                             for k, v in t.items() if k != "params"})
     return {"state": state, "param_groups": groups,
             "master_params": masters,
             "param_names": [pm["name"] for pm in manifest["params"]]}

@@ -1,15 +1,13 @@
 """torch.optim Adam/AdamW options that mlpo does not implement, refused
 wherever a user can set them (the constructor, a group dict,
 param_groups edits, add_param_group, a loaded torch.optim state dict),
-never ignored: a run would silently differ from torch's (maximize would
-train the wrong way). foreach and fused are accepted: mlpo's update is
-always one fused kernel."""
+never ignored: a run would silently differ from torch's. foreach and fused
+are accepted: mlpo's update is always one fused kernel; maximize is
+honoured per group (the gradient's sign, in the kernel's scale)."""
 
 WHY = {
     "amsgrad": "amsgrad=True (exp_avg_sq's running maximum) is not "
                "implemented by mlpo",
-    "maximize": "maximize=True (ascending the objective) is not "
-                "implemented by mlpo; negate the loss instead",
     "capturable": "capturable=True is for capturing the step in a CUDA "
                   "graph, and mlpo's step runs on the host outside any graph",
     "differentiable": "differentiable=True is autograd through the step, "

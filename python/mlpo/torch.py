@@ -138,8 +138,7 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
         cls = type(self).__name__
         if weight_decay is None:
             weight_decay = self._default_weight_decay
-        refuse_unsupported(dict(amsgrad=amsgrad, maximize=maximize,
-                                capturable=capturable,
+        refuse_unsupported(dict(amsgrad=amsgrad, capturable=capturable,
                                 differentiable=differentiable),
                            f"mlpo.torch.{cls}()")
         for key, v in (("lr", lr), ("eps", eps),
@@ -164,7 +163,8 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
         params, self._names = self._split_names(params)
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps,
                         weight_decay=weight_decay, amsgrad=False,
-                        maximize=False, foreach=foreach, capturable=False,
+                        maximize=bool(maximize), foreach=foreach,
+                        capturable=False,
                         differentiable=False, fused=fused)
         self._layout = None
         self._engine = None
@@ -432,7 +432,8 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
     def _hyper_json(self, group):
         b1, b2 = group["betas"]
         return dict(lr=group["lr"], betas=[b1, b2], eps=group["eps"],
-                    weight_decay=group["weight_decay"], mode=self._mode)
+                    weight_decay=group["weight_decay"], mode=self._mode,
+                    maximize=bool(group.get("maximize", False)))
 
     def _hyper(self, group):
         """The group's hyperparameters as numbers (a 0-d tensor lr, as a
@@ -457,6 +458,7 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
                     beta2=num("betas[1]", betas[1]),
                     eps=num("eps", group["eps"]),
                     weight_decay=num("weight_decay", group["weight_decay"]),
+                    maximize=bool(group.get("maximize", False)),
                     mode=self._mode)
 
     @property

@@ -201,3 +201,54 @@ def test_del_and_with_release_the_store_at_once(tmp_path):
         assert again.store_name == "mlpo" and again.step_count == 2
     finally:
         gc.enable()
+
+
+def test_maximize_as_torch_wherever_it_is_set(tmp_path):
+    """maximize=True ascends the objective, per group: set in the
+    constructor, in one group's dict, by editing param_groups between
+    steps, and carried by a loaded torch.optim dict; each run is torch's
+    (it was accepted in a group and ignored: trained the wrong way)."""
+    def groups(m, flag):
+        return [{"params": m[0].parameters(), "maximize": flag},
+                {"params": m[2].parameters()}]
+    model, ref = make_model(), make_model()
+    opt = mt.AdamW(groups(model, True), lr=1e-2, store=str(tmp_path / "a"))
+    ropt = torch.optim.AdamW(groups(ref, True), lr=1e-2)
+    for s in range(3):
+        train_step(model, opt, s)
+        train_step(ref, ropt, s)
+    assert max_diff(model, ref) <= TOL
+    for o in (opt, ropt):  # an edit between steps: both groups ascend
+        o.param_groups[1]["maximize"] = True
+    for s in range(3, 6):
+        train_step(model, opt, s)
+        train_step(ref, ropt, s)
+    assert max_diff(model, ref) <= TOL
+    # torch's dict (maximize in its groups) into a fresh mlpo optimizer:
+    # the groups say True and the next steps ascend as torch's do.
+    fresh = mt.AdamW(groups(model, False), lr=1e-2,
+                     store=str(tmp_path / "b"))
+    fresh.load_state_dict(ropt.state_dict())
+    assert [g["maximize"] for g in fresh.param_groups] == [True, True]
+    for s in range(6, 8):
+        train_step(model, fresh, s)
+        train_step(ref, ropt, s)
+    assert max_diff(model, ref) <= TOL
+    # mlpo's own dict carries it too, through export_state_dict.
+    exp = mt.export_state_dict(fresh.state_dict())
+    assert [g["maximize"] for g in exp["param_groups"]] == [True, True]
+    # The constructor's keyword.
+    m2, r2 = make_model(), make_model()
+    o2 = mt.Adam(m2.parameters(), lr=1e-2, maximize=True,
+                 store=str(tmp_path / "c"))
+    ro2 = torch.optim.Adam(r2.parameters(), lr=1e-2, maximize=True)
+    m3 = make_model()
+    o3 = mt.Adam(m3.parameters(), lr=1e-2, store=str(tmp_path / "d"))
+    for s in range(3):
+        train_step(m2, o2, s)
+        train_step(r2, ro2, s)
+        train_step(m3, o3, s)
+    assert max_diff(m2, r2) <= TOL
+    assert max_diff(m2, m3) > 1e-2  # not what minimizing does
+    x, y = batch(0)  # the one batch: ascending raised its loss
+    assert ((m2(x) - y) ** 2).mean() > ((make_model()(x) - y) ** 2).mean()
