@@ -152,6 +152,22 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
             refuse_unsupported(group, f"mlpo.torch.{cls}(): param group {g}")
         if not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"mlpo.torch.{cls}: invalid betas {betas!r}")
+        # The engine's sizes, checked here: pybind11 answered a negative
+        # or huge one with its signature dump, and took 2.5 as 2.
+        for key, v, lo, hi in (("subgroup_numel", subgroup_numel, 1, 1 << 40),
+                               ("prefetch", prefetch, 1, 64),
+                               ("commits", commits, 1, 64),
+                               ("threads", threads, 0, 4096)):
+            if isinstance(v, bool) or not isinstance(v, int) or \
+                    not lo <= v <= hi:
+                raise ValueError(f"mlpo.torch.{cls}: {key} must be a whole "
+                                 f"number from {lo} to {hi}, not {v!r}")
+        for key, v in (("max_grad_norm", max_grad_norm),
+                       ("loss_scale", loss_scale)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or \
+                    not math.isfinite(v) or v < 0 or (key == "loss_scale"
+                                                       and v == 0):
+                raise ValueError(f"mlpo.torch.{cls}: invalid {key} {v!r}")
         if durability not in (None, "step", "tag"):
             raise ValueError(f"mlpo.torch.{cls}: durability must be 'step' "
                              f"or 'tag', not {durability!r}")

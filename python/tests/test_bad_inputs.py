@@ -495,3 +495,16 @@ def test_a_store_given_another_path_list_says_how_to_move_its_state(
                                                  moved.parameters()))
     old.close()
     new.close()
+
+
+@pytest.mark.parametrize("key,value", [
+    ("subgroup_numel", 0), ("subgroup_numel", -5), ("subgroup_numel", 2.5),
+    ("subgroup_numel", True), ("subgroup_numel", 1 << 70),
+    ("prefetch", 0), ("commits", 65), ("threads", -1),
+    ("max_grad_norm", float("nan")), ("loss_scale", 0)])
+def test_engine_sizes_are_checked_with_a_message(store_dir, key, value):
+    """A negative or huge size got pybind11's signature dump, 2.5 was
+    taken as 2: each is a ValueError naming the keyword and its range."""
+    with pytest.raises(ValueError, match=key):
+        mt.AdamW(make_model().parameters(), store=store_dir, **{key: value})
+    assert not os.path.exists(os.path.join(store_dir, "mlpo"))
