@@ -63,6 +63,15 @@ class Stepping:
                 "groups are added with add_param_group; nothing was changed")
         for g, (group, l) in enumerate(zip(self.param_groups, self._layout)):
             ps, es = group["params"], l["entries"]
+            if not self._fsdp and any(hasattr(p, "device_mesh") for p in ps):
+                raise ValueError(
+                    f"mlpo.torch: param group {g}'s parameters were replaced "
+                    "by FSDP's sharded ones (DTensors) after the optimizer "
+                    "was made, as Accelerate's and Trainer's FSDP plugins "
+                    "do; mlpo lays its store out for the parameters it is "
+                    "given. Call fully_shard on the model first and make "
+                    "the optimizer from its parameters then, in your own "
+                    "loop (docs/coming-from.md); nothing was changed")
             if len(ps) != len(es) or any(p is not e["dparam"]
                                          for p, e in zip(ps, es)):
                 raise ValueError(

@@ -97,3 +97,29 @@ def test_mixed_dtensor_and_plain_parameters_are_refused(tmp_path):
         assert not os.path.exists(tmp_path / "s" / "mlpo")
     finally:
         dist.destroy_process_group()
+
+
+def test_parameters_swapped_for_dtensors_after_the_optimizer_says_so(
+        tmp_path):
+    """Accelerate's and Trainer's FSDP plugins make the optimizer first and
+    then put FSDP's DTensors into its param_groups: refused at step(),
+    naming what happened and the way that works, nothing changed."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(free_port())
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        w = torch.nn.Parameter(torch.randn(4, 2))
+        opt = mt.AdamW([w], store=str(tmp_path / "s"))
+        mesh = init_device_mesh("cpu", (1,))
+        d = torch.nn.Parameter(distribute_tensor(w.detach(), mesh,
+                                                 [Shard(0)]))
+        opt.param_groups[0]["params"] = [d]  # as the plugins do
+        d.grad = distribute_tensor(torch.ones(4, 2), mesh, [Shard(0)])
+        with pytest.raises(ValueError, match="FSDP's sharded ones"):
+            opt.step()
+        assert opt.step_count == 0
+    finally:
+        dist.destroy_process_group()
