@@ -541,6 +541,7 @@ class CheckpointMixin:
             raise ValueError("mlpo.torch: the state dict's 'state' is "
                              f"{type(state).__name__}, not a dict")
         entries = [e for l in self._layout for e in l["entries"]]
+        masters = _masters_of(sd, entries)
         if not state:
             return  # never stepped: nothing but hyperparameters
         steps = {}
@@ -586,10 +587,13 @@ class CheckpointMixin:
                     continue
                 s = state.get(e["index"])
                 p = e["param"].detach()
+                # export_state_dict's fp32 masters when the dict has them
+                # (a bf16 model's own weights are the masters rounded).
+                w = masters.get(e["name"], p)
                 if s is None:
-                    src = (p, torch.zeros_like(p), torch.zeros_like(p))
+                    src = (w, torch.zeros_like(p), torch.zeros_like(p))
                 else:
-                    src = (p, s["exp_avg"].to(p.device),
+                    src = (w, s["exp_avg"].to(p.device),
                            s["exp_avg_sq"].to(p.device))
                 for dst, x in zip(out, src):
                     # In the parameter's memory order (its strides).
@@ -673,3 +677,33 @@ def _refuse_one_rank_save():
                 "Trainer, which has every rank take the checkpoint before "
                 "Trainer saves it")
         f = f.f_back
+
+
+def _masters_of(sd, entries):
+    """{name: fp32 tensor} of the dict's "master_params" (what
+    export_state_dict writes), each checked against its parameter; {} when
+    the dict has none (a torch.optim dict: the model's weights are the
+    masters). ValueError before anything changes."""
+    masters = sd.get("master_params")
+    if masters is None:
+        return {}
+    if not isinstance(masters, dict):
+        raise ValueError("mlpo.torch: the state dict's 'master_params' is "
+                         f"{type(masters).__name__}, not a dict")
+    out = {}
+    for e in entries:
+        w = masters.get(e["name"])
+        if w is None:
+            raise ValueError(f"mlpo.torch: the state dict's 'master_params' "
+                             f"lacks {e['name']!r}")
+        if not isinstance(w, torch.Tensor) or not w.is_floating_point() or \
+                tuple(w.shape) != e["shape"]:
+            raise ValueError(f"mlpo.torch: master_params[{e['name']!r}] is "
+                             "not a floating-point tensor of shape "
+                             f"{list(e['shape'])}")
+        if not bool(torch.isfinite(w).all()):
+            raise ValueError(f"mlpo.torch: master_params[{e['name']!r}] "
+                             "holds inf or nan")
+        out[e["name"]] = w.detach().to(device=e["param"].device,
+                                       dtype=torch.float32)
+    return out
