@@ -74,10 +74,11 @@ void AddExportCommand(CLI::App& app) {
     const nlohmann::json& man = (*r)->manifest();
     if (man.value("sharding", "") == "fsdp")
       Fail(absl::UnimplementedError(
-          "mlpo export: " + a->store + " holds FSDP's shards of each "
-          "parameter (rank-major); export it from Python with "
-          "mlpo.torch.export_state_dict(store, tag=...), which puts the "
-          "shards together, and save that with safetensors"));
+          a->store + " holds FSDP's shards of each parameter (rank-major); "
+          "export it from Python with mlpo.torch.export_state_dict(opt."
+          "state_dict()) or export_state_dict(store, tag=..., name="
+          "\"<name>-w<ranks>\"), which puts the shards together, and save "
+          "its master_params with safetensors"));
     struct Tensor {
       std::string name;
       std::vector<uint64_t> shape;

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from ._warn import warn_user
 from . import _mlpo
 from ._reshard import CheckpointCoords, fill_from
-from ._unsupported import refuse_unsupported
+from ._unsupported import flag, refuse_unsupported
 from ._tag_ids import (check_reader_tag, check_tag, check_tag_ids,
                        is_store, reader_holds, tag_id)
 
@@ -618,8 +618,9 @@ class CheckpointMixin:
 def _check_hyper(group, g):
     """A loaded param group's hyperparameters, as the constructor checks
     them: ValueError before anything changes."""
-    refuse_unsupported(group, f"mlpo.torch: load_state_dict: param group {g} "
-                       "of the state dict")
+    where = f"mlpo.torch: load_state_dict: param group {g} of the state dict"
+    refuse_unsupported(group, where)
+    flag(group, "maximize", where)
     for key in ("lr", "eps", "weight_decay"):
         if key in group:
             v = group[key]

@@ -20,5 +20,22 @@ def refuse_unsupported(options, where):
     sets one of WHY's to a true value; nothing was changed."""
     for key, why in WHY.items():
         v = options.get(key) if isinstance(options, dict) else None
-        if v is not None and v is not False and v != 0:
+        if v is None:
+            continue
+        if not isinstance(v, (bool, int, float)):
+            raise ValueError(f"{where}: {key} must be True or False, not "
+                             f"{v!r}; nothing was changed")
+        if v:
             raise ValueError(f"{where}: {why}; nothing was changed")
+
+
+def flag(options, key, where):
+    """A group's True/False option (maximize), checked: ValueError naming
+    `where` for anything but a bool or a number."""
+    v = options.get(key, False) if isinstance(options, dict) else False
+    if v is None:
+        return False
+    if not isinstance(v, (bool, int, float)):
+        raise ValueError(f"{where}: {key} must be True or False, not {v!r}; "
+                         "nothing was changed")
+    return bool(v)

@@ -57,7 +57,7 @@ from ._state_view import StateView
 from ._export import export_state_dict
 from ._opening import _DTYPES, StoreOpening
 from ._stepping import Stepping
-from ._unsupported import refuse_unsupported
+from ._unsupported import flag, refuse_unsupported
 from ._reshard import fsdp_group_sizes, fsdp_rows, row_numel
 
 __all__ = ["AdamW", "Adam", "export_state_dict"]
@@ -449,7 +449,7 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
         b1, b2 = group["betas"]
         return dict(lr=group["lr"], betas=[b1, b2], eps=group["eps"],
                     weight_decay=group["weight_decay"], mode=self._mode,
-                    maximize=bool(group.get("maximize", False)))
+                    maximize=flag(group, "maximize", "mlpo.torch"))
 
     def _hyper(self, group):
         """The group's hyperparameters as numbers (a 0-d tensor lr, as a
@@ -474,7 +474,8 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
                     beta2=num("betas[1]", betas[1]),
                     eps=num("eps", group["eps"]),
                     weight_decay=num("weight_decay", group["weight_decay"]),
-                    maximize=bool(group.get("maximize", False)),
+                    maximize=flag(group, "maximize",
+                                  f"mlpo.torch: param group {g}"),
                     mode=self._mode)
 
     @property
