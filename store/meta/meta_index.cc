@@ -22,6 +22,28 @@
 namespace mlpo {
 namespace {
 
+// The index file whose absence makes RocksDB's open fail, when one is
+// missing: CURRENT, or the MANIFEST that CURRENT names. RocksDB reports it
+// as an I/O error (a writer) or "try again" (a reader, which takes it for
+// a writer's switch to a new MANIFEST); read after the failure, CURRENT
+// names a file that is there in a live writer's switch, so only real loss
+// is named.
+std::string MissingIndexFile(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path current = fs::path(dir) / "CURRENT";
+  if (!fs::exists(current, ec)) return ec ? "" : current.string();
+  auto text = ReadSmallFile(current.string(), 4096);
+  if (!text.ok()) return "";
+  std::string name = *text;
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\r'))
+    name.pop_back();
+  if (name.empty() || name.find('/') != std::string::npos) return "";
+  const fs::path manifest = fs::path(dir) / name;
+  if (!fs::exists(manifest, ec) && !ec) return manifest.string();
+  return "";
+}
+
 constexpr size_t kSealSlot = 512;
 
 enum Cf { kObjects = 1, kVersions, kHeads, kTags, kPaths, kMeta };
@@ -168,6 +190,13 @@ absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
     s = rocksdb::DB::Open(opts, dir, cfs, &m->cf_, &db);
   }
   if (!s.ok()) {
+    if (mode != Mode::kCreate) {
+      if (std::string missing = MissingIndexFile(dir); !missing.empty())
+        return absl::DataLossError(absl::StrCat(
+            "store index ", dir, " is damaged: ", missing, " is missing (",
+            s.ToString(), "); nothing was changed. `mlpo recover STORE` "
+            "rebuilds the index from its backups and says what was lost"));
+    }
     if (mode != Mode::kCreate &&
         (s.IsInvalidArgument() || s.IsCorruption() || s.IsNotFound()))
       return absl::DataLossError(absl::StrCat(

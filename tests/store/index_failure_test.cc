@@ -187,5 +187,34 @@ TEST(IndexFailureTest, AStoreThatFilledAnExt4DiskReopensToDropATagAndGc) {
   ExpectStoreVerifies(s->get());
 }
 
+// A deleted MANIFEST (issue 37): RocksDB's open said "IO error ... No such
+// file" to a writer and "Operation failed. Try again.: The primary may have
+// switched to a new MANIFEST" to a reader, with no word of the way out. Both
+// now say the index is damaged, name the missing file and `mlpo recover`,
+// which rebuilds it.
+TEST(IndexFailureTest, AMissingManifestIsNamedWithTheWayOut) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  MakeTwoObjectStore(o);
+  std::string manifest;
+  for (const auto& e : std::filesystem::directory_iterator(DefaultMetaDir(o)))
+    if (e.path().filename().string().rfind("MANIFEST-", 0) == 0)
+      manifest = e.path().string();
+  ASSERT_FALSE(manifest.empty());
+  std::filesystem::remove(manifest);
+  StoreOptions ro = o;
+  ro.read_only = true;
+  for (const StoreOptions& opts : {o, ro}) {
+    auto s = ObjectStore::Open(opts);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss) << s.status();
+    EXPECT_NE(s.status().message().find(manifest + " is missing"),
+              std::string::npos)
+        << s.status();
+    EXPECT_NE(s.status().message().find("mlpo recover"), std::string::npos)
+        << s.status();
+  }
+}
+
 }  // namespace
 }  // namespace mlpo
