@@ -349,6 +349,12 @@ class ObjectStore final : public StoreMaintenance {
   absl::Status OpenReadOnly();
   // Opens the paths and builds the in-memory state from the index.
   absl::Status LoadState(const MetaSnapshot& snap);
+  // A path root whose .mlpo/uuid is gone but whose store directory's
+  // descriptor names this store: writes `uuid` (the index's record of the
+  // path) back (not when read-only); an error when the descriptor does not
+  // prove it.
+  absl::Status MendPathIdentity(const std::string& root,
+                                const std::string& uuid);
   void FinalizeCommit(std::shared_ptr<CommitOp> op);
   // Allocates `op`'s extents (failed paths left out), hashes them and
   // starts their writes; the last completion posts FinalizeCommit.

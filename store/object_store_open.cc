@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -290,6 +291,31 @@ absl::Status ObjectStore::OpenImpl() {
   return LoadState(snap);
 }
 
+absl::Status ObjectStore::MendPathIdentity(const std::string& root,
+                                           const std::string& uuid) {
+  const std::string desc =
+      absl::StrCat(root, "/", StoreNamespace(options_), "/STORE");
+  auto text = fs()->ReadFile(desc, kMaxConfigBytes);
+  if (!text.ok()) return text.status();
+  try {
+    auto j = nlohmann::json::parse(*text);
+    if (!j.contains("store_uuid") || j.at("store_uuid") != store_uuid_)
+      return absl::FailedPreconditionError(desc + " names another store");
+  } catch (const std::exception& e) {
+    return absl::DataLossError(desc + ": " + e.what());
+  }
+  if (options_.read_only) return absl::OkStatus();
+  MLPO_RETURN_IF_ERROR(fs()->CreateDirs(root + "/.mlpo"));
+  MLPO_RETURN_IF_ERROR(
+      fs()->WriteFileAtomic(root + "/.mlpo/uuid", uuid + "\n"));
+  std::fprintf(stderr,
+               "mlpo: %s: path %s had lost its identity file .mlpo/uuid; "
+               "restored it from the store's index (the store's descriptor "
+               "there names this store)\n",
+               Where().c_str(), root.c_str());
+  return absl::OkStatus();
+}
+
 absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
   const bool ro = options_.read_only;
   if (snap.paths.size() != options_.paths.size()) {
@@ -324,6 +350,17 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
           "` makes it a store at its new place (a copy gets an identity of "
           "its own)"));
     auto uuid = PathUuid(po.root, false, fs());
+    if (absl::IsNotFound(uuid.status()) && !rec.uuid.empty()) {
+      // The identity file alone is lost (33 bytes; it bricked the store):
+      // this is the recorded root, and the store's descriptor there names
+      // this store, so the index's record of the path is its identity.
+      // A writable open puts the file back; a read-only one goes on.
+      absl::Status mended = MendPathIdentity(po.root, rec.uuid);
+      if (mended.ok()) {
+        uuid = rec.uuid;
+        po.known_uuid = rec.uuid;  // read-only: the file is not rewritten
+      }
+    }
     if (!uuid.ok())
       return absl::FailedPreconditionError(absl::StrCat(
           "path ", i, " (", po.root, ") is not the store's path ", rec.root,

@@ -117,7 +117,10 @@ absl::StatusOr<std::unique_ptr<StoragePath>> StoragePath::Open(
     return absl::InvalidArgumentError(absl::StrCat(
         "path ", options.root, ": cannot create a store read-only"));
   std::unique_ptr<StoragePath> p(new StoragePath(options));
-  MLPO_ASSIGN_OR_RETURN(p->uuid_, PathUuid(options.root, create, fsys));
+  auto uuid = PathUuid(options.root, create, fsys);
+  if (absl::IsNotFound(uuid.status()) && !options.known_uuid.empty())
+    uuid = options.known_uuid;
+  MLPO_ASSIGN_OR_RETURN(p->uuid_, std::move(uuid));
   p->dir_ = absl::StrCat(options.root, "/", ns);
   if (create) {
     MLPO_RETURN_IF_ERROR(fsys->CreateDirs(p->dir_));

@@ -64,6 +64,10 @@ struct PathOptions {
   // recover --salvage`): each missing file is a placeholder whose reads
   // fail with NotFound naming it. Without it a gap is DataLoss.
   bool allow_missing_segments = false;
+  // The root's identity as the store established it when its identity file
+  // is gone and a read-only open may not write it back (ObjectStore's
+  // MendPathIdentity); empty: the file must be there.
+  std::string known_uuid;
   // Where segment files are opened, preallocated and synced; nullptr = the
   // POSIX default. Tests pass a FaultInjectionFileSystem. Not owned.
   FileSystem* fs = nullptr;
