@@ -22,8 +22,9 @@ form one flat vector; its fp32 state is cut into subgroups (store objects of
 p, m, v) that the C++ pipeline streams through the fused kernel. Gradients
 are handed over in the model's dtype (no fp32 copy), and on the CPU the
 kernel reads and writes the model's tensors in place. The arithmetic follows
-torch.optim.AdamW / Adam operation by operation, so fp32 results match bit
-for bit.
+torch.optim.AdamW / Adam operation by operation, each operation rounded on
+its own; torch 2.x's CPU kernels fuse some multiply-adds, so an element
+differs by an ulp now and then (as torch's own fused=True does).
 
 state_format="bf16-moments" or "int8-moments" (or the store config's
 state_format) keeps exp_avg and exp_avg_sq compact in the store (8 or about
@@ -37,6 +38,8 @@ its own store "<name>-w<W>/rank-<r>" on the shared paths; gradients are
 averaged across ranks, each rank updates its shard, and the new parameters
 are all-gathered. A checkpoint written by W ranks loads into W' ranks
 (load_state_dict reads the old shards by the manifest's offsets).
+Under FSDP (fully_shard) the parameters are DTensors: each rank updates its
+own shards in place, and checkpoints reshard the same way (_reshard.py).
 """
 import math
 
