@@ -5,8 +5,6 @@ class in torch.py, which owns the layout, the engine and the step."""
 import copy
 import hashlib
 import json
-import sys
-import math
 import os
 
 import torch
@@ -15,7 +13,8 @@ import torch.distributed as dist
 from ._warn import warn_user
 from . import _mlpo
 from ._reshard import CheckpointCoords, fill_from
-from ._unsupported import flag, refuse_unsupported
+from ._dict_checks import (_check_hyper, _masters_of, _refuse_one_rank_save,
+                           _step_number)
 from ._tag_ids import (check_reader_tag, check_tag, check_tag_ids,
                        is_store, reader_holds, tag_id)
 
@@ -139,52 +138,6 @@ class CheckpointMixin:
             self.close()
         except Exception:  # interpreter shutdown: the store's own close runs
             pass
-
-    def _prune_checkpoints(self, newest):
-        """Keeps the keep_checkpoints automatic tags ("step-<t>") that
-        state_dict() handed out last (`newest` now; 0 keeps all) and frees
-        what only the others held. Handed out, not numbered: in a rerun or
-        after a rollback, the tags taken now have lower steps than the
-        older run's, and the dict just returned must stay loadable."""
-        if self.keep_checkpoints <= 0:
-            return
-        eng = self._engine
-        was = json.loads(eng.get_attribute("checkpoint_order") or "[]")
-        # Automatic tags it does not list (taken by an earlier release, or
-        # while every checkpoint was kept) go first, oldest state first.
-        auto = [t for t in eng.tag_order() if _step_tag_key(t) is not None]
-        listed = [t for t in was if t in auto and t != newest]
-        order = [t for t in auto if t not in listed and t != newest]
-        order += listed + [newest]
-        old, keep = (order[:-self.keep_checkpoints],
-                     order[-self.keep_checkpoints:])
-        if _step_tag_key(newest)[0] == 0:
-            # A dict of a fresh start (Accelerate's prepare() takes one and
-            # loads it back) drops older step-0 ones only: checkpoints of
-            # trained state wait for the next trained one, or a resumed
-            # run would lose the checkpoint it is about to load.
-            spared = [t for t in old if _step_tag_key(t)[0] != 0]
-            old = [t for t in old if t not in spared]
-            keep = spared + keep
-        if keep != was:
-            eng.set_attribute("checkpoint_order", json.dumps(keep))
-        self._drop_checkpoints(old, self.keep_checkpoints)
-
-    def _drop_checkpoints(self, tags, why):
-        """Drops `tags` and frees what only they held; load_state_dict of a
-        dict naming one says why (`why`: the keep_checkpoints number, or
-        a sentence)."""
-        if not tags:
-            return
-        eng = self._engine
-        dropped = json.loads(eng.get_attribute("dropped_tags") or "{}")
-        for t in tags:
-            eng.drop_tag(t)
-            dropped[t] = why
-        # The newest 1000 names, for load_state_dict's message.
-        dropped = dict(list(dropped.items())[-1000:])
-        eng.set_attribute("dropped_tags", json.dumps(dropped))
-        eng.gc()
 
     def _uuids(self):
         mine = self._require_engine().store_uuid
@@ -615,42 +568,6 @@ class CheckpointMixin:
 
 
 
-def _check_hyper(group, g):
-    """A loaded param group's hyperparameters, as the constructor checks
-    them: ValueError before anything changes."""
-    where = f"mlpo.torch: load_state_dict: param group {g} of the state dict"
-    refuse_unsupported(group, where)
-    flag(group, "maximize", where)
-    for key in ("lr", "eps", "weight_decay"):
-        if key in group:
-            v = group[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or \
-                    not math.isfinite(v) or v < 0:
-                raise ValueError(f"mlpo.torch: param group {g} of the state "
-                                 f"dict has an invalid {key} {v!r}")
-    if "betas" in group:
-        b = group["betas"]
-        if not isinstance(b, (list, tuple)) or len(b) != 2 or not all(
-                not isinstance(x, bool) and isinstance(x, (int, float)) and
-                0.0 <= x < 1.0 for x in b):
-            raise ValueError(f"mlpo.torch: param group {g} of the state dict "
-                             f"has invalid betas {b!r}")
-
-
-def _step_number(step, name):
-    """A torch state's step (int, float or 0-d tensor) as a positive int."""
-    if isinstance(step, torch.Tensor):
-        if step.numel() != 1:
-            raise ValueError(f"mlpo.torch: step of {name} is a tensor of "
-                             f"{step.numel()} elements")
-        step = step.item()
-    if isinstance(step, bool) or not isinstance(step, (int, float)) or \
-            not math.isfinite(step) or step < 1 or step != int(step):
-        raise ValueError(f"mlpo.torch: step of {name} is {step!r}, not a "
-                         "positive whole number")
-    return int(step)
-
-
 def _step_tag_key(tag):
     """(step, k) of an automatic tag "step-<t>" or "step-<t>.<k>", else
     None."""
@@ -660,51 +577,3 @@ def _step_tag_key(tag):
     if not step.isdigit() or (k and not k.isdigit()):
         return None
     return (int(step), int(k) if k else 0)
-
-
-def _refuse_one_rank_save():
-    """transformers.Trainer saves the optimizer on rank 0 only: its
-    state_dict() there would wait for the other ranks, which are in their
-    next step's collectives (DDP's all-reduce), for ever. Say what to add
-    instead, on the rank that saves."""
-    f = sys._getframe(2)
-    while f is not None:
-        if f.f_code.co_name == "_save_optimizer_and_scheduler" and \
-                "transformers" in f.f_code.co_filename:
-            raise RuntimeError(
-                "mlpo.torch: Trainer saves the optimizer on rank 0 only, "
-                "and with data parallel every rank holds a shard of mlpo's "
-                "state: add callbacks=[mlpo.hf.TrainerCheckpoints()] to the "
-                "Trainer, which has every rank take the checkpoint before "
-                "Trainer saves it")
-        f = f.f_back
-
-
-def _masters_of(sd, entries):
-    """{name: fp32 tensor} of the dict's "master_params" (what
-    export_state_dict writes), each checked against its parameter; {} when
-    the dict has none (a torch.optim dict: the model's weights are the
-    masters). ValueError before anything changes."""
-    masters = sd.get("master_params")
-    if masters is None:
-        return {}
-    if not isinstance(masters, dict):
-        raise ValueError("mlpo.torch: the state dict's 'master_params' is "
-                         f"{type(masters).__name__}, not a dict")
-    out = {}
-    for e in entries:
-        w = masters.get(e["name"])
-        if w is None:
-            raise ValueError(f"mlpo.torch: the state dict's 'master_params' "
-                             f"lacks {e['name']!r}")
-        if not isinstance(w, torch.Tensor) or not w.is_floating_point() or \
-                tuple(w.shape) != e["shape"]:
-            raise ValueError(f"mlpo.torch: master_params[{e['name']!r}] is "
-                             "not a floating-point tensor of shape "
-                             f"{list(e['shape'])}")
-        if not bool(torch.isfinite(w).all()):
-            raise ValueError(f"mlpo.torch: master_params[{e['name']!r}] "
-                             "holds inf or nan")
-        out[e["name"]] = w.detach().to(device=e["param"].device,
-                                       dtype=torch.float32)
-    return out

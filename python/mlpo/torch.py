@@ -59,6 +59,7 @@ from ._checkpoints import CheckpointMixin, _MANIFEST_FORMAT, _flat
 from ._state_view import StateView
 from ._export import export_state_dict
 from ._opening import _DTYPES, StoreOpening
+from ._retention import Retention
 from ._stepping import Stepping
 from ._unsupported import flag, refuse_unsupported
 from ._reshard import fsdp_group_sizes, fsdp_rows, row_numel
@@ -125,7 +126,7 @@ def _is_dense(p):
     return True
 
 
-class _MlpoOptimizer(StoreOpening, CheckpointMixin, Stepping,
+class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
                      torch.optim.Optimizer):
     _mode = "adamw"
     _default_weight_decay = 1e-2

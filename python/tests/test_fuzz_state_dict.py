@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import mlpo.torch as mt
-from mlpo._checkpoints import _check_hyper
+from mlpo._dict_checks import _check_hyper
 from helpers import make_model, two_groups, loss_of
 
 CASES = int(os.environ.get("MLPO_FUZZ_CASES", "120"))
