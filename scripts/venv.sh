@@ -30,7 +30,9 @@ if [ ! -x "$MLPO_BASE_PYTHON" ]; then
 fi
 ver=$("$MLPO_BASE_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 hash=$( (echo "$MLPO_BASE_PYTHON $ver"; cat "$req") | sha256sum | cut -c1-12)
-home=${MLPO_VENV_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/mlpo}
+# (HOME may be unset, as under some CI runners: the user's home from passwd.)
+user_home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
+home=${MLPO_VENV_HOME:-${XDG_CACHE_HOME:-${user_home:-/tmp}/.cache}/mlpo}
 venv=$home/venv-$hash
 stamp=$venv/.mlpo-installed
 mkdir -p "$home"
