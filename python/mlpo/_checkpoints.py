@@ -122,7 +122,7 @@ class CheckpointMixin:
 
     def close(self):
         """Waits for commits in flight and releases the store."""
-        self._prepared = None
+        self._forget_prepared()
         if self._engine is not None:
             self._engine.close()
             self._engine = None
@@ -173,8 +173,8 @@ class CheckpointMixin:
         torch.optim's state-dict hooks run around it, as in torch."""
         for hook in self._optimizer_state_dict_pre_hooks.values():
             hook(self)
-        prepared = getattr(self, "_prepared", None)
-        if prepared is not None and prepared[0] == self._engine_step():
+        prepared = self._prepared
+        if prepared is not None and prepared[0] == self.step_count:
             # Taken on every rank already (prepare_state_dict), for a
             # caller that asks on one rank only, as Trainer saves.
             state_dict = copy.deepcopy(prepared[1])
@@ -209,10 +209,7 @@ class CheckpointMixin:
         rank or on one only (as a script that saves on rank 0 calls it),
         hands it out without waiting for the others. mlpo.hf's Trainer
         callback calls it before each of Trainer's saves."""
-        self._prepared = (self._engine_step(), self._take_state_dict())
-
-    def _engine_step(self):
-        return self._require_engine().step_count
+        self._prepared = (self.step_count, self._take_state_dict())
 
     def _forget_prepared(self):
         self._prepared = None

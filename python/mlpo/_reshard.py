@@ -12,11 +12,49 @@ one coordinate space that CheckpointReader.read(g, start, n) reads:
   r torch.chunk's r-th piece of every parameter's dim-0 rows, so every
   rank's piece and place follow from the shapes and the world size.
 Within a parameter, elements are counted in row-major order (the order
-of its dim-0 rows, which FSDP's pieces keep).
+of its dim-0 rows, which FSDP's pieces keep). fsdp_mesh and local_shard
+tell the optimizer whether and how its parameters are FSDP's.
 """
 import math
 
 import numpy as np
+
+
+def fsdp_mesh(groups):
+    """The device mesh when the parameters are FSDP's DTensor shards (one
+    1-d mesh, each sharded on dim 0, as fully_shard makes them), else None;
+    ValueError for any other mix or layout."""
+    try:
+        from torch.distributed.tensor import DTensor, Shard
+    except ImportError:  # a torch built without distributed
+        return None
+    params = [p for g in groups for p in g["params"]]
+    dts = [p for p in params if isinstance(p, DTensor)]
+    if not dts:
+        return None
+    if len(dts) != len(params):
+        raise ValueError(
+            f"mlpo.torch: {len(dts)} of the {len(params)} parameters are "
+            "DTensors (FSDP's fully_shard) and the others plain tensors; "
+            "shard the whole model (fully_shard on the root module too), "
+            "so that every parameter is one rank's shard")
+    meshes = {p.device_mesh for p in dts}
+    if len(meshes) != 1:
+        raise ValueError("mlpo.torch: the parameters are DTensors on "
+                         f"{len(meshes)} device meshes; mlpo takes one")
+    mesh = meshes.pop()
+    if mesh.ndim != 1 or any(tuple(p.placements) != (Shard(0),)
+                             for p in dts):
+        raise ValueError(
+            "mlpo.torch: DTensor parameters are supported as fully_shard "
+            "makes them (a 1-d mesh, each sharded on dim 0), not "
+            f"{dts[0].placements} on a {mesh.ndim}-d mesh")
+    return mesh
+
+
+def local_shard(p):
+    """A parameter's memory on this rank: its local shard for a DTensor."""
+    return p._local_tensor if hasattr(p, "_local_tensor") else p
 
 
 def row_numel(shape):

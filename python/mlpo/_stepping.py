@@ -94,7 +94,7 @@ class Stepping:
                 loss = closure()
         eng = self._require_engine()
         self._check_groups()
-        self._prepared = None  # a prepared dict is of the state before
+        self._forget_prepared()  # a prepared dict is of the state before
         for g, group in enumerate(self.param_groups):
             eng.set_hyper(g, self._hyper(group))
         scale = loss_scale or self.loss_scale
@@ -235,15 +235,24 @@ class Stepping:
                 "tags; with data parallel every rank names the same one; "
                 "nothing was changed")
 
+    def _step_with_global_stats(self, eng, scale):
+        """The step of a rank whose gradients are staged, with the norm and
+        the non-finite count of every rank's (clipping and overflow skips
+        decide as one process would)."""
+        sum_sq, nonfinite = eng.local_grad_stats()
+        stats = torch.tensor([sum_sq, float(nonfinite)], dtype=torch.float64)
+        dist.all_reduce(stats, group=self._pg)
+        return eng.step(scale, float(stats[0]), int(stats[1]))
+
     def _step_local_shards(self, eng, keep, scale):
         """FSDP: FSDP has averaged the gradients and left each rank its
         shard of them; the kernel updates this rank's shards of the
         parameters in place. The ranks agree on the gradient statistics
         (norm clipping, overflow skips), as one process would see them."""
         dt = _DTYPES[self._dtype]
-        self._agree_call("step", [
-            e["dparam"].grad is not None
-            for l in self._layout for e in l["entries"]])
+        # FSDP gives every rank the same gradients to have or not: the
+        # agreement is only that every rank is in step().
+        self._agree_call("step", [])
         for k, (g, e, at, n, off) in enumerate(self._pieces):
             p = e["param"]
             eng.set_param_memory(k, p.data_ptr() + at * p.element_size(), dt)
@@ -253,10 +262,7 @@ class Stepping:
             keep.append(grad)
             eng.stage_grad(g, off, grad.data_ptr() + at * grad.element_size(),
                            dt, n)
-        sum_sq, nonfinite = eng.local_grad_stats()
-        stats = torch.tensor([sum_sq, float(nonfinite)], dtype=torch.float64)
-        dist.all_reduce(stats, group=self._pg)
-        return eng.step(scale, float(stats[0]), int(stats[1]))
+        return self._step_with_global_stats(eng, scale)
 
     def _step_sharded(self, eng, keep, scale):
         dt = _DTYPES[self._dtype]
@@ -288,10 +294,7 @@ class Stepping:
                 if active[id(e["param"])]:
                     eng.stage_grad(g, off, shard.data_ptr() +
                                    off * shard.element_size(), dt, n)
-        sum_sq, nonfinite = eng.local_grad_stats()
-        stats = torch.tensor([sum_sq, float(nonfinite)], dtype=torch.float64)
-        dist.all_reduce(stats, group=self._pg)
-        return eng.step(scale, float(stats[0]), int(stats[1]))
+        return self._step_with_global_stats(eng, scale)
 
     @torch.no_grad()
     def _publish_sharded(self):

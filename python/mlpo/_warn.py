@@ -6,8 +6,7 @@ import os
 import sys
 import warnings
 
-_SKIP = tuple(os.path.dirname(m.__file__) + os.sep for m in (
-    sys.modules[__name__.rpartition(".")[0]],) if m.__file__)
+_SKIP = os.path.dirname(os.path.abspath(__file__)) + os.sep  # mlpo's own
 
 
 def _skipped(filename):
@@ -16,8 +15,7 @@ def _skipped(filename):
     norm = filename.replace(os.sep, "/")
     return any(part in norm for part in (
         "/torch/optim/", "/torch/utils/_contextlib.py", "/torch/_compile.py",
-        "/torch/_dynamo/", "/accelerate/optimizer.py",
-        "/torch/optim/lr_scheduler.py"))
+        "/torch/_dynamo/", "/accelerate/optimizer.py"))
 
 
 def warn_user(message, category=UserWarning):

@@ -89,7 +89,7 @@ class TrainerCheckpoints(transformers.TrainerCallback):
         # The checkpoint just taken stays whatever the folders say: on
         # ranks other than the one that saves, its optimizer.pt may not be
         # written yet.
-        named.add(getattr(opt, "_last_handed", None))
+        named.add(opt._last_handed)
         stale = [t for t in opt._engine.tags()
                  if _step_tag_key(t) is not None and t not in named]
         opt._drop_checkpoints(

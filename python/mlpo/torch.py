@@ -62,7 +62,8 @@ from ._opening import _DTYPES, StoreOpening
 from ._retention import Retention
 from ._stepping import Stepping
 from ._unsupported import flag, refuse_unsupported
-from ._reshard import fsdp_group_sizes, fsdp_rows, row_numel
+from ._reshard import (fsdp_group_sizes, fsdp_mesh, fsdp_rows, local_shard,
+                       row_numel)
 
 __all__ = ["AdamW", "Adam", "export_state_dict"]
 
@@ -73,43 +74,6 @@ def _world(process_group):
         return (dist.get_world_size(process_group),
                 dist.get_rank(process_group))
     return 1, 0
-
-
-def _fsdp_mesh(groups):
-    """The device mesh when the parameters are FSDP's DTensor shards (one
-    1-d mesh, each sharded on dim 0, as fully_shard makes them), else None;
-    ValueError for any other mix or layout."""
-    try:
-        from torch.distributed.tensor import DTensor, Shard
-    except ImportError:  # a torch built without distributed
-        return None
-    params = [p for g in groups for p in g["params"]]
-    dts = [p for p in params if isinstance(p, DTensor)]
-    if not dts:
-        return None
-    if len(dts) != len(params):
-        raise ValueError(
-            f"mlpo.torch: {len(dts)} of the {len(params)} parameters are "
-            "DTensors (FSDP's fully_shard) and the others plain tensors; "
-            "shard the whole model (fully_shard on the root module too), "
-            "so that every parameter is one rank's shard")
-    meshes = {p.device_mesh for p in dts}
-    if len(meshes) != 1:
-        raise ValueError("mlpo.torch: the parameters are DTensors on "
-                         f"{len(meshes)} device meshes; mlpo takes one")
-    mesh = meshes.pop()
-    if mesh.ndim != 1 or any(tuple(p.placements) != (Shard(0),)
-                             for p in dts):
-        raise ValueError(
-            "mlpo.torch: DTensor parameters are supported as fully_shard "
-            "makes them (a 1-d mesh, each sharded on dim 0), not "
-            f"{dts[0].placements} on a {mesh.ndim}-d mesh")
-    return mesh
-
-
-def _local(p):
-    """A parameter's memory on this rank: its local shard for a DTensor."""
-    return p._local_tensor if hasattr(p, "_local_tensor") else p
 
 
 def _is_dense(p):
@@ -188,6 +152,8 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
                         differentiable=False, fused=fused)
         self._layout = None
         self._engine = None
+        self._prepared = None  # (step, dict) of prepare_state_dict()
+        self._last_handed = None  # the tag state_dict() handed out last
         super().__init__(params, defaults)
         self.state = StateView(self)
         self.loss_scale = float(loss_scale)
@@ -199,7 +165,7 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
         # FSDP (fully_shard): the parameters are DTensors whose local
         # shards this rank updates in place, as torch.optim does; FSDP
         # itself averages the gradients and gathers the parameters.
-        mesh = _fsdp_mesh(self.param_groups)
+        mesh = fsdp_mesh(self.param_groups)
         self._fsdp = mesh is not None
         if self._fsdp:
             if process_group is None:
@@ -309,7 +275,7 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
         for g, group in enumerate(self.param_groups):
             entries, off = [], 0
             for dp in group["params"]:
-                p = _local(dp)  # dp itself but for FSDP's shards
+                p = local_shard(dp)  # dp itself but for FSDP's shards
                 name = self._names.get(id(dp), f"param.{index}")
                 self._check_param(p, name)
                 dtypes.add(p.dtype)
@@ -335,21 +301,18 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
                 # the checkpoint reader takes them (_reshard.py).
                 sizes = fsdp_group_sizes(
                     [e["dparam"].shape for e in entries], self._world)
-                chunk, start, end = off, 0, off
                 base = sum(sizes[:self._rank])
                 for m in manifest_params[len(manifest_params) -
                                          len(entries):]:
                     m["offset"] += base
-                layout.append(dict(entries=entries, flat=sum(sizes),
-                                   chunk=chunk, start=start, numel=off,
-                                   manifest_start=base))
-                continue
+                flat, chunk, start, end = sum(sizes), off, 0, off
+                extra = dict(manifest_start=base)
             else:  # ZeRO: rank r holds the r-th chunk of the flat group
                 chunk = -(-off // self._world) if off else 0
                 start = min(off, self._rank * chunk)
-                end = min(off, start + chunk)
-            layout.append(dict(entries=entries, flat=off, chunk=chunk,
-                               start=start, numel=end - start))
+                flat, end, extra = off, min(off, start + chunk), {}
+            layout.append(dict(entries=entries, flat=flat, chunk=chunk,
+                               start=start, numel=end - start, **extra))
         if not dtypes:
             raise ValueError("mlpo.torch: optimizer got an empty parameter "
                              "list")
@@ -400,7 +363,7 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
         DTensor `dp` holds: fully_shard gives rank r torch.chunk's r-th
         piece, which is what fsdp_rows computes for every rank."""
         first, end = fsdp_rows(dp.shape, self._world, self._rank)
-        local = _local(dp)
+        local = local_shard(dp)
         if (end - first) * row_numel(dp.shape) != local.numel():
             raise ValueError(
                 f"mlpo.torch: a DTensor parameter of shape {list(dp.shape)} "
