@@ -408,9 +408,21 @@ class Engine {
       out.push_back(opt()->store()->path(i)->dir());
     return out;
   }
+  // Writes what the DRAM tier holds dirty (durability "tag") and releases
+  // the store. A write-back that fails (a full disk) still releases it and
+  // raises: the steps since the last tag were not stored.
   void Close() {
-    py::gil_scoped_release nogil;
-    opt_.reset();
+    absl::Status st;
+    {
+      py::gil_scoped_release nogil;
+      if (opt_) st = opt_->store()->WriteBack();
+      opt_.reset();
+    }
+    if (!st.ok())
+      Check(absl::Status(
+          st.code(), absl::StrCat("closing the store: ", st.message(),
+                                  "; the store holds its last tag and the "
+                                  "steps written before this failure")));
   }
   Optimizer* opt() const {
     if (!opt_) throw std::runtime_error("the mlpo optimizer is closed");

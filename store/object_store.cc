@@ -48,6 +48,12 @@ ObjectStore::~ObjectStore() {
       std::fprintf(stderr, "mlpo: %s: closing: %s (the last tag is intact)\n",
                    Where().c_str(), std::string(st.message()).c_str());
   }
+  if (meta_ && !options_.read_only) {
+    MutexLock l(&mu_);
+    mu_.Await(Condition(
+        +[](int* n) { return *n == 0; }, &commits_in_flight_));
+  }
+  if (meta_ && !options_.read_only) WriteSealCopies();
   if (dirty_home_) dirty_home_->Detach();  // leases outliving the store
   {
     MutexLock l(&mu_);

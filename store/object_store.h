@@ -206,6 +206,10 @@ class ObjectStore final : public StoreMaintenance {
   // tag and drop-tag), so that `Recover` can rebuild a lost or damaged index
   // with every tag. A failure is reported on stderr; the tag stands.
   void BackupIndex() override;
+  // Syncs and seals the index and writes the seal's copy (INDEX-SEAL) on
+  // every path: after each backup and at a clean close. Best effort (a
+  // failure is reported on stderr).
+  void WriteSealCopies();
   std::map<std::string, std::map<std::string, uint64_t>> Tags() const override;
   // The options in force: meta_dir filled in, and each path's segment_bytes
   // the store's own.

@@ -47,6 +47,28 @@ absl::Status MakeOwnerOnly(const std::string& dir) {
             : absl::OkStatus();
 }
 
+// RocksDB's checkpoint hard-links every file it can: on the index's own file
+// system (the default layout, any one-disk setup) the "backup" was the
+// live index's inodes, so one flipped byte damaged the index and every
+// backup at once. Each file with another link is replaced by a copy of its
+// own (written, synced, renamed over the link).
+absl::Status CopyLinkedFiles(FileSystem* fsys, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (!e.is_regular_file() || fs::hard_link_count(e.path(), ec) <= 1)
+      continue;
+    std::string file = e.path().string(), tmp = file + ".copy";
+    MLPO_ASSIGN_OR_RETURN(std::string data,
+                          fsys->ReadFile(file, uint64_t{1} << 32));
+    MLPO_RETURN_IF_ERROR(fsys->WriteFileSynced(tmp, data));
+    MLPO_RETURN_IF_ERROR(fsys->Rename(tmp, file));
+  }
+  if (ec)
+    return absl::InternalError(absl::StrCat("list ", dir, ": ", ec.message()));
+  return fsys->SyncDir(dir);
+}
+
 }  // namespace
 
 void ObjectStore::BackupIndex() {
@@ -58,7 +80,11 @@ void ObjectStore::BackupIndex() {
     absl::Status st = fs()->RemoveTree(tmp);
     if (st.ok()) st = fs()->RemoveTree(tmp + ".tmp");
     if (st.ok()) st = meta_->Checkpoint(tmp);
+    if (st.ok()) st = CopyLinkedFiles(fs(), tmp);
     if (st.ok()) st = MakeOwnerOnly(tmp);
+    // Checked as written: a backup that does not open with every block's
+    // checksum good never replaces the last good one.
+    if (st.ok()) st = VerifyIndexCopy(tmp, fs());
     if (st.ok()) {
       // Keep a complete copy at every instant: meta-backup or, during the
       // swap, meta-backup.old.
@@ -73,6 +99,21 @@ void ObjectStore::BackupIndex() {
                    Where().c_str(), p->root().c_str(),
                    std::string(st.message()).c_str());
   }
+  WriteSealCopies();
+}
+
+void ObjectStore::WriteSealCopies() {
+  if (options_.read_only || store_uuid_.empty() || !meta_->poisoned().ok())
+    return;
+  absl::StatusOr<uint64_t> seq = meta_->SyncAndSeal();
+  absl::Status st = seq.status();
+  for (auto& p : paths_) {
+    if (!st.ok() || *seq == 0) break;
+    st = WriteSealCopy(p->dir(), fs(), store_uuid_, *seq);
+  }
+  if (!st.ok())
+    std::fprintf(stderr, "mlpo: %s: the index seal's copies: %s\n",
+                 Where().c_str(), std::string(st.message()).c_str());
 }
 
 absl::Status ObjectStore::Tag(const std::string& name) {

@@ -51,6 +51,12 @@ using Survey = StoreSurvey;
 
 // An index directory without its CURRENT file.
 absl::Status DamagedIndexError(const std::string& where, const Survey& sv) {
+  if (sv.CreationCutShort())
+    return absl::NotFoundError(absl::StrCat(
+        where, " was never finished: its creation was cut short (the index "
+        "holds only ", absl::StrJoin(sv.index_files, ", "), ", and no data "
+        "was stored). The next writable open (the training job) creates it; "
+        "nothing is lost"));
   return absl::DataLossError(absl::StrCat(
       where, " is damaged: its CURRENT file is missing, but it holds ",
       absl::StrJoin(sv.index_files, ", "),
@@ -131,6 +137,7 @@ absl::Status ObjectStore::CheckIndex(const MetaSnapshot& snap, uint64_t seq,
   *empty = false;
   const std::string& uuid = snap.store_uuid;
   MLPO_ASSIGN_OR_RETURN(uint64_t seal, ReadSeal(options_.meta_dir, fs(), uuid));
+  seal = std::max(seal, ReadSealCopies(sv.dirs(), fs(), uuid));
   // Beside a writer the seal moves on while the index is read: the one read
   // before the index was caught up is the one to compare.
   if (seal_before != nullptr) seal = *seal_before;
@@ -138,7 +145,7 @@ absl::Status ObjectStore::CheckIndex(const MetaSnapshot& snap, uint64_t seq,
     return absl::DataLossError(absl::StrCat(
         Where(), " has lost acknowledged writes: it opens at index sequence ",
         seq, " but sequence ", seal, " was acknowledged (", kSealFile,
-        "). Its write-ahead log was damaged, truncated or deleted. Nothing "
+        " and its copies, ", kSealCopyFile, "). Its write-ahead log was damaged, truncated or deleted. Nothing "
         "was changed; `mlpo recover STORE` rolls the index back to its last "
         "consistent point and reports what survived"));
   if (uuid.empty()) {
@@ -155,13 +162,28 @@ absl::Status ObjectStore::CheckIndex(const MetaSnapshot& snap, uint64_t seq,
   if (!options_.store_uuid.empty() && options_.store_uuid != uuid)
     return absl::FailedPreconditionError(absl::StrCat(
         Where(), " is the index of store ", uuid, ", but the descriptor "
-        "used to open it names store ", options_.store_uuid));
+        "used to open it names store ", options_.store_uuid,
+        ": one of them is another store's, copied here. Nothing was "
+        "changed. Name the store by its TOML config or another path's "
+        "directory (the job's next open rewrites the descriptors), or, if "
+        "the index is the stranger, `mlpo recover STORE` rebuilds it from "
+        "this store's backup (meta-backup)"));
   for (auto& p : sv.paths)
     if (!p.uuid.empty() && p.uuid != uuid)
       return absl::FailedPreconditionError(absl::StrCat(
           Where(), " is the index of store ", uuid, ", but ", p.dir,
           " belongs to store ", p.uuid, " (index ", p.meta_dir,
           "): a misspelt meta_dir, or another store's index?"));
+  // Records of the store but none of an object, while its directories
+  // hold data: what the index held since its last flush is gone (its
+  // write-ahead log and its seal deleted together), a rollback to nothing.
+  if (snap.objects.empty() && sv.segments() > 0)
+    return absl::DataLossError(absl::StrCat(
+        Where(), " records no objects, but the store's directories hold "
+        "their data (segment files: ", sv.SegmentSummary(), "): the index "
+        "lost its records (a deleted write-ahead log and ", kSealFile,
+        "?). Nothing was changed; `mlpo recover STORE` rebuilds the index "
+        "from its backup where there is one"));
   return absl::OkStatus();
 }
 
@@ -188,6 +210,7 @@ absl::Status ObjectStore::OpenReadOnly() {
       if (sv.index == IndexState::kDamaged)
         return DamagedIndexError(Where(), sv);
       MLPO_ASSIGN_OR_RETURN(uint64_t seal, ReadSeal(options_.meta_dir, fs(), ""));
+      seal = std::max(seal, ReadSealCopies(sv.dirs(), fs(), ""));
       MLPO_ASSIGN_OR_RETURN(
           std::unique_ptr<MetaIndex> view,
           MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kSecondary, fs()));
@@ -233,6 +256,19 @@ absl::Status ObjectStore::OpenImpl() {
     MLPO_ASSIGN_OR_RETURN(lock_, WriterLock::Acquire(options_.meta_dir, fs()));
   }
   Survey sv = SurveyStore(options_);
+  if (lock_.held() && options_.create_if_missing && sv.CreationCutShort()) {
+    // The creation is finished now: what RocksDB left holds no record.
+    for (const std::string& f : sv.index_files) {
+      std::string file = absl::StrCat(options_.meta_dir, "/", f);
+      MLPO_RETURN_IF_ERROR(fs()->IsDirectory(file) ? fs()->RemoveTree(file)
+                                                   : fs()->Unlink(file));
+    }
+    std::fprintf(stderr,
+                 "mlpo: %s: its creation was cut short (%s left, no data); "
+                 "creating it now\n",
+                 Where().c_str(), absl::StrJoin(sv.index_files, ", ").c_str());
+    sv = SurveyStore(options_);
+  }
   if (sv.index == IndexState::kAbsent) {
     MLPO_RETURN_IF_ERROR(CheckNoStoreData(options_, sv, Where(), fs()));
     if (ro || !options_.create_if_missing)
@@ -278,6 +314,14 @@ absl::Status ObjectStore::OpenImpl() {
     view.reset();
     MLPO_ASSIGN_OR_RETURN(
         meta_, MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kWrite, fs()));
+    if (meta_->used_reserve())
+      std::fprintf(stderr,
+                   "mlpo: %s: the index's disk (%s) is full; the index opened "
+                   "on its %llu KiB reserve. Free space there: `mlpo drop-tag` "
+                   "and `mlpo gc` free the store's own, or delete other "
+                   "files\n",
+                   Where().c_str(), options_.meta_dir.c_str(),
+                   static_cast<unsigned long long>(kIndexReserveBytes >> 10));
     if (empty) {
       std::string uuid;
       for (auto& p : sv.paths)
@@ -309,7 +353,7 @@ absl::Status ObjectStore::MendPathIdentity(const std::string& root,
   MLPO_RETURN_IF_ERROR(
       fs()->WriteFileAtomic(root + "/.mlpo/uuid", uuid + "\n"));
   std::fprintf(stderr,
-               "mlpo: %s: path %s had lost its identity file .mlpo/uuid; "
+               "mlpo: %s: path %s had lost or damaged its identity file .mlpo/uuid; "
                "restored it from the store's index (the store's descriptor "
                "there names this store)\n",
                Where().c_str(), root.c_str());
@@ -350,7 +394,16 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
           "` makes it a store at its new place (a copy gets an identity of "
           "its own)"));
     auto uuid = PathUuid(po.root, false, fs());
-    if (absl::IsNotFound(uuid.status()) && !rec.uuid.empty()) {
+    // A damaged identity file (cut, flipped, or another store's copied
+    // over it) is mended like a lost one, unless it names another path of
+    // this store: then the directories were swapped (a disk mounted at
+    // the other's place), which is refused below.
+    bool ours = false;
+    for (const PathRecord& r : snap.paths)
+      ours = ours || (uuid.ok() && *uuid == r.uuid);
+    if (!rec.uuid.empty() &&
+        (absl::IsNotFound(uuid.status()) || (!uuid.ok() && !ours) ||
+         (uuid.ok() && !ours))) {
       // The identity file alone is lost (33 bytes; it bricked the store):
       // this is the recorded root, and the store's descriptor there names
       // this store, so the index's record of the path is its identity.
@@ -364,15 +417,34 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
     if (!uuid.ok())
       return absl::FailedPreconditionError(absl::StrCat(
           "path ", i, " (", po.root, ") is not the store's path ", rec.root,
-          ": ", uuid.status().message()));
+          ": ", uuid.status().message(), ". Nothing was changed. If the "
+          "disk was replaced and its data is gone, `mlpo recover --lost-path ",
+          i, " STORE` makes the store go on without it"));
     if (*uuid != rec.uuid)
       return absl::FailedPreconditionError(absl::StrCat(
           "path ", i, " (", po.root, ") has identity ", *uuid,
           " but the store expects ", rec.uuid, " (recorded root ", rec.root,
-          "): swapped or replaced directory?"));
+          ours ? "): that is another path's identity of this store, so the "
+                 "directories were swapped (a disk mounted at another's "
+                 "place?). Nothing was changed; mount each disk at its own "
+                 "root"
+               : absl::StrCat("): another store's directory (its "
+                              "descriptor does not name this store). Nothing "
+                              "was changed. If this path's disk was replaced "
+                              "and its data is gone, `mlpo recover "
+                              "--lost-path ", i, " STORE` makes the store go "
+                              "on without it")));
     // The store knows its own segment size; the config's is only for new
     // stores.
     std::string dir = absl::StrCat(po.root, "/", StoreNamespace(options_));
+    if (!fs()->IsDirectory(dir) && !options_.salvage)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "path ", i, " (", po.root, "): the store's directory ", dir,
+          " is gone (removed, or its disk unmounted?) while the index "
+          "records its data there. Nothing was changed. Mount it back; if "
+          "its data is lost, `mlpo recover --lost-path ", i,
+          " STORE` makes the store go on without it (versions with a copy "
+          "elsewhere are kept)"));
     MLPO_ASSIGN_OR_RETURN(uint64_t on_disk, ExistingSegmentBytes(dir, fs()));
     // (A read-only look and a salvage go on: verify names it as short.)
     if (rec.segment_bytes != 0 && on_disk != 0 &&
@@ -488,11 +560,17 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
       if (e.path >= paths_.size())
         return absl::DataLossError(absl::StrCat(
             "object ", k.first, " version ", k.second,
-            " references unknown path ", e.path));
+            " references unknown path ", e.path,
+            ": the index is damaged. Nothing was changed; `mlpo recover "
+            "STORE` rebuilds it from its backup"));
       absl::Status st = paths_[e.path]->MarkUsed({e.offset, e.length});
       if (!st.ok())
-        return Annotate(st, absl::StrCat("object ", k.first, " version ",
-                                         k.second));
+        return absl::DataLossError(absl::StrCat(
+            "object ", k.first, " version ", k.second, ": ", st.message(),
+            ": the index's records contradict each other (a damaged "
+            "index, or another store's write-ahead log or table copied "
+            "in?). Nothing was changed; `mlpo recover STORE` rebuilds the "
+            "index from its backup"));
     }
   }
   pool_ = std::make_shared<BufferPool>(options_.buffer_pool_bytes);

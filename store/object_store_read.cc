@@ -50,7 +50,11 @@ absl::Status BadExtentStatus(const BadExtent& b) {
   std::string msg = absl::StrCat("object ", b.object, " step ", b.step,
                                  " (version ", b.version, "): path ", b.path, " file ", b.file,
                                  " offset ", b.file_offset, " length ",
-                                 b.length, ": ", b.error);
+                                 b.length, ": ", b.error,
+                                 "; `mlpo verify --deep STORE` names every "
+                                 "damaged version, `mlpo recover --salvage "
+                                 "STORE` keeps every tag and head that "
+                                 "still reads");
   return absl::Status(b.code == absl::StatusCode::kOk
                           ? absl::StatusCode::kInternal
                           : b.code,

@@ -481,11 +481,18 @@ absl::StatusOr<StoreOptions> StoreOptionsFromDescriptor(const std::string& text)
     }
     absl::Status valid = ValidateStoreOptions(o);
     if (!valid.ok())
-      return absl::DataLossError(
-          absl::StrCat("corrupt store descriptor: ", valid.message()));
+      return absl::DataLossError(absl::StrCat(
+          "corrupt store descriptor: ", valid.message(),
+          "; nothing was changed. Every path of the store holds a descriptor: name "
+          "the store by another path's directory or by its TOML config; the "
+          "training job's next open (resume=True) writes them again"));
     return o;
   } catch (const std::exception& e) {
-    return absl::DataLossError(absl::StrCat("corrupt store descriptor: ", e.what()));
+    return absl::DataLossError(absl::StrCat(
+        "corrupt store descriptor: ", e.what(),
+        "; nothing was changed. Every path of the store holds a descriptor: name "
+          "the store by another path's directory or by its TOML config; the "
+          "training job's next open (resume=True) writes them again"));
   }
 }
 

@@ -1,6 +1,7 @@
 #include "store/store_survey.h"
 
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "store/fs/file_util.h"
@@ -12,6 +13,13 @@ int StoreSurvey::segments() const {
   int n = 0;
   for (auto& p : paths) n += p.segments;
   return n;
+}
+
+bool StoreSurvey::CreationCutShort() const {
+  if (index != IndexState::kDamaged || segments() > 0) return false;
+  for (const std::string& f : index_files)
+    if (absl::EndsWith(f, ".sst") || f == "MLPO-SEAL") return false;
+  return true;
 }
 
 std::string StoreSurvey::SegmentSummary() const {

@@ -31,6 +31,16 @@ struct StoreSurvey {
   std::vector<PathSurvey> paths;
 
   int segments() const;
+  // The index has no CURRENT, holds no table file, and no path holds a
+  // segment: a creation killed before RocksDB finished its first open.
+  // Nothing was ever stored; the leftovers can go and the store be made.
+  bool CreationCutShort() const;
+  // Each path's store directory.
+  std::vector<std::string> dirs() const {
+    std::vector<std::string> out;
+    for (const auto& p : paths) out.push_back(p.dir);
+    return out;
+  }
   // "N in DIR, ..." for every path with segment files.
   std::string SegmentSummary() const;
 };

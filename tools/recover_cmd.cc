@@ -145,6 +145,7 @@ void AddRecoverCommand(CLI::App& app) {
                           {"rebuilt_from", rep->rebuilt_from},
                           {"damaged_index_kept", rep->damaged_index_kept},
                           {"discarded", rep->discarded},
+                          {"creation_cut_short", rep->creation_cut_short},
                           {"discarded_files", rep->discarded_files},
                           {"discarded_bytes", rep->discarded_bytes},
                           {"lost_path", rep->lost_path},
@@ -157,6 +158,10 @@ void AddRecoverCommand(CLI::App& app) {
                           {"tags", tags}}
                          .dump(2)
                   << "\n";
+      } else if (rep->creation_cut_short) {
+        std::printf("recover: the store's creation was cut short before it "
+                    "stored anything; its leftovers were removed and the next "
+                    "open creates it (nothing lost)\n");
       } else if (rep->discarded) {
         std::printf("recover: discarded %lu files (%s); the next open starts "
                     "the store afresh\n",

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -342,11 +343,20 @@ void AddStoreCommands(CLI::App& app) {
       json superseded = json::array();
       for (auto& b : rep->superseded)
         superseded.push_back({{"object", b.object}, {"version", b.version}});
+      // A segment file missing or cut short: the writable open refuses the
+      // store (recover --salvage is the way out), so verify never says OK.
+      const bool lost = !rep->bad.empty() || !rep->index_problems.empty() ||
+                        !rep->missing_segments.empty() ||
+                        !rep->short_segments.empty();
+      const bool one_copy =
+          !rep->covered.empty() || !rep->backup_problems.empty();
       if (a->json) {
-        std::cout << json{{"ok", rep->bad.empty()},
-                          {"state", !rep->bad.empty()       ? "bad"
-                                    : !rep->covered.empty() ? "replica_only"
-                                                            : "ok"},
+        std::cout << json{{"ok", !lost},
+                          {"state", lost       ? "bad"
+                                    : one_copy ? "replica_only"
+                                               : "ok"},
+                          {"index_problems", rep->index_problems},
+                          {"backup_problems", rep->backup_problems},
                           {"objects", rep->objects},
                           {"extents", rep->extents}, {"bytes", rep->bytes},
                           {"replicas", rep->replicas}, {"bad", bad},
@@ -358,9 +368,21 @@ void AddStoreCommands(CLI::App& app) {
                   << "\n";
       } else {
         for (auto& f : rep->missing_segments)
-          std::printf("MISSING segment file %s\n", f.c_str());
+          std::printf("MISSING segment file %s (`mlpo recover --salvage "
+                      "STORE` keeps every tag and head that still reads)\n",
+                      f.c_str());
         for (auto& f : rep->short_segments)
-          std::printf("SHORT segment file %s (truncated)\n", f.c_str());
+          std::printf("SHORT segment file %s (truncated; `mlpo recover "
+                      "--salvage STORE` keeps every tag and head that still "
+                      "reads)\n", f.c_str());
+        for (auto& m : rep->index_problems)
+          std::printf("BAD INDEX %s%s\n", m.c_str(),
+                      absl::StrContains(m, "mlpo recover")
+                          ? ""
+                          : "; `mlpo recover STORE` rebuilds it from a backup");
+        for (auto& m : rep->backup_problems)
+          std::printf("BAD BACKUP %s (the live index is fine; the next tag "
+                      "writes a new backup)\n", m.c_str());
         for (auto& b : rep->superseded)
           std::printf("superseded while reading: object %s version %lu (the "
                       "running job replaced it; not corruption)\n",
@@ -380,16 +402,17 @@ void AddStoreCommands(CLI::App& app) {
                       (unsigned long)b.length, b.error.c_str());
         std::printf("%s: %lu objects (%lu with a replica), %lu extents, %s "
                     "checked, %zu bad, %zu readable from the replica only\n",
-                    !rep->bad.empty()       ? "FAILED"
-                    : !rep->covered.empty() ? "READABLE ONLY FROM THE REPLICA"
-                                            : "OK",
+                    lost                        ? "FAILED"
+                    : !rep->covered.empty()     ? "READABLE ONLY FROM THE REPLICA"
+                    : one_copy                  ? "DATA OK, A BACKUP IS BAD"
+                                                : "OK",
                     (unsigned long)rep->objects, (unsigned long)rep->replicas,
                     (unsigned long)rep->extents,
                     FormatBytes(rep->bytes).c_str(), rep->bad.size(),
                     rep->covered.size());
       }
-      if (!rep->bad.empty()) throw CLI::RuntimeError(1);
-      if (!rep->covered.empty()) throw CLI::RuntimeError(3);
+      if (lost) throw CLI::RuntimeError(1);
+      if (one_copy) throw CLI::RuntimeError(3);
     });
   }
   struct TagCmd {

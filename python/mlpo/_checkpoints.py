@@ -100,7 +100,7 @@ class CheckpointMixin:
                 "step-<t> are state_dict()'s, and keep_checkpoints="
                 f"{self.keep_checkpoints} drops them as it drops those; "
                 "pick another name for a checkpoint of your own")
-        self._require_engine().tag(tag)
+        self._guarded(self._require_engine(), "tag", tag)
 
     def restore(self, tag):
         """Moves the state back to `tag` and the model's parameters with it."""
@@ -110,7 +110,7 @@ class CheckpointMixin:
 
     def _restore(self, tag):
         self._forget_prepared()
-        self._require_engine().restore(tag)
+        self._guarded(self._require_engine(), "restore", tag)
         if self._engine.state_stored:
             self._params_from_store()
         else:  # a step-0 tag of an earlier release stored no parameters:
@@ -123,9 +123,16 @@ class CheckpointMixin:
     def close(self):
         """Waits for commits in flight and releases the store."""
         self._forget_prepared()
-        if self._engine is not None:
-            self._engine.close()
-            self._engine = None
+        eng, self._engine = self._engine, None
+        failed, self._failed_step = self._failed_step, None
+        if eng is not None:
+            try:
+                eng.close()
+            except RuntimeError:
+                if failed is None:
+                    raise
+                # The failed step raised already; what the store holds is
+                # what a reopen continues from.
 
     def __enter__(self):
         return self
@@ -246,7 +253,7 @@ class CheckpointMixin:
             tag, k = f"step-{t}", 1
             while tag in tags:
                 tag, k = f"step-{t}.{k}", k + 1
-            eng.tag(tag)
+            self._guarded(eng, "tag", tag)
         self._prune_checkpoints(tag)
         self._last_handed = tag
         # "params" lists are empty so that torch.optim's load_state_dict
@@ -440,7 +447,7 @@ class CheckpointMixin:
         k = 1
         while tag in eng.tags():
             tag, k = f"step-{reader.step}.{k}", k + 1
-        eng.tag(tag)
+        self._guarded(eng, "tag", tag)
         self._params_from_store()
 
     def _checkpoint_reader(self, info):
@@ -559,7 +566,7 @@ class CheckpointMixin:
         tag, k = f"step-{t}", 1
         while tag in eng.tags():
             tag, k = f"step-{t}.{k}", k + 1
-        eng.tag(tag)
+        self._guarded(eng, "tag", tag)
         self._note_versions()
 
 

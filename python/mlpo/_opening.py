@@ -339,14 +339,25 @@ class StoreOpening:
             cand = tried[k]
         self._ns = cand
         self._engine = eng
-        eng.set_attribute("manifest", json.dumps(self._manifest))
-        self._resuming = False  # (only while opening)
-        if restore_tag:
-            self._params_from_store()
-        elif resume:
-            self._resume()
-        self._set_initial()
-        self._note_versions()
+        try:
+            eng.set_attribute("manifest", json.dumps(self._manifest))
+            self._resuming = False  # (only while opening)
+            if restore_tag:
+                self._params_from_store()
+            elif resume:
+                self._resume()
+            self._set_initial()
+            self._note_versions()
+        except BaseException:
+            # A resume that failed (damaged data, another world) releases
+            # the store at once: the half-made optimizer held it, and its
+            # lock, until the garbage collector ran.
+            self._engine = None
+            try:
+                eng.close()
+            except Exception:  # noqa: BLE001 -- the first error is the one
+                pass
+            raise
 
     def _agree_open(self, value, err, eng=None):
         """Data parallel: one stage of opening, together. Every rank gives
@@ -414,10 +425,20 @@ class StoreOpening:
             if not tags:
                 raise RuntimeError(
                     f"mlpo.torch: resume: {e}; and the store has no tag to "
-                    "go back to") from None
+                    "go back to, so it holds no state to resume. Start "
+                    "afresh (resume=False, or another name=), or load a "
+                    "state dict you saved; `mlpo recover --discard STORE` "
+                    "clears this state") from None
             eng.restore(tags[-1])
             what = f"tag {tags[-1]!r} at step {eng.step_count} (the last " \
                    "step was cut short)"
+        if not eng.state_stored and eng.tag_order():
+            # No heads but tags (a salvage dropped every head): the newest
+            # tag, not a fresh start that leaves the tags unused.
+            tag = eng.tag_order()[-1]
+            eng.restore(tag)
+            what = f"tag {tag!r} at step {eng.step_count} (the store held " \
+                   "no head: a salvage or restore dropped them)"
         self._check_other_worlds()
         if not eng.state_stored:
             what = "nothing to resume: starting at step 0"

@@ -14,6 +14,12 @@ from ._checkpoints import _flat
 from ._opening import _DTYPES
 
 
+def _refused(msg):
+    """An engine error that changed nothing (a bad argument, an unknown
+    tag): no reopen needed."""
+    return msg.startswith(("INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS"))
+
+
 class Stepping:
     def _grad_of(self, e):
         """The gradient of entry `e` in the parameter's memory order, or
@@ -133,7 +139,7 @@ class Stepping:
             keep.append(grad)  # read in place by the step: no copy
             eng.borrow_grad(g, off, grad.data_ptr() + at * grad.element_size(),
                             self._grad_dt, n)
-        return eng.step(scale)
+        return self._guarded(eng, "step", scale)
 
     def _step_device(self, eng, keep, scale):
         dt = _DTYPES[self._dtype]
@@ -157,7 +163,53 @@ class Stepping:
                 keep.append(grad)
                 eng.stage_grad_device(g, e["offset"], grad.data_ptr(), dt,
                                       e["numel"])
-        return eng.step(scale)
+        return self._guarded(eng, "step", scale)
+
+    def _guarded(self, eng, call, *args):
+        """eng.<call>(*args), for the calls that write the store: step, tag,
+        restore. One that fails part-way (a full disk, a path's I/O error)
+        may have committed some subgroups, written new values into some of
+        the model's tensors, or poisoned the index: the next call on this
+        optimizer reopens the store and continues from what it holds
+        (_recover_failed_step)."""
+        what = f"step {eng.step_count + 1}" if call == "step" else \
+            f"{call} {args[0]!r}"
+        try:
+            return getattr(eng, call)(*args)
+        except (RuntimeError, OSError) as e:
+            if self._world == 1 and (call == "step" or (
+                    isinstance(e, RuntimeError) and not _refused(str(e)))):
+                self._failed_step = (what, str(e).split("\n")[0])
+            raise
+
+    def _recover_failed_step(self):
+        """After a failed step: closes the store (a poisoned index takes no
+        more writes until reopened) and opens it again as resume=True
+        does, so that the store's heads, not the failed step's leftovers,
+        are the state and the model's parameters; says where it continues.
+        While the store cannot open (the disk still full), raises, and the
+        next call tries again."""
+        what, why = self._failed_step
+        if self._engine is not None:
+            try:
+                self._engine.close()
+            except RuntimeError:
+                pass  # the reopen below says what the store holds
+            self._engine = None
+        self._open(ns=self._ns, resume=True)
+        self._failed_step = None
+        if not self._engine.state_stored:
+            raise RuntimeError(
+                f"mlpo.torch: {what} failed ({why}) before the store held "
+                "any state of this model; the model's parameters may hold "
+                "part of that step. The store is open again at step 0: "
+                "reload the model's weights (or make the optimizer again "
+                "from them) before training on")
+        warn_user(
+            f"mlpo.torch: {what} failed earlier ({why}); the store was "
+            f"reopened and training continues from step "
+            f"{self._engine.step_count}, the state it holds; the model's "
+            "parameters were reloaded from it", RuntimeWarning)
 
     def _override_edited(self, eng):
         """Device memory the engine cannot read: parameters edited since the
@@ -242,7 +294,7 @@ class Stepping:
         sum_sq, nonfinite = eng.local_grad_stats()
         stats = torch.tensor([sum_sq, float(nonfinite)], dtype=torch.float64)
         dist.all_reduce(stats, group=self._pg)
-        return eng.step(scale, float(stats[0]), int(stats[1]))
+        return self._guarded(eng, "step", scale, float(stats[0]), int(stats[1]))
 
     def _step_local_shards(self, eng, keep, scale):
         """FSDP: FSDP has averaged the gradients and left each rank its

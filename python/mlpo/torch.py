@@ -152,6 +152,7 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
                         differentiable=False, fused=fused)
         self._layout = None
         self._engine = None
+        self._failed_step = None  # (step, error) of a step that failed
         self._prepared = None  # (step, dict) of prepare_state_dict()
         self._last_handed = None  # the tag state_dict() handed out last
         super().__init__(params, defaults)
@@ -505,6 +506,8 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
         return torch.cat(out)[:l["flat"]]
 
     def _require_engine(self):
+        if self._failed_step is not None:
+            self._recover_failed_step()
         if self._engine is None:
             raise RuntimeError("mlpo.torch: the optimizer is closed")
         return self._engine

@@ -80,6 +80,10 @@ if rank == 0:
         json.dump({"losses": losses, "world": world,
                    "params": {n: p.detach().reshape(-1).tolist()
                               for n, p in net.named_parameters()}}, f)
+# The store closed before the process group goes and the interpreter ends:
+# left to interpreter teardown, a rank once died there ("terminate called
+# without an active exception", SIGABRT) after its run had succeeded.
+opt.close()
 if dist.is_initialized():
     dist.barrier()
     dist.destroy_process_group()

@@ -31,6 +31,9 @@ struct RecoverReport {
   std::string rebuilt_from, damaged_index_kept;
   // The store's data was discarded (only with `discard`).
   bool discarded = false;
+  // The index was what a creation killed half-way leaves, and no data was
+  // stored: its leftovers were removed; the next open creates the store.
+  bool creation_cut_short = false;
   uint64_t discarded_files = 0, discarded_bytes = 0;
   // With a lost path (`mlpo recover --lost-path`): versions whose first
   // copy was there and whose replica survives now read from the replica

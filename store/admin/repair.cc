@@ -198,6 +198,7 @@ absl::StatusOr<RecoverReport> RepairIndex(
       }
       auto seal = ReadSeal(o.meta_dir, fsys, uuid);
       if (!seal.ok()) return seal.status();
+      seal = std::max(*seal, ReadSealCopies(sv.dirs(), fsys, uuid));
       auto m = MetaIndex::Open(o.meta_dir, MetaIndex::Mode::kRecover, fsys);
       if (m.ok()) {
         auto snap = (*m)->Load();
@@ -207,7 +208,13 @@ absl::StatusOr<RecoverReport> RepairIndex(
         rep.recovered_sequence = (*m)->sequence();
         rep.rolled_back = *seal > rep.recovered_sequence;
         bool no_records = snap->store_uuid.empty() && snap->paths.empty();
-        if (no_records && sv.segments() > 0) {
+        if (!no_records && snap->objects.empty() && sv.segments() > 0) {
+          unrecoverable = absl::DataLossError(absl::StrCat(
+              "the index in ", o.meta_dir, " has lost every object record "
+              "(its write-ahead log and seal are gone?), so the store's data "
+              "(segment files: ", sv.SegmentSummary(),
+              ") cannot be found again"));
+        } else if (no_records && sv.segments() > 0) {
           unrecoverable = absl::FailedPreconditionError(absl::StrCat(
               "the index in ", o.meta_dir,
               " has lost every record, so the store's data (segment files: ",
@@ -220,6 +227,15 @@ absl::StatusOr<RecoverReport> RepairIndex(
       } else {
         unrecoverable = m.status();
       }
+    } else if (sv.CreationCutShort()) {
+      // Nothing was stored: the leftovers go, and the next open creates
+      // the store as if for the first time.
+      for (const std::string& f : sv.index_files) {
+        std::string file = absl::StrCat(o.meta_dir, "/", f);
+        MLPO_RETURN_IF_ERROR(fsys->IsDirectory(file) ? fsys->RemoveTree(file)
+                                                     : fsys->Unlink(file));
+      }
+      rep.creation_cut_short = true;
     } else if (sv.index == IndexState::kDamaged) {
       unrecoverable = absl::DataLossError(absl::StrCat(
           "the index in ", o.meta_dir, " has no CURRENT file (it holds ",
@@ -291,6 +307,9 @@ absl::StatusOr<RecoverReport> RepairIndex(
       rep.discarded = true;
       return rep;
     }
+    // What the index holds now is the store: the copies of the seal are
+    // written afresh at the next tag or close.
+    RemoveSealCopies(sv.dirs(), fsys);
     if (lost_path >= 0) {
       MLPO_ASSIGN_OR_RETURN(
           auto m, MetaIndex::Open(o.meta_dir, MetaIndex::Mode::kWrite, fsys));

@@ -31,6 +31,13 @@ struct VerifyReport {
   // read-only open looks past them; `deep` reads every version any head or
   // tag holds, so that each one they cost is named).
   std::vector<std::string> missing_segments, short_segments;
+  // The live index's files failing their block checksums (RocksDB's
+  // VerifyChecksum: blocks no lookup happened to read, too). Data loss.
+  std::vector<std::string> index_problems;
+  // `deep`: each path's index backup (meta-backup) that does not open or
+  // fails its checksums. Nothing lost while the index holds, but the copy
+  // `mlpo recover` would rebuild it from is bad (exit 3, like a replica).
+  std::vector<std::string> backup_problems;
 };
 
 // Reads every extent of every head (or of `tag`) and checks its checksum.

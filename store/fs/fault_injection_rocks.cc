@@ -9,6 +9,7 @@
 #include "rocksdb/file_system.h"
 #include "store/fs/fault_injection_fs.h"
 #include "store/fs/file_util.h"
+#include "store/fs/private_rocks_fs.h"
 
 namespace mlpo {
 namespace fs = std::filesystem;
@@ -98,7 +99,7 @@ class RocksDir final : public rocksdb::FSDirectoryWrapper {
 class RocksFs final : public rocksdb::FileSystemWrapper {
  public:
   explicit RocksFs(FaultInjectionFileSystem* owner)
-      : FileSystemWrapper(rocksdb::FileSystem::Default()), owner_(owner) {}
+      : FileSystemWrapper(NewPrivateRocksFileSystem()), owner_(owner) {}
   const char* Name() const override { return "MlpoFaultInjectionFS"; }
 
   rocksdb::IOStatus NewWritableFile(const std::string& f,

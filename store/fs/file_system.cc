@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "rocksdb/env.h"
 #include "store/fs/file_util.h"
+#include "store/fs/private_rocks_fs.h"
 #include "store/io/io_engine.h"
 #include "base/status_macros.h"
 
@@ -305,7 +306,7 @@ class PosixFileSystem final : public FileSystem {
     if (!st.ok()) ::unlink(path.c_str());
     return st;
   }
-  rocksdb::Env* RocksEnv() override { return rocksdb::Env::Default(); }
+  rocksdb::Env* RocksEnv() override { return PrivateRocksEnv(); }
 };
 
 }  // namespace

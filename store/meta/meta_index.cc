@@ -1,6 +1,7 @@
 #include "store/meta/meta_index.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "store/checksum/checksum.h"
 #include "store/fs/file_util.h"
+#include "store/fs/private_rocks_fs.h"
 #include "base/status_macros.h"
 
 namespace mlpo {
@@ -45,6 +47,44 @@ std::string MissingIndexFile(const std::string& dir) {
 }
 
 constexpr size_t kSealSlot = 512;
+
+bool IsNoSpace(const rocksdb::Status& s) {
+  return s.IsNoSpace() ||
+         absl::StrContains(s.ToString(), "No space left on device");
+}
+
+// Gives the reserve's blocks back to the file system; true when there was
+// one to give.
+bool ReleaseReserve(const std::string& dir) {
+  std::string file = absl::StrCat(dir, "/", kIndexReserveFile);
+  return ::unlink(file.c_str()) == 0;
+}
+
+// Takes kIndexReserveBytes for the reserve if it is missing (best effort:
+// on a disk with less free than that, there is none until a later open).
+void MakeReserve(const std::string& dir) {
+  std::string file = absl::StrCat(dir, "/", kIndexReserveFile);
+  struct stat st;
+  if (::stat(file.c_str(), &st) == 0 &&
+      static_cast<uint64_t>(st.st_size) >= kIndexReserveBytes)
+    return;
+  std::string tmp = file + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                  kPrivateFileMode);
+  if (fd < 0) return;
+  // Blocks really taken: fallocate, or zeros where it is not supported.
+  bool ok = ::posix_fallocate(fd, 0, kIndexReserveBytes) == 0;
+  if (!ok) {
+    std::string zeros(64 << 10, '\0');
+    ok = true;
+    for (uint64_t at = 0; ok && at < kIndexReserveBytes; at += zeros.size())
+      ok = ::pwrite(fd, zeros.data(), zeros.size(), static_cast<off_t>(at)) ==
+           static_cast<ssize_t>(zeros.size());
+  }
+  ok = ok && ::fdatasync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), file.c_str()) != 0) ::unlink(tmp.c_str());
+}
 
 enum Cf { kObjects = 1, kVersions, kHeads, kTags, kPaths, kMeta };
 const char* const kCfNames[] = {"default", "objects", "versions", "heads",
@@ -79,9 +119,19 @@ absl::Status RocksStatus(const rocksdb::Status& s, absl::string_view what) {
 
 }  // namespace
 
-absl::StatusOr<uint64_t> ReadSeal(const std::string& dir, FileSystem* fs,
-                                  const std::string& uuid) {
-  std::string file = absl::StrCat(dir, "/", kSealFile);
+namespace {
+
+std::string SealSlot(const std::string& uuid, uint64_t seq) {
+  std::string body = absl::StrCat("MLPOSEAL1 ", uuid, " ", seq);
+  std::string slot = absl::StrCat(
+      body, " ", absl::StrFormat("%016x", Checksum(body.data(), body.size())),
+      "\n");
+  slot.resize(kSealSlot, '\0');
+  return slot;
+}
+
+absl::StatusOr<uint64_t> ReadSealFile(const std::string& file, FileSystem* fs,
+                                      const std::string& uuid) {
   if (fs == nullptr) fs = DefaultFileSystem();
   auto text = fs->ReadFile(file, 2 * kSealSlot);
   if (absl::IsNotFound(text.status())) return 0;
@@ -106,6 +156,38 @@ absl::StatusOr<uint64_t> ReadSeal(const std::string& dir, FileSystem* fs,
     best = std::max(best, seq);
   }
   return best;
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> ReadSeal(const std::string& dir, FileSystem* fs,
+                                  const std::string& uuid) {
+  return ReadSealFile(absl::StrCat(dir, "/", kSealFile), fs, uuid);
+}
+
+uint64_t ReadSealCopies(const std::vector<std::string>& dirs, FileSystem* fs,
+                        const std::string& uuid) {
+  uint64_t best = 0;
+  for (const std::string& d : dirs) {
+    auto seq = ReadSealFile(absl::StrCat(d, "/", kSealCopyFile), fs, uuid);
+    if (seq.ok()) best = std::max(best, *seq);
+  }
+  return best;
+}
+
+absl::Status WriteSealCopy(const std::string& dir, FileSystem* fs,
+                           const std::string& uuid, uint64_t sequence) {
+  if (fs == nullptr) fs = DefaultFileSystem();
+  return fs->WriteFileAtomic(absl::StrCat(dir, "/", kSealCopyFile),
+                             SealSlot(uuid, sequence));
+}
+
+void RemoveSealCopies(const std::vector<std::string>& dirs, FileSystem* fs) {
+  if (fs == nullptr) fs = DefaultFileSystem();
+  for (const std::string& d : dirs) {
+    std::string f = absl::StrCat(d, "/", kSealCopyFile);
+    if (fs->Exists(f)) (void)fs->Unlink(f);
+  }
 }
 
 namespace {
@@ -140,7 +222,13 @@ absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
   opts.create_missing_column_families = mode == Mode::kCreate;
   opts.max_background_jobs = 2;
   opts.info_log_level = rocksdb::WARN_LEVEL;
-  opts.keep_log_file_num = 2;
+  // Our own info log (see NewIndexLogger): RocksDB's aborts the process on
+  // its second append after a full disk. A read-only open writes nothing
+  // into the store; a reader's goes to its private directory (below).
+  if (mode != Mode::kReadOnly && mode != Mode::kSecondary)
+    opts.info_log = NewIndexLogger(absl::StrCat(dir, "/LOG"));
+  else
+    opts.info_log = NewIndexLogger("");
   // Every column family flushes together, so that a reader (a secondary
   // instance) never sees one family's flush without the others'.
   opts.atomic_flush = true;
@@ -172,6 +260,7 @@ absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
       return ErrnoStatus(errno, absl::StrCat("create a reader's directory ",
                                              templ));
     m->secondary_dir_ = templ;
+    opts.info_log = NewIndexLogger(absl::StrCat(templ, "/LOG"));
     opts.max_open_files = -1;  // keep every file the view needs
     s = rocksdb::DB::OpenAsSecondary(opts, dir, m->secondary_dir_, cfs,
                                      &m->cf_, &db);
@@ -188,6 +277,13 @@ absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
     s = rocksdb::DB::OpenForReadOnly(opts, dir, cfs, &m->cf_, &db);
   } else {
     s = rocksdb::DB::Open(opts, dir, cfs, &m->cf_, &db);
+    if (IsNoSpace(s) && ReleaseReserve(dir)) {
+      // A full disk: the reserve's blocks let the index open, so that the
+      // commands that free space (drop-tag, gc) can run.
+      m->used_reserve_ = true;
+      m->cf_.clear();
+      s = rocksdb::DB::Open(opts, dir, cfs, &m->cf_, &db);
+    }
   }
   if (!s.ok()) {
     if (mode != Mode::kCreate) {
@@ -206,6 +302,7 @@ absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
     return RocksStatus(s, absl::StrCat("open store index ", dir));
   }
   m->db_.reset(db);
+  if (!m->read_only_ && !m->used_reserve_) MakeReserve(dir);
   std::string fmt;
   s = db->Get(rocksdb::ReadOptions(), m->cf_[kMeta], "format", &fmt);
   if (s.IsNotFound() && mode == Mode::kCreate) {
@@ -254,14 +351,22 @@ absl::Status MetaIndex::SetSealUuid(const std::string& uuid) {
   return fs_->SyncDir(dir_);
 }
 
+absl::StatusOr<uint64_t> MetaIndex::SyncAndSeal() {
+  MutexLock l(&seal_mu_);
+  if (!poison_.ok()) return poison_;
+  if (read_only_ || seal_uuid_.empty()) return 0;  // not sealed by this open
+  uint64_t seq = db_->GetLatestSequenceNumber();
+  MLPO_RETURN_IF_ERROR(RocksStatus(db_->FlushWAL(/*sync=*/true),
+                                   absl::StrCat("sync store index ", dir_)));
+  MLPO_RETURN_IF_ERROR(WriteSeal());
+  MLPO_RETURN_IF_ERROR(
+      fs_->Fdatasync(seal_fd_, absl::StrCat(dir_, "/", kSealFile)));
+  return seq;
+}
+
 absl::Status MetaIndex::WriteSeal() {
   if (seal_fd_ < 0 || seal_uuid_.empty()) return absl::OkStatus();
-  std::string body = absl::StrCat("MLPOSEAL1 ", seal_uuid_, " ",
-                                   db_->GetLatestSequenceNumber());
-  std::string slot = absl::StrCat(
-      body, " ", absl::StrFormat("%016x", Checksum(body.data(), body.size())),
-      "\n");
-  slot.resize(kSealSlot, '\0');
+  std::string slot = SealSlot(seal_uuid_, db_->GetLatestSequenceNumber());
   off_t off = static_cast<off_t>((seal_writes_++ % 2) * kSealSlot);
   return fs_->WriteAt(seal_fd_, absl::StrCat(dir_, "/", kSealFile), slot,
                       static_cast<uint64_t>(off));
@@ -417,6 +522,20 @@ absl::Status MetaIndex::Apply(Batch* b, bool sync) {
     return poison_;
   }
   return absl::OkStatus();
+}
+
+absl::Status MetaIndex::VerifyChecksums() {
+  rocksdb::Status s = db_->VerifyChecksum();
+  if (s.ok()) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      "store index ", dir_, " fails its checksums: ", s.ToString()));
+}
+
+absl::Status VerifyIndexCopy(const std::string& dir, FileSystem* fs) {
+  MLPO_ASSIGN_OR_RETURN(auto m,
+                        MetaIndex::Open(dir, MetaIndex::Mode::kReadOnly, fs));
+  MLPO_RETURN_IF_ERROR(m->VerifyChecksums());
+  return m->Load().status();
 }
 
 absl::Status MetaIndex::poisoned() const {

@@ -47,6 +47,12 @@ namespace mlpo {
 
 inline constexpr int kStoreFormat = 1;
 inline constexpr char kSealFile[] = "MLPO-SEAL";
+// Blocks the index keeps for a full disk: a writable open that fails for
+// want of space gives them back and opens, so that `mlpo drop-tag` and
+// `mlpo gc` can free space on a disk other files filled to the last byte.
+// Taken again by the next writable open with room for them.
+inline constexpr char kIndexReserveFile[] = "MLPO-RESERVE";
+inline constexpr uint64_t kIndexReserveBytes = 1 << 20;
 
 struct PathRecord {
   std::string uuid, root, kind;
@@ -69,6 +75,26 @@ struct MetaSnapshot {
 // an empty `uuid` accepts any.
 absl::StatusOr<uint64_t> ReadSeal(const std::string& dir, FileSystem* fs,
                                   const std::string& uuid);
+
+// Copies of the seal in each path's store directory, written at every tag
+// (and drop-tag, restore) and at a clean close: the seal in a second place,
+// so that losing the index's write-ahead log together with MLPO-SEAL is a
+// refused open, not a silent rollback to the last flush.
+inline constexpr char kSealCopyFile[] = "INDEX-SEAL";
+// The newest sequence the copies in `dirs` record for `uuid` (empty: any
+// store); 0 where there is none. Unreadable or damaged copies, and copies of
+// another store (a copy given an identity of its own), count as none.
+uint64_t ReadSealCopies(const std::vector<std::string>& dirs, FileSystem* fs,
+                        const std::string& uuid);
+absl::Status WriteSealCopy(const std::string& dir, FileSystem* fs,
+                           const std::string& uuid, uint64_t sequence);
+// Removes the copies (recover, which changes what the index holds).
+void RemoveSealCopies(const std::vector<std::string>& dirs, FileSystem* fs);
+
+// Opens the index copy in `dir` read-only and checks every block's checksum
+// (RocksDB's VerifyChecksum) and that its records decode. DataLoss naming
+// `dir` when it does not hold.
+absl::Status VerifyIndexCopy(const std::string& dir, FileSystem* fs = nullptr);
 
 class MetaIndex {
  public:
@@ -125,12 +151,19 @@ class MetaIndex {
   // seal write returns the first error, unchanged in substance, until the
   // store is reopened. What the index held before the failure stays.
   absl::Status Apply(Batch* b, bool sync);
+  // Reads every block of every index file and checks its checksum.
+  absl::Status VerifyChecksums();
   // The first failed write's error, or OK.
   absl::Status poisoned() const;
+  // Makes every write so far durable (the write-ahead log synced), seals
+  // it and returns the sequence sealed.
+  absl::StatusOr<uint64_t> SyncAndSeal();
   // The uuid the seal is written for; writes the seal at the current
   // sequence.
   absl::Status SetSealUuid(const std::string& uuid);
   const std::string& dir() const { return dir_; }
+  // This open took the reserve's blocks (a full disk).
+  bool used_reserve() const { return used_reserve_; }
   // Writes an openable copy of the index (RocksDB's checkpoint) into `dir`,
   // which must not exist.
   absl::Status Checkpoint(const std::string& dir);
@@ -144,6 +177,7 @@ class MetaIndex {
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> cf_;  // order of kCfNames
   bool read_only_ = false;
+  bool used_reserve_ = false;
 
   mutable Mutex seal_mu_;
   absl::Status poison_ ABSL_GUARDED_BY(seal_mu_);

@@ -52,8 +52,12 @@ class IoSlots {
                                                        int count,
                                                        FileSystem* fs = nullptr);
   ~IoSlots();
-  bool TryAcquire();  // non-blocking
+  // Non-blocking. The holder writes its pid into the slot's file.
+  bool TryAcquire();
   void Release();
+  // The pid each slot's holder wrote (0: none written), for a waiter that
+  // looks at who keeps it waiting.
+  std::vector<int> Holders() const;
   bool held() const { return held_ >= 0; }
   int count() const { return static_cast<int>(fds_.size()); }
 
@@ -64,6 +68,20 @@ class IoSlots {
   FileSystem* fs_ = nullptr;
   std::vector<std::string> files_;
 };
+
+// True when process `pid` is stopped (SIGSTOP or SIGTSTP: a batch
+// scheduler's suspend, Ctrl-Z) or traced to a stop: /proc/<pid>/stat's
+// state 'T' or 't'.
+bool ProcessStopped(int pid);
+
+// A waiter for a slot looks at the holders after this long; when every
+// slot's holder is a stopped process, it goes on without a slot (as if
+// slots were off), and says so once, naming them: a suspended job must not
+// block every other job on the path for as long as it is suspended.
+inline constexpr absl::Duration kSlotHolderCheck = absl::Seconds(1);
+// A holder that is running but has not handed its slot on for this long is
+// passed over the same way (a slot turn is milliseconds to seconds).
+inline constexpr absl::Duration kSlotWaitLimit = absl::Seconds(120);
 
 // Combines both for one path's engine. Not thread-safe on its own: engines
 // serialise calls.
@@ -83,11 +101,20 @@ class PathAdmission final : public IoAdmission {
   }
 
  private:
+  // Waiting since waiting_since_: true when every holder is stopped, or
+  // the wait passed kSlotWaitLimit (named on stderr once per holder).
+  bool PassOverHolders(absl::Time now);
+
   TokenBucket read_, write_;
   std::unique_ptr<IoSlots> slots_;
   absl::Duration slot_turn_;
   absl::Time held_since_ = absl::InfinitePast();
   absl::Time cooldown_until_ = absl::InfinitePast();
+  // Waiting for a slot since; passing over stopped holders until.
+  absl::Time waiting_since_ = absl::InfiniteFuture();
+  absl::Time bypass_until_ = absl::InfinitePast();
+  absl::Time next_look_ = absl::InfinitePast();
+  std::vector<int> told_;  // holders already named on stderr
 };
 
 }  // namespace mlpo

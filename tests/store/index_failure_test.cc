@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "absl/strings/str_cat.h"
 #include "store/admin/gc.h"
+#include "store/admin/recover.h"
 #include "store/fs/fault_injection_fs.h"
 #include "tests/store/store_test_util.h"
 
@@ -214,6 +215,58 @@ TEST(IndexFailureTest, AMissingManifestIsNamedWithTheWayOut) {
     EXPECT_NE(s.status().message().find("mlpo recover"), std::string::npos)
         << s.status();
   }
+}
+
+// Issue 37: a kill during store creation (before RocksDB wrote CURRENT) left
+// an index directory every open refused ("CURRENT missing") and `recover`
+// offered only --discard. Such leftovers hold no record and no path holds a
+// segment: the next writable open finishes the creation, a reader says so,
+// and `recover` clears them. With segments, it is damage, not a creation.
+TEST(IndexFailureTest, AStoreWhoseCreationWasKilledIsFinishedByTheNextOpen) {
+  TempDir dir;
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  // What RocksDB's first open writes before CURRENT, from a real creation.
+  TempDir other;
+  StoreOptions donor = TestStoreOptions(other, {1.0});
+  { ASSERT_TRUE(ObjectStore::Open(donor).ok()); }
+  const std::string meta = DefaultMetaDir(o);
+  auto leave_leftovers = [&] {
+    std::filesystem::create_directories(meta);
+    for (const auto& e :
+         std::filesystem::directory_iterator(DefaultMetaDir(donor))) {
+      std::string n = e.path().filename().string();
+      if (n.rfind("MANIFEST-", 0) == 0 || n.rfind("OPTIONS-", 0) == 0 ||
+          n == "IDENTITY" || n == "LOG")
+        std::filesystem::copy_file(e.path(), meta + "/" + n);
+    }
+  };
+  leave_leftovers();
+  StoreOptions ro = o;
+  ro.read_only = true;
+  auto r = ObjectStore::Open(ro);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
+  EXPECT_NE(r.status().message().find("creation was cut short"),
+            std::string::npos) << r.status();
+  auto rep = RepairIndex(o, /*discard=*/false);
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  EXPECT_TRUE(rep->creation_cut_short);
+  EXPECT_FALSE(std::filesystem::exists(meta + "/IDENTITY"));
+  EXPECT_FALSE(rep->discarded);
+  leave_leftovers();
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok()) << "the next open must finish the creation: "
+                        << s.status();
+    ASSERT_TRUE((*s)->Declare("a", TestLayout(1000)).ok());
+    ASSERT_TRUE(CommitFilled(s->get(), "a", 1).ok());
+    ExpectStoreVerifies(s->get());
+  }
+  // Data on a path and no CURRENT: damage, refused and left as it is.
+  std::filesystem::remove(meta + "/CURRENT");
+  auto d = ObjectStore::Open(o);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kDataLoss) << d.status();
 }
 
 }  // namespace

@@ -426,17 +426,49 @@ TEST(StoreIdentityTest, OutOfRangeConfigValuesAreErrorsNamingTheKey) {
 
 // Item 11: a uuid file with the wrong content is named as damaged, not
 // missing.
-TEST(StoreIdentityTest, ADamagedPathIdentityIsReportedAsDamaged) {
+// Issue 37's damage matrix: a damaged identity file (garbage, cut, another
+// store's copied over it) on a path whose descriptor names this store is
+// mended from the index, like a lost one; where the descriptor is not this
+// store's, the damage is refused, named.
+TEST(StoreIdentityTest, ADamagedPathIdentityIsMendedOrReportedAsDamaged) {
   TempDir dir;
   StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
   MakeTwoObjectStore(o);
-  std::ofstream(o.paths[1].path.root + "/.mlpo/uuid") << "not-a-uuid\n";
+  const std::string file = o.paths[1].path.root + "/.mlpo/uuid";
+  std::string good;
+  std::getline(std::ifstream(file), good);
+  std::ofstream(file) << "not-a-uuid\n";
+  std::string store_uuid;
+  {
+    auto s = ObjectStore::Open(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    store_uuid = (*s)->store_uuid();
+  }
+  std::string now;
+  std::getline(std::ifstream(file), now);
+  EXPECT_EQ(now, good) << "the identity file was not mended";
+  // The descriptor there names another store: refused, naming the damage.
+  std::ofstream(file) << "not-a-uuid\n";
+  const std::string desc = o.paths[1].path.root + "/t/rank-0/STORE";
+  std::string text;
+  {
+    std::ifstream in(desc);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  size_t at = text.find(store_uuid.substr(0, 8));
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 8, "00000000");
+  std::ofstream(desc) << text;
   auto s = ObjectStore::Open(o);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("damaged"), std::string::npos)
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find(o.paths[1].path.root + "/t/rank-0 "
+                                      "belongs to store 00000000"),
+            std::string::npos)
       << s.status();
-  EXPECT_NE(s.status().message().find("not-a-uuid"), std::string::npos);
-  EXPECT_EQ(s.status().message().find("has no identity"), std::string::npos);
+  std::string left;
+  std::getline(std::ifstream(file), left);
+  EXPECT_EQ(left, "not-a-uuid") << "a refused open changed the path";
 }
 
 // Item 14: descriptors are written before the index, so a store cut short

@@ -224,5 +224,57 @@ TEST(PathAdmissionTest, BusyRanksHandTheSlotOnAfterTheirTurn) {
   }
 }
 
+// Issue 37: a job suspended (SIGSTOP, a batch scheduler's suspend) while it
+// held a path's node-wide slot blocked every other job on that path for as
+// long as it stayed suspended, silently. A waiter now looks at the holder
+// after kSlotHolderCheck and goes on without the slot while the holder is
+// stopped; a running holder is waited for, as before.
+TEST(PathAdmissionTest, AStoppedSlotHolderIsPassedOverARunningOneIsNot) {
+  TempDir dir;
+  std::string slots = dir.path() + "/slots";
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  pid_t holder = SpawnHolder(slots, p[1], 60000);
+  char c;
+  ASSERT_EQ(read(p[0], &c, 1), 1);
+  auto mine = IoSlots::Open(slots, 1);
+  ASSERT_TRUE(mine.ok());
+  EXPECT_EQ((*mine)->Holders(), std::vector<int>{holder});
+  PathAdmission adm(0, 0, absl::ZeroDuration(), std::move(*mine));
+  IoRequest req;
+  req.op = IoOp::kRead;
+  req.len = 4096;
+  auto wait_for_admission = [&](absl::Duration limit) {
+    absl::Time start = absl::Now();
+    while (absl::Now() - start < limit) {
+      absl::Duration d = adm.Admit(req);
+      if (d == absl::ZeroDuration()) return absl::Now() - start;
+      absl::SleepFor(d);
+    }
+    return absl::InfiniteDuration();
+  };
+  // Running holder: still waited for after the check.
+  EXPECT_EQ(wait_for_admission(kSlotHolderCheck + absl::Milliseconds(800)),
+            absl::InfiniteDuration())
+      << "a running holder's slot was taken";
+  ASSERT_EQ(kill(holder, SIGSTOP), 0);
+  int status;
+  ASSERT_EQ(waitpid(holder, &status, WUNTRACED), holder);
+  ASSERT_TRUE(WIFSTOPPED(status));
+  EXPECT_TRUE(ProcessStopped(holder));
+  EXPECT_FALSE(ProcessStopped(getpid()));
+  absl::Duration took = wait_for_admission(absl::Seconds(20));
+  EXPECT_LT(took, absl::Seconds(5)) << "a stopped holder blocked the path";
+  // Resumed and then gone: the slot is free again and taken normally.
+  kill(holder, SIGCONT);
+  kill(holder, SIGKILL);
+  waitpid(holder, &status, 0);
+  auto again = IoSlots::Open(slots, 1);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE((*again)->TryAcquire());
+  EXPECT_EQ((*again)->Holders(), std::vector<int>{getpid()});
+  for (int fd : {p[0], p[1]}) close(fd);
+}
+
 }  // namespace
 }  // namespace mlpo
