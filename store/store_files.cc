@@ -84,7 +84,11 @@ absl::StatusOr<WriterLock> WriterLock::Acquire(const std::string& meta_dir,
                : ""));
   }
   // Who holds it, for the message above; padded so no older pid's digits
-  // outlive it.
+  // outlive it. Not into a lock file shared through hard links (a `cp -al`
+  // copy): that would write into the other store's file, and the open
+  // that took this lock is refused for the sharing anyway.
+  auto links = fs->LinkCount(fd, file);
+  if (links.ok() && *links > 1) return lock;
   std::string me = absl::StrCat(getpid(), "\n");
   me.resize(32, ' ');
   MLPO_RETURN_IF_ERROR(fs->WriteAt(fd, file, me, 0));

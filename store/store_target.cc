@@ -1,11 +1,15 @@
 #include "store/store_target.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "store/fs/file_util.h"
@@ -72,9 +76,53 @@ std::vector<std::string> RanksOfStoreAt(const std::string& target) {
   return dirs;
 }
 
+// PermissionDenied naming the first directory on the way to `p` (or `p`
+// itself) this user may not enter, and its owner; OK when there is none.
+// A store's directories are 0700: another user saw "not a store directory"
+// or "no such store".
+absl::Status PermissionProblem(const std::string& p) {
+  std::error_code ec;
+  fs::path path = fs::absolute(p, ec).lexically_normal();
+  fs::path at;
+  for (const fs::path& part : path) {
+    at /= part;
+    if (::access(at.c_str(), F_OK) != 0 && errno != EACCES) break;
+    bool dir = fs::is_directory(at, ec) || ec.value() == EACCES;
+    if (::access(at.c_str(), dir ? R_OK | X_OK : R_OK) == 0) continue;
+    if (errno != EACCES) break;
+    struct stat st;
+    std::string owner = ::stat(at.c_str(), &st) == 0
+                            ? absl::StrCat(" (owner uid ", st.st_uid, ", mode ",
+                                           absl::StrFormat("%04o", st.st_mode & 07777), ")")
+                            : "";
+    return absl::PermissionDeniedError(absl::StrCat(
+        "permission denied: ", at.string(), owner, " cannot be read by uid ",
+        ::getuid(), ". A store's directories and files are its owner's "
+        "alone (0700/0600): run the command as the user who owns the store"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ResolveStoreDir(const std::string& dir) {
+  MLPO_RETURN_IF_ERROR(PermissionProblem(dir));
   std::vector<std::string> found = FindStoreDirs(dir);
   if (found.size() == 1) return found[0];
+  if (found.empty()) {
+    // A store below that this user may not enter (0700, another owner).
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end;
+         it.increment(ec)) {
+      std::error_code e2;
+      if (!it->is_directory(e2) || it->is_symlink(e2)) continue;
+      MLPO_RETURN_IF_ERROR(PermissionProblem(it->path().string()));
+      for (fs::directory_iterator in(it->path(), e2), e; !e2 && in != e;
+           in.increment(e2)) {
+        std::error_code e3;
+        if (in->is_directory(e3))
+          MLPO_RETURN_IF_ERROR(PermissionProblem(in->path().string()));
+      }
+    }
+  }
   if (found.empty())
     return absl::NotFoundError(absl::StrCat(
         dir, " is not a store directory (no STORE file) and holds none; "
@@ -121,8 +169,10 @@ absl::StatusOr<StoreOptions> StoreOptionsForTarget(const std::string& given,
         "` makes it a store at its own place (a copy gets an identity of "
         "its own)"));
   }
-  if (!fs::exists(given, ec))
+  if (!fs::exists(given, ec)) {
+    MLPO_RETURN_IF_ERROR(PermissionProblem(given));
     return absl::NotFoundError(absl::StrCat("no such store or config: ", given));
+  }
   auto o = LoadStoreOptions(given);
   if (o.ok()) o->create_if_missing = false;
   return o;

@@ -1,0 +1,164 @@
+"""docs/operations.md's procedures, followed as written (issue 37, item
+10): each test does what the runbook's steps say and checks that it ends
+the problem."""
+import json
+import os
+import subprocess
+
+import torch
+
+import mlpo.torch as mt
+
+
+def cli(mlpo_cli, *args):
+    r = subprocess.run([mlpo_cli, *args], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode >= 0, r.stderr
+    # --json: stdout alone (progress goes to stderr)
+    return r.returncode, r.stdout if "--json" in args else \
+        r.stdout + r.stderr
+
+
+def make(d, **kw):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
+    return m, mt.AdamW(m.parameters(), lr=1e-2, subgroup_numel=2048,
+                       store=[d + "/nvme", d + "/pfs"], **kw)
+
+
+def train(m, opt, n):
+    for _ in range(n):
+        torch.manual_seed(opt.step_count)
+        m(torch.randn(2, 64)).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+
+def test_bad_extents_a_replica_holds_back_to_exit_0(tmp_path, mlpo_cli):
+    """"Bad extents, a replica holds them": verify exits 3; the steps clear
+    it without ever moving the good copy onto the suspect disk."""
+    d = str(tmp_path)
+    m, opt = make(d)
+    train(m, opt, 3)
+    opt.close()
+    store = d + "/nvme/mlpo/rank-0"
+    assert cli(mlpo_cli, "tag", store, "r", "--copy-to", "1")[0] == 0
+    # The first copy's extent on path 0 goes bad (a flipped byte).
+    rc, text = cli(mlpo_cli, "show", store, "g0.s000000", "--json")
+    assert rc == 0, text
+    shown = json.loads(text)
+    ext = next(e for e in shown["extents"] if e["path"].endswith("/nvme"))
+    with open(ext["file"], "r+b") as f:
+        f.seek(ext["offset"] + 100)
+        b = f.read(1)
+        f.seek(ext["offset"] + 100)
+        f.write(bytes([b[0] ^ 0xFF]))
+    rc, text = cli(mlpo_cli, "verify", "--deep", store)
+    assert rc == 3, text
+    # A new tag of the same versions changes nothing (the trap the runbook
+    # warns of).
+    rc, text = cli(mlpo_cli, "tag", store, "again", "--copy-to", "1")
+    assert cli(mlpo_cli, "verify", "--deep", store)[0] == 3
+    assert cli(mlpo_cli, "drop-tag", store, "again")[0] == 0
+    # 1. Train on (fresh versions), then a checkpoint with a second copy.
+    m, opt = make(d, resume=True)
+    train(m, opt, 1)
+    opt.close()
+    assert cli(mlpo_cli, "verify", store)[0] == 0  # the heads are clean
+    assert cli(mlpo_cli, "tag", store, "r2", "--copy-to", "1")[0] == 0
+    # 2. What still holds the bad copy, and the tags that hold it.
+    rc, text = cli(mlpo_cli, "verify", "--deep", "--json", store)
+    assert rc == 3
+    covered = json.loads(text)["covered_by_replica"]
+    assert {c["object"] for c in covered} == {"g0.s000000"}
+    assert cli(mlpo_cli, "drop-tag", store, "r")[0] == 0
+    assert cli(mlpo_cli, "gc", store)[0] == 0
+    # 3. Exit 0, and the state trains on from the new checkpoint.
+    rc, text = cli(mlpo_cli, "verify", "--deep", store)
+    assert rc == 0, text
+    m, opt = make(d, resume=True)
+    assert opt.step_count == 4
+    opt.close()
+
+
+
+def test_a_path_that_vanishes_mid_run_is_named_with_the_way_out(tmp_path,
+                                                                 mlpo_cli):
+    """"A path's directory vanished": the step fails; the next call names
+    the path and --lost-path; an empty replacement disk is named the same
+    way; `mlpo recover --lost-path` then lets training go on."""
+    import shutil
+    import pytest
+    d = str(tmp_path)
+    m, opt = make(d, durability="step")
+    train(m, opt, 2)
+    opt.checkpoint("a")
+    train(m, opt, 1)
+    shutil.rmtree(d + "/pfs/mlpo")  # its disk unmounted, or removed
+    try:
+        # Degraded mode (the other path takes the new versions, a warning
+        # names the failed one), or a failed step.
+        train(m, opt, 2)
+    except (RuntimeError, OSError):
+        pass
+    try:
+        opt.close()
+    except RuntimeError:
+        pass
+    with pytest.raises((RuntimeError, OSError), match="--lost-path 1"):
+        make(d, resume=True)
+    shutil.rmtree(d + "/pfs")  # an empty replacement disk
+    os.makedirs(d + "/pfs")
+    with pytest.raises((RuntimeError, OSError), match="--lost-path 1"):
+        make(d, resume=True)
+    rc, text = cli(mlpo_cli, "recover", d + "/nvme", "--lost-path", "1")
+    assert rc in (0, 1), text
+    assert "LOST" in text or "lost" in text, text
+    m, opt = make(d, resume=True)  # says where it goes on from
+    train(m, opt, 1)
+    opt.close()
+
+
+def test_another_user_is_told_permission_denied(tmp_path, mlpo_cli):
+    """A store's 0700 directories read by another user: "permission
+    denied", naming the directory and its owner (it said "not a store
+    directory")."""
+    import pytest
+    import shutil
+    if os.getuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run a command as another user")
+    d = str(tmp_path)
+    os.chmod(d, 0o755)
+    m, opt = make(d)
+    train(m, opt, 1)
+    opt.close()
+    os.chmod(d + "/nvme", 0o755)
+    for target in (d + "/nvme", d + "/nvme/mlpo/rank-0"):
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534",
+                            "--clear-groups", mlpo_cli, "verify", target],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1
+        assert "permission denied" in r.stderr, r.stderr
+        assert "owner uid 0" in r.stderr, r.stderr
+
+
+def test_a_refused_write_on_a_hard_linked_copy_changes_nothing(tmp_path,
+                                                               mlpo_cli):
+    """`cp -al` shares MLPO-LOCK; a write refused on the copy said "Nothing
+    was changed" but wrote its pid into the shared lock file."""
+    d = str(tmp_path / "a")
+    os.makedirs(d)
+    m, opt = make(d)
+    train(m, opt, 1)
+    opt.close()
+    lock = d + "/nvme/mlpo/rank-0/meta/MLPO-LOCK"
+    before = open(lock, "rb").read()
+    subprocess.run(["cp", "-al", d, str(tmp_path / "b")], check=True)
+    # Either store, written while they share files: refused (every write
+    # would change the other too), and the shared lock file left as it was.
+    for store in (d + "/nvme/mlpo/rank-0",
+                  str(tmp_path / "b" / "nvme" / "mlpo" / "rank-0")):
+        rc, text = cli(mlpo_cli, "tag", store, "x")
+        assert rc != 0, text
+        assert "hard link" in text or "copy" in text, text
+    assert open(lock, "rb").read() == before
