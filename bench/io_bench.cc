@@ -10,6 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <iterator>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -37,16 +40,23 @@ absl::StatusOr<double> RunFio(const std::string& file, ProbeLoad load,
   std::string cmd = absl::StrFormat(
       "fio --name=ref --filename=%s --rw=%s --rwmixread=50 --bs=%d "
       "--iodepth=%d --ioengine=io_uring --direct=1 --size=%d --time_based "
-      "--runtime=%.1f --output-format=json --output=%s >/dev/null 2>&1",
-      file, rw, block, depth, size, seconds, out);
+      "--runtime=%dms --output-format=json --output=%s >/dev/null 2>&1",
+      file, rw, block, depth, size,
+      std::max(1, static_cast<int>(seconds * 1000 + 0.5)), out);
   int rc = std::system(cmd.c_str());
   if (rc != 0)
     return absl::InternalError(absl::StrFormat(
         "fio failed (exit %d): %s; is fio installed?", rc, cmd));
+  // fio's runtime takes whole seconds unless given a unit (0.3 was a
+  // parse failure), and it may put notes before its JSON.
   std::ifstream in(out);
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
   nlohmann::json j;
   try {
-    in >> j;
+    size_t brace = text.find('{');
+    j = nlohmann::json::parse(brace == std::string::npos ? text
+                                                         : text.substr(brace));
   } catch (const std::exception& e) {
     return absl::InternalError(std::string("cannot parse fio output: ") +
                                e.what());
@@ -68,10 +78,13 @@ void AddIoBench(CLI::App& app) {
     std::string size = "2G";
     std::string caps = "600MB,300MB";
     double seconds = 0;
+    bool size_given = false;
   };
   auto a = std::make_shared<Args>();
   AddBenchFlags(cmd, &a->f);
-  cmd->add_option("--size", a->size, "Test file size")->capture_default_str();
+  cmd->add_option("--size", a->size, "Test file size (1G with --quick)")
+      ->capture_default_str()
+      ->each([a](const std::string&) { a->size_given = true; });
   cmd->add_option("--caps", a->caps,
                   "Caps of the two paths driven together (bytes/s)")
       ->capture_default_str();
@@ -81,7 +94,9 @@ void AddIoBench(CLI::App& app) {
     const BenchFlags& f = a->f;
     EnsureBenchDir(f);
     // Arguments first: a bad one fails before any measurement.
-    uint64_t size = f.quick ? (uint64_t{1} << 30) : SizeArg("--size", a->size);
+    // --quick shrinks only what was left at its default.
+    uint64_t size = f.quick && !a->size_given ? (uint64_t{1} << 30)
+                                              : SizeArg("--size", a->size);
     std::vector<uint64_t> caps = SizeListArg("--caps", a->caps, 2);
     double secs = a->seconds > 0 ? a->seconds : (f.quick ? 1.0 : 2.0);
     std::vector<int> depths = f.quick ? std::vector<int>{16, 64}

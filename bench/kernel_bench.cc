@@ -142,17 +142,20 @@ void AddKernelBench(CLI::App& app) {
     BenchFlags f;
     size_t n = size_t{64} << 20;
     std::string formats = "fp32,bf16-moments,int8-moments";
+    bool n_given = false;
   };
   auto a = std::make_shared<Args>();
   AddBenchFlags(cmd, &a->f);
   cmd->add_option("--elements", a->n, "Elements per array (16M with --quick)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each([a](const std::string&) { a->n_given = true; });
   cmd->add_option("--state-format", a->formats,
                   "State formats to measure, comma-separated (fp32, "
                   "bf16-moments, int8-moments)")
       ->capture_default_str();
   cmd->callback([a] {
-    size_t n = a->f.quick ? (size_t{16} << 20) : a->n;
+    // --quick shrinks only what was left at its default.
+    size_t n = a->f.quick && !a->n_given ? (size_t{16} << 20) : a->n;
     std::vector<StateFormat> formats;
     for (auto part : absl::StrSplit(a->formats, ',')) {
       auto f = ParseStateFormat(part);

@@ -150,6 +150,7 @@ void AddStoreBench(CLI::App& app) {
     BenchFlags f;
     std::string caps = "600MB,300MB";
     std::string tag_size = "10G";
+    bool tag_size_given = false;
   };
   auto a = std::make_shared<Args>();
   AddBenchFlags(cmd, &a->f);
@@ -159,13 +160,15 @@ void AddStoreBench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--tag-size", a->tag_size,
                   "Store size at which tag time is measured (2G with --quick)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each([a](const std::string&) { a->tag_size_given = true; });
   cmd->callback([a] {
     const BenchFlags& f = a->f;
     // Arguments first: a bad one fails before any measurement.
     std::vector<uint64_t> caps = SizeListArg("--caps", a->caps, 2);
     uint64_t target =
-        f.quick ? (uint64_t{2} << 30) : SizeArg("--tag-size", a->tag_size);
+        f.quick && !a->tag_size_given ? (uint64_t{2} << 30)
+                                      : SizeArg("--tag-size", a->tag_size);
     std::string dir = f.dir + "/store-bench";
     EnsureBenchDir(f);
     std::filesystem::remove_all(dir);
