@@ -14,7 +14,7 @@ source scripts/python_env.sh
 mkdir -p build
 export MLPO_TEST_TMPDIR=${MLPO_TEST_TMPDIR:-$PWD/var/test-tmp}
 mkdir -p "$MLPO_TEST_TMPDIR"
-echo "== build (Release, warnings as errors)"
+echo "== [${SECONDS}s] build (Release, warnings as errors)"
 scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DMLPO_WERROR=ON
 # One sanitizer build: clang with ASan + UBSan, -Wthread-safety and the
 # fuzzers' coverage (deps.sh installs clang). GCC's ASan build stands in
@@ -23,7 +23,7 @@ have_clang=0
 if command -v clang++ >/dev/null 2>&1; then
   have_clang=1
   san=build-clang
-  echo "== build (clang: ASan + UBSan, -Wthread-safety, warnings as errors;" \
+  echo "== [${SECONDS}s] build (clang: ASan + UBSan, -Wthread-safety, warnings as errors;" \
        "unit tests, tools, fuzzers)"
   mkdir -p build-clang
   CC=clang CXX=clang++ scripts/build.sh build-clang -DCMAKE_BUILD_TYPE=Debug \
@@ -32,7 +32,7 @@ if command -v clang++ >/dev/null 2>&1; then
     -DMLPO_BUILD_BENCH=OFF
 else
   san=build-asan
-  echo "== clang++ not found: GCC's ASan + UBSan build, no -Wthread-safety" \
+  echo "== [${SECONDS}s] clang++ not found: GCC's ASan + UBSan build, no -Wthread-safety" \
        "and no fuzzers"
   mkdir -p build-asan
   scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DMLPO_SANITIZE=ON \
@@ -51,24 +51,25 @@ if [ $slow -eq 1 ]; then
   export MLPO_FORMAT_STEPS=${MLPO_FORMAT_STEPS:-300}
 fi
 status=0
-echo "== tests (Release)"
+echo "== [${SECONDS}s] tests (Release)"
 (cd build && ctest -j "$(nproc)" --output-on-failure --timeout 600 "${labels[@]}") || status=1
-echo "== tests (PyTorch adapter, pytest, $("$MLPO_PYTHON" -c 'import torch; print("torch", torch.__version__)'))"
+echo "== [${SECONDS}s] tests (PyTorch adapter, pytest, $("$MLPO_PYTHON" -c 'import torch; print("torch", torch.__version__)'))"
 PYTHONPATH=build/python "$MLPO_PYTHON" -m pytest -q -p no:cacheprovider \
   python/tests || status=1
-echo "== pip wheel . / pip install into a fresh venv"
+echo "== [${SECONDS}s] pip wheel . / pip install into a fresh venv"
 MLPO_PIP_BUILD_DIR=build scripts/check_pip_install.sh || status=1
-echo "== tests (ASan + UBSan)"
+echo "== [${SECONDS}s] tests (ASan + UBSan)"
 (cd "$san" && ASAN_OPTIONS=detect_leaks=1 ctest -j "$(nproc)" \
   --output-on-failure --timeout 900 -L unit -LE slow) || status=1
 if [ $have_clang -eq 1 ]; then
-  echo "== fuzzers (libFuzzer, ${MLPO_FUZZ_SECONDS:-10} s each)"
+  echo "== [${SECONDS}s] fuzzers (libFuzzer, ${MLPO_FUZZ_SECONDS:-10} s each)"
   scripts/fuzz.sh "${MLPO_FUZZ_SECONDS:-10}" build-clang || status=1
 fi
 if [ $slow -eq 1 ]; then
-  echo "== tests (PyTorch adapter, pytest, the oldest torch: $MLPO_TORCH_OLDEST)"
+  echo "== [${SECONDS}s] tests (PyTorch adapter, pytest, the oldest torch: $MLPO_TORCH_OLDEST)"
   scripts/test_oldest_torch.sh || status=1
-  echo "== tests (ThreadSanitizer, unit tests)"
+  echo "== [${SECONDS}s] tests (ThreadSanitizer, unit tests)"
   scripts/tsan.sh || status=1
 fi
+echo "== [${SECONDS}s] done (exit $status)"
 exit $status
