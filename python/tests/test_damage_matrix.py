@@ -157,6 +157,17 @@ def read_back(d, ref, said_loss):
     return "SILENT ROLLBACK", f"resumed at step {step} of {STEPS}: {said}"
 
 
+def failed_command(rc, text):
+    """The outcome of a command that crashed or exited non-zero (None when
+    it succeeded): a refusal must say what is wrong and the way out."""
+    if rc < 0 or "Assertion" in text:
+        return "CRASH", text
+    if rc == 0:
+        return None
+    clear = CLEAR.search(text) or "BAD" in text or "MISSING" in text
+    return ("refused" if clear else "UNCLEAR"), text
+
+
 def run_case(base, golden, other, kind, how, ref):
     name, pattern, _ = kind
     out = {}
@@ -172,40 +183,29 @@ def run_case(base, golden, other, kind, how, ref):
         damage(target, how, os.path.join(other, rel))
         if entry in ("writer open", "resume=True"):
             if entry == "writer open":
-                rc, text = cli("tag", d + "/nvme", "probe")
-                if rc < 0 or "Assertion" in text:
-                    out[entry] = ("CRASH", text)
-                    continue
-                if rc != 0:
-                    out[entry] = (("refused", text) if CLEAR.search(text)
-                                  else ("UNCLEAR", text))
+                failed = failed_command(*cli("tag", d + "/nvme", "probe"))
+                if failed:
+                    out[entry] = failed
                     continue
             out[entry] = read_back(d, ref, said_loss=False)
         elif entry.startswith("verify"):
             rc, text = cli(*entry.split(), d + "/nvme")
-            if rc < 0 or "Assertion" in text:
-                out[entry] = ("CRASH", text)
-                continue
+            failed = failed_command(rc, text)
             after = read_back(d, ref, said_loss=False)
-            if rc == 0 and after[0] != "exact":
+            if failed:
+                out[entry] = failed
+            elif after[0] != "exact":
                 out[entry] = ("OK OVER DAMAGE", f"verify said OK; then "
                               f"{after[0]}: {after[1]}")
-            elif rc == 0:
-                out[entry] = ("exact", text)
             else:
-                out[entry] = (("refused", text) if CLEAR.search(text) or
-                              "BAD" in text or "MISSING" in text
-                              else ("UNCLEAR", text))
+                out[entry] = ("exact", text)
         else:
             args = ["recover", d + "/nvme"] + (
                 ["--salvage"] if "salvage" in entry else [])
             rc, text = cli(*args)
-            if rc < 0 or "Assertion" in text:
-                out[entry] = ("CRASH", text)
-                continue
-            if rc != 0:
-                out[entry] = (("refused", text) if CLEAR.search(text)
-                              else ("UNCLEAR", text))
+            failed = failed_command(rc, text)
+            if failed:
+                out[entry] = failed
                 continue
             said_loss = bool(re.search(r"lost|rolled back|rebuilt|LOST|"
                                        r"dropped|salvag", text)) and \
