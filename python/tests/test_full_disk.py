@@ -172,3 +172,82 @@ def test_the_index_files_are_private_whatever_the_umask(tmp_path):
             assert mode & 0o077 == 0, f"{os.path.join(root, f)} is {mode:o}"
             found += 1
     assert found > 10
+
+
+@pytest.fixture
+def three_disks(tmp_path):
+    """The index, path 0 and path 1 each on a small tmpfs of its own."""
+    disks = {}
+    for name in ("index", "path0", "path1"):
+        mnt = tmp_path / name
+        mnt.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m",
+                            "tmpfs", str(mnt)], capture_output=True, text=True)
+        if r.returncode != 0:
+            for m in disks.values():
+                subprocess.run(["umount", "-l", m])
+            pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip()})")
+        disks[name] = str(mnt)
+    yield disks
+    for m in disks.values():
+        subprocess.run(["umount", "-l", m])
+
+
+@pytest.mark.parametrize("full", ["index", "path0", "path1", "all"])
+def test_each_disk_full_alone_and_all_together(three_disks, full, mlpo_cli):
+    """The full-disk matrix: whichever disk fills (the index's, one path's,
+    all of them), a step works (spill-over to a path with room) or raises;
+    the runbook's remedies run; after space is freed the same process goes
+    on; the store verifies and resumes where it says."""
+    store = {"path": [three_disks["path0"] + "/s", three_disks["path1"] + "/s"],
+             "meta_dir": three_disks["index"] + "/meta", "durability": "step"}
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(128, 128)
+                                  for _ in range(3)])
+    opt = mt.AdamW(model.parameters(), lr=1e-2, store=store,
+                   subgroup_numel=8192)
+    train(model, opt, 3)
+    opt.checkpoint("a")
+    train(model, opt, 1)
+    fillers = [Filler(three_disks[d]) for d in
+               (three_disks if full == "all" else [full])]
+    failures = 0
+    for _ in range(3):
+        try:
+            train(model, opt, 1)
+        except RuntimeError as e:
+            assert "RESOURCE_EXHAUSTED" in str(e) or "No space" in str(e), e
+            failures += 1
+    if full in ("index", "all"):
+        assert failures, "a synced step with the index's disk full worked"
+    else:
+        assert not failures, "one full path failed a step the other takes"
+    opt.close()
+    target = three_disks["path0"] + "/s/mlpo/rank-0"
+    for args in (["tags", target], ["verify", target], ["drop-tag", target, "a"],
+                 ["gc", target]):
+        r = subprocess.run([mlpo_cli, *args], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, f"mlpo {args} on a full disk: {r.stderr}"
+    for f in fillers:
+        f.remove()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        opt = mt.AdamW(model.parameters(), lr=1e-2, store=store,
+                       subgroup_numel=8192, resume=True)
+    at = opt.step_count
+    train(model, opt, 2)
+    assert opt.step_count == at + 2
+    final = params(model)
+    opt.close()
+    r = subprocess.run([mlpo_cli, "verify", "--deep", target],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    torch.manual_seed(5)
+    model2 = torch.nn.Sequential(*[torch.nn.Linear(128, 128)
+                                   for _ in range(3)])
+    with mt.AdamW(model2.parameters(), store=store, subgroup_numel=8192,
+                  resume=True) as again:
+        assert again.step_count == at + 2
+    for p, q in zip(params(model2), final):
+        assert torch.equal(p, q)
