@@ -258,11 +258,7 @@ absl::Status ObjectStore::OpenImpl() {
   Survey sv = SurveyStore(options_);
   if (lock_.held() && options_.create_if_missing && sv.CreationCutShort()) {
     // The creation is finished now: what RocksDB left holds no record.
-    for (const std::string& f : sv.index_files) {
-      std::string file = absl::StrCat(options_.meta_dir, "/", f);
-      MLPO_RETURN_IF_ERROR(fs()->IsDirectory(file) ? fs()->RemoveTree(file)
-                                                   : fs()->Unlink(file));
-    }
+    MLPO_RETURN_IF_ERROR(sv.RemoveCutShortCreation(options_.meta_dir, fs()));
     std::fprintf(stderr,
                  "mlpo: %s: its creation was cut short (%s left, no data); "
                  "creating it now\n",

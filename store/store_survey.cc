@@ -4,6 +4,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "store/fs/file_util.h"
 #include "store/path/storage_path.h"
 
@@ -20,6 +21,19 @@ bool StoreSurvey::CreationCutShort() const {
   for (const std::string& f : index_files)
     if (absl::EndsWith(f, ".sst") || f == "MLPO-SEAL") return false;
   return true;
+}
+
+absl::Status StoreSurvey::RemoveCutShortCreation(const std::string& meta_dir,
+                                                  FileSystem* fs) const {
+  if (!CreationCutShort())
+    return absl::FailedPreconditionError(
+        absl::StrCat(meta_dir, " is not a creation cut short"));
+  for (const std::string& f : index_files) {
+    std::string file = absl::StrCat(meta_dir, "/", f);
+    MLPO_RETURN_IF_ERROR(fs->IsDirectory(file) ? fs->RemoveTree(file)
+                                               : fs->Unlink(file));
+  }
+  return fs->SyncDir(meta_dir);
 }
 
 std::string StoreSurvey::SegmentSummary() const {

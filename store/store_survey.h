@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "store/store_options.h"
 
 namespace mlpo {
@@ -35,6 +36,10 @@ struct StoreSurvey {
   // segment: a creation killed before RocksDB finished its first open.
   // Nothing was ever stored; the leftovers can go and the store be made.
   bool CreationCutShort() const;
+  // Removes the index directory's leftovers (index_files) of a creation
+  // cut short; only when CreationCutShort().
+  absl::Status RemoveCutShortCreation(const std::string& meta_dir,
+                                      FileSystem* fs) const;
   // Each path's store directory.
   std::vector<std::string> dirs() const {
     std::vector<std::string> out;

@@ -230,11 +230,7 @@ absl::StatusOr<RecoverReport> RepairIndex(
     } else if (sv.CreationCutShort()) {
       // Nothing was stored: the leftovers go, and the next open creates
       // the store as if for the first time.
-      for (const std::string& f : sv.index_files) {
-        std::string file = absl::StrCat(o.meta_dir, "/", f);
-        MLPO_RETURN_IF_ERROR(fsys->IsDirectory(file) ? fsys->RemoveTree(file)
-                                                     : fsys->Unlink(file));
-      }
+      MLPO_RETURN_IF_ERROR(sv.RemoveCutShortCreation(o.meta_dir, fsys));
       rep.creation_cut_short = true;
     } else if (sv.index == IndexState::kDamaged) {
       unrecoverable = absl::DataLossError(absl::StrCat(
