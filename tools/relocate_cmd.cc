@@ -210,6 +210,16 @@ json RelocateOne(const RelocateArgs& a, const std::string& dir) {
     for (size_t i = 0; i < fixed.size(); ++i)
       roots.push_back(fixed[i].empty() ? old->paths[i].path.root : fixed[i]);
     meta = fixed_meta.empty() ? old->meta_dir : fixed_meta;
+    // The index lived under a path that --root moves: it moved with it
+    // (the default layout keeps it in path 0's directory). Left at its
+    // recorded place, a copy's relocate took the original's index and
+    // lock.
+    for (size_t i = 0; fixed_meta.empty() && i < fixed.size(); ++i) {
+      if (fixed[i].empty()) continue;
+      std::string moved = Rebase(Norm(old->meta_dir),
+                                 Norm(old->paths[i].path.root), fixed[i]);
+      if (!moved.empty()) meta = moved;
+    }
   }
   if (!guessed && a.roots.empty())
     Refuse(absl::InvalidArgumentError(absl::StrCat(
@@ -251,6 +261,12 @@ json RelocateOne(const RelocateArgs& a, const std::string& dir) {
       original_there = true;
   }
   bool copy = a.copy || (!a.move && original_there);
+  if (copy && SameDirectory(meta, old->meta_dir))
+    Refuse(absl::FailedPreconditionError(absl::StrCat(
+        "the index named for the copy, ", meta, ", is the original's (the "
+        "store still lives at its recorded place): a copy needs an index of "
+        "its own. Nothing was changed; copy the index too and name it with "
+        "--meta-dir")));
   StoreOptions o = *old;
   for (size_t i = 0; i < roots.size(); ++i) o.paths[i].path.root = roots[i];
   o.meta_dir = meta;

@@ -162,3 +162,32 @@ def test_a_refused_write_on_a_hard_linked_copy_changes_nothing(tmp_path,
         assert rc != 0, text
         assert "hard link" in text or "copy" in text, text
     assert open(lock, "rb").read() == before
+
+
+def test_relocating_a_copy_never_takes_the_originals_lock(tmp_path,
+                                                          mlpo_cli):
+    """A copy of a store's first path (its index inside) relocated with
+    --root: the index moves with that path. It took the original's index
+    and lock (refused while the original's job ran); now the copy is
+    relocated while the original stays open."""
+    import shutil
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    os.makedirs(a)
+    os.makedirs(b)
+    m, opt = make(a)
+    train(m, opt, 2)
+    opt.checkpoint("t")
+    shutil.copytree(a + "/nvme", b + "/nvme", symlinks=True)
+    copy = b + "/nvme/mlpo/rank-0"
+    # The original's job holds its store while the copy is relocated.
+    rc, text = cli(mlpo_cli, "relocate", copy, "--root", "0=" + b + "/nvme")
+    assert rc != 0 and "already open" not in text, text  # path 1 missing
+    shutil.copytree(a + "/pfs", b + "/pfs", symlinks=True)
+    rc, text = cli(mlpo_cli, "relocate", copy, "--root", "0=" + b + "/nvme",
+                   "--root", "1=" + b + "/pfs")
+    assert rc == 0, text
+    train(m, opt, 1)  # the original goes on
+    opt.close()
+    m2, o2 = make(b, resume=True)
+    assert o2.step_count == 2
+    o2.close()
