@@ -449,6 +449,13 @@ class StoreOpening:
                     f"{ns!r} holds {why}" for ns, why in self._skipped) + ")"
         else:
             what = "resuming from " + what
+        if self._world > 1:
+            # Before the collectives of reading the parameters: a rank with
+            # nothing stored (killed before its DRAM tier was written back)
+            # beside ranks at step t took other collectives, and gloo
+            # aborted the process.
+            self._agree_steps(self._agree_open(
+                (eng.step_count, eng.tag_order()), None))
         if self._rank == 0:
             print(f"mlpo.torch: {self.store_name}: {what}", file=sys.stderr)
         if eng.state_stored:
