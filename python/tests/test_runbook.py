@@ -191,3 +191,42 @@ def test_relocating_a_copy_never_takes_the_originals_lock(tmp_path,
     m2, o2 = make(b, resume=True)
     assert o2.step_count == 2
     o2.close()
+
+
+def test_a_bind_mount_taken_away_mid_run(tmp_path, mlpo_cli):
+    """Path 1 is a bind mount that goes away mid-run (umount -l, as an
+    unmounted disk): the job goes on or fails the step; the next open
+    names the path and --lost-path, and mounting it back resumes."""
+    import pytest
+    if os.getuid() != 0:
+        pytest.skip("needs root to bind-mount")
+    d = str(tmp_path)
+    disk, root = d + "/disk1", d + "/pfs"
+    os.makedirs(disk)
+    os.makedirs(root)
+    r = subprocess.run(["mount", "--bind", disk, root], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {r.stderr.strip()}")
+    try:
+        m, opt = make(d, durability="step")
+        train(m, opt, 2)
+        opt.checkpoint("a")
+        subprocess.run(["umount", "-l", root], check=True)
+        try:
+            train(m, opt, 2)
+        except (RuntimeError, OSError):
+            pass
+        try:
+            opt.close()
+        except RuntimeError:
+            pass
+        with pytest.raises((RuntimeError, OSError), match="--lost-path 1"):
+            make(d, resume=True)
+        subprocess.run(["mount", "--bind", disk, root], check=True)
+        m, opt = make(d, resume=True)
+        assert opt.step_count >= 2
+        opt.close()
+        assert cli(mlpo_cli, "verify", "--deep", d + "/nvme")[0] == 0
+    finally:
+        subprocess.run(["umount", "-l", root], capture_output=True)
