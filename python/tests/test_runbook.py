@@ -82,6 +82,23 @@ def test_bad_extents_a_replica_holds_back_to_exit_0(tmp_path, mlpo_cli):
 
 
 
+def train_on_then_reopen_names_lost_path(d, m, opt):
+    """Path 1 went away under a running job: steps go on in degraded mode
+    (the other path takes the new versions, a warning names the failed
+    one) or fail; the next open refuses, naming path 1 and --lost-path."""
+    import pytest
+    try:
+        train(m, opt, 2)
+    except (RuntimeError, OSError):
+        pass
+    try:
+        opt.close()
+    except RuntimeError:
+        pass
+    with pytest.raises((RuntimeError, OSError), match="--lost-path 1"):
+        make(d, resume=True)
+
+
 def test_a_path_that_vanishes_mid_run_is_named_with_the_way_out(tmp_path,
                                                                  mlpo_cli):
     """"A path's directory vanished": the step fails; the next call names
@@ -95,18 +112,7 @@ def test_a_path_that_vanishes_mid_run_is_named_with_the_way_out(tmp_path,
     opt.checkpoint("a")
     train(m, opt, 1)
     shutil.rmtree(d + "/pfs/mlpo")  # its disk unmounted, or removed
-    try:
-        # Degraded mode (the other path takes the new versions, a warning
-        # names the failed one), or a failed step.
-        train(m, opt, 2)
-    except (RuntimeError, OSError):
-        pass
-    try:
-        opt.close()
-    except RuntimeError:
-        pass
-    with pytest.raises((RuntimeError, OSError), match="--lost-path 1"):
-        make(d, resume=True)
+    train_on_then_reopen_names_lost_path(d, m, opt)
     shutil.rmtree(d + "/pfs")  # an empty replacement disk
     os.makedirs(d + "/pfs")
     with pytest.raises((RuntimeError, OSError), match="--lost-path 1"):
@@ -213,16 +219,7 @@ def test_a_bind_mount_taken_away_mid_run(tmp_path, mlpo_cli):
         train(m, opt, 2)
         opt.checkpoint("a")
         subprocess.run(["umount", "-l", root], check=True)
-        try:
-            train(m, opt, 2)
-        except (RuntimeError, OSError):
-            pass
-        try:
-            opt.close()
-        except RuntimeError:
-            pass
-        with pytest.raises((RuntimeError, OSError), match="--lost-path 1"):
-            make(d, resume=True)
+        train_on_then_reopen_names_lost_path(d, m, opt)
         subprocess.run(["mount", "--bind", disk, root], check=True)
         m, opt = make(d, resume=True)
         assert opt.step_count >= 2
