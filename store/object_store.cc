@@ -48,18 +48,14 @@ ObjectStore::~ObjectStore() {
       std::fprintf(stderr, "mlpo: %s: closing: %s (the last tag is intact)\n",
                    Where().c_str(), std::string(st.message()).c_str());
   }
-  if (meta_ && !options_.read_only) {
-    MutexLock l(&mu_);
-    mu_.Await(Condition(
-        +[](int* n) { return *n == 0; }, &commits_in_flight_));
-  }
-  if (meta_ && !options_.read_only) WriteSealCopies();
   if (dirty_home_) dirty_home_->Detach();  // leases outliving the store
   {
     MutexLock l(&mu_);
     mu_.Await(Condition(
         +[](int* n) { return *n == 0; }, &commits_in_flight_));
   }
+  // Every commit is in the index now: seal it and copy the seal.
+  if (meta_ && !options_.read_only) WriteSealCopies();
   // Reads still in flight complete into the hasher; drain the engines
   // first, then the hasher (verification uses the paths), then the rest.
   for (auto& p : paths_) p->engine()->Close();

@@ -397,13 +397,12 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
     bool ours = false;
     for (const PathRecord& r : snap.paths)
       ours = ours || (uuid.ok() && *uuid == r.uuid);
-    if (!rec.uuid.empty() &&
-        (absl::IsNotFound(uuid.status()) || (!uuid.ok() && !ours) ||
-         (uuid.ok() && !ours))) {
-      // The identity file alone is lost (33 bytes; it bricked the store):
-      // this is the recorded root, and the store's descriptor there names
-      // this store, so the index's record of the path is its identity.
-      // A writable open puts the file back; a read-only one goes on.
+    if (!rec.uuid.empty() && !ours) {
+      // The identity file alone is lost or damaged (33 bytes; it bricked
+      // the store): this is the recorded root, and where the store's
+      // descriptor there names this store, the index's record of the path
+      // is its identity. A writable open puts the file back; a read-only
+      // one goes on.
       absl::Status mended = MendPathIdentity(po.root, rec.uuid);
       if (mended.ok()) {
         uuid = rec.uuid;

@@ -172,13 +172,14 @@ class Stepping:
         the model's tensors, or poisoned the index: the next call on this
         optimizer reopens the store and continues from what it holds
         (_recover_failed_step)."""
-        what = f"step {eng.step_count + 1}" if call == "step" else \
-            f"{call} {args[0]!r}"
         try:
             return getattr(eng, call)(*args)
         except (RuntimeError, OSError) as e:
             if self._world == 1 and (call == "step" or (
                     isinstance(e, RuntimeError) and not _refused(str(e)))):
+                # (a failed step leaves the step count where it was)
+                what = f"step {eng.step_count + 1}" if call == "step" \
+                    else f"{call} {args[0]!r}"
                 self._failed_step = (what, str(e).split("\n")[0])
             raise
 
@@ -189,13 +190,9 @@ class Stepping:
         are the state and the model's parameters; says where it continues.
         While the store cannot open (the disk still full), raises, and the
         next call tries again."""
-        what, why = self._failed_step
-        if self._engine is not None:
-            try:
-                self._engine.close()
-            except RuntimeError:
-                pass  # the reopen below says what the store holds
-            self._engine = None
+        what, why = failed = self._failed_step
+        self.close()  # (what a poisoned store could not write back is lost)
+        self._failed_step = failed  # until the reopen works
         self._open(ns=self._ns, resume=True)
         self._failed_step = None
         if not self._engine.state_stored:

@@ -149,14 +149,24 @@ pid_t SpawnHolder(const std::string& dir, int fd_write, int hold_ms) {
   return pid;
 }
 
+// A child holding the slot of `dir` (for `hold_ms`), once it holds it; -1
+// if it never reported.
+pid_t HoldingChild(const std::string& dir, int hold_ms) {
+  int p[2];
+  if (pipe(p) != 0) return -1;
+  pid_t pid = SpawnHolder(dir, p[1], hold_ms);
+  char c;
+  bool held = read(p[0], &c, 1) == 1;
+  close(p[0]);
+  close(p[1]);
+  return held ? pid : -1;
+}
+
 TEST(IoSlotsTest, OneSlotExcludesAndKilledHolderFreesIt) {
   TempDir dir;
   std::string slots = dir.path() + "/slots";
-  int p[2];
-  ASSERT_EQ(pipe(p), 0);
-  pid_t holder = SpawnHolder(slots, p[1], 60000);
-  char c;
-  ASSERT_EQ(read(p[0], &c, 1), 1);
+  pid_t holder = HoldingChild(slots, 60000);
+  ASSERT_GT(holder, 0);
   auto mine = IoSlots::Open(slots, 1);
   ASSERT_TRUE(mine.ok());
   EXPECT_FALSE((*mine)->TryAcquire()) << "a held slot was granted twice";
@@ -170,11 +180,12 @@ TEST(IoSlotsTest, OneSlotExcludesAndKilledHolderFreesIt) {
   kill(holder, SIGKILL);
   waitpid(holder, &status, 0);
   // The contender or we get the slot now; the kernel freed the dead holder's.
+  char c;
   ASSERT_EQ(read(q[0], &c, 1), 1);
   waitpid(contender, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_TRUE((*mine)->TryAcquire());
-  for (int fd : {p[0], p[1], q[0], q[1]}) close(fd);
+  for (int fd : {q[0], q[1]}) close(fd);
 }
 
 TEST(IoSlotsTest, TwoSlotsAdmitTwoHolders) {
@@ -232,11 +243,8 @@ TEST(PathAdmissionTest, BusyRanksHandTheSlotOnAfterTheirTurn) {
 TEST(PathAdmissionTest, AStoppedSlotHolderIsPassedOverARunningOneIsNot) {
   TempDir dir;
   std::string slots = dir.path() + "/slots";
-  int p[2];
-  ASSERT_EQ(pipe(p), 0);
-  pid_t holder = SpawnHolder(slots, p[1], 60000);
-  char c;
-  ASSERT_EQ(read(p[0], &c, 1), 1);
+  pid_t holder = HoldingChild(slots, 60000);
+  ASSERT_GT(holder, 0);
   auto mine = IoSlots::Open(slots, 1);
   ASSERT_TRUE(mine.ok());
   EXPECT_EQ((*mine)->Holders(), std::vector<int>{holder});
@@ -273,7 +281,6 @@ TEST(PathAdmissionTest, AStoppedSlotHolderIsPassedOverARunningOneIsNot) {
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE((*again)->TryAcquire());
   EXPECT_EQ((*again)->Holders(), std::vector<int>{getpid()});
-  for (int fd : {p[0], p[1]}) close(fd);
 }
 
 }  // namespace
