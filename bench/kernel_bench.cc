@@ -80,7 +80,7 @@ KernelRates MeasureKernelRates(size_t n, int threads, int reps,
   std::memset(a.m.data(), 0, a.m.size());
   std::memset(a.v.data(), 0, a.v.size());
   const size_t esize = MomentBytes(format);
-  AdamHyper h;
+  RuleHyper h;
   h.weight_decay = 0.01;
   AdamStepConsts c = MakeStepConsts(h, 10, 1.0 / 1024);
   KernelRates r;

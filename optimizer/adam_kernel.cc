@@ -11,7 +11,7 @@
 
 namespace mlpo {
 
-AdamStepConsts MakeStepConsts(const AdamHyper& h, uint64_t t,
+AdamStepConsts MakeStepConsts(const RuleHyper& h, uint64_t t,
                               double grad_scale) {
   AdamStepConsts c;
   bool adamw = h.mode == AdamMode::kAdamW;

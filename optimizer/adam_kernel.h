@@ -28,25 +28,11 @@
 
 #include "base/dtype.h"
 #include "optimizer/state_format.h"
+#include "optimizer/update_rule.h"
 
 namespace mlpo {
 
-enum class AdamMode { kAdamW, kAdam };
-
-struct AdamHyper {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  AdamMode mode = AdamMode::kAdamW;
-  // torch.optim's maximize: the gradient's sign flipped before anything
-  // else (ascends the objective); folded into grad_scale, so every kernel
-  // and ISA honours it bit for bit.
-  bool maximize = false;
-};
-
-// Per-step constants derived once from AdamHyper, the step number t >= 1
+// Per-step constants derived once from RuleHyper, the step number t >= 1
 // and the gradient scale (clip_coef / loss_scale).
 struct AdamStepConsts {
   float decay;        // 1 - lr*wd (AdamW), else 1
@@ -59,7 +45,7 @@ struct AdamStepConsts {
   float neg_step;     // -lr / (1 - b1^t)
   float grad_scale;
 };
-AdamStepConsts MakeStepConsts(const AdamHyper& h, uint64_t t,
+AdamStepConsts MakeStepConsts(const RuleHyper& h, uint64_t t,
                               double grad_scale);
 
 struct AdamSlice {

@@ -18,21 +18,6 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Open(
   return o;
 }
 
-namespace {
-absl::Status CheckHyper(int group, const AdamHyper& h) {
-  auto finite = [](double x) { return std::isfinite(x); };
-  if (!finite(h.lr) || !finite(h.eps) || !finite(h.weight_decay) ||
-      !finite(h.beta1) || !finite(h.beta2) || h.lr < 0 || h.eps < 0 ||
-      h.weight_decay < 0 || h.beta1 < 0 || h.beta1 >= 1 || h.beta2 < 0 ||
-      h.beta2 >= 1)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parameter group ", group, ": need finite lr, eps, weight_decay >= 0 "
-        "and betas in [0, 1) (lr ", h.lr, ", betas (", h.beta1, ", ", h.beta2,
-        "), eps ", h.eps, ", weight_decay ", h.weight_decay, ")"));
-  return absl::OkStatus();
-}
-}  // namespace
-
 absl::Status Optimizer::CheckRange(int group, uint64_t offset, uint64_t count,
                                    const char* what) const {
   if (group < 0 || group >= static_cast<int>(options_.groups.size()) ||
@@ -42,11 +27,12 @@ absl::Status Optimizer::CheckRange(int group, uint64_t offset, uint64_t count,
   return absl::OkStatus();
 }
 
-absl::Status Optimizer::SetHyper(int group, const AdamHyper& hyper) {
+absl::Status Optimizer::SetHyper(int group, const RuleHyper& hyper) {
   if (group < 0 || group >= static_cast<int>(options_.groups.size()))
     return absl::InvalidArgumentError(
         absl::StrCat("no parameter group ", group));
-  MLPO_RETURN_IF_ERROR(CheckHyper(group, hyper));
+  MLPO_RETURN_IF_ERROR(CheckRuleHyper(options_.rule, group, hyper));
+  MLPO_RETURN_IF_ERROR(CheckSpecCovers(rule_, group, hyper));
   options_.groups[group].hyper = hyper;
   return absl::OkStatus();
 }
@@ -68,7 +54,7 @@ absl::Status Optimizer::Init() {
   std::vector<uint64_t> numel;
   for (auto& g : options_.groups) {
     int gi = static_cast<int>(numel.size());
-    MLPO_RETURN_IF_ERROR(CheckHyper(gi, g.hyper));
+    MLPO_RETURN_IF_ERROR(CheckRuleHyper(options_.rule, gi, g.hyper));
     numel.push_back(g.numel);
     uint64_t off = 0;
     for (uint64_t n : g.params) {
@@ -118,9 +104,10 @@ absl::Status Optimizer::Init() {
     MLPO_RETURN_IF_ERROR(store_->Declare(ParamStepsObject(), sl));
   }
   MLPO_RETURN_IF_ERROR(CheckStateFormat());
+  MLPO_RETURN_IF_ERROR(CheckUpdateRule());
   for (const Subgroup& s : subgroups_) {
     MLPO_ASSIGN_OR_RETURN(
-        ObjectLayout l, StateLayout(format_, s.numel,
+        ObjectLayout l, StateLayout(format_, rule_, s.numel,
                                     s.grid.blocks()));
     MLPO_RETURN_IF_ERROR(store_->Declare(s.object, l));
     if (po.grad_offload) {
@@ -171,6 +158,42 @@ absl::Status Optimizer::CheckStateFormat() {
           "store ", store_->options().meta_dir, " holds its state as fp32, "
           "not ", want, ": a store's state format is fixed when it is created"));
   return store_->SetAttribute(kStateFormatAttribute, want);
+}
+
+absl::Status Optimizer::CheckUpdateRule() {
+  const std::string dir = store_->options().meta_dir;
+  auto have = store_->GetAttribute(kUpdateRuleAttribute);
+  if (have.ok()) {
+    absl::StatusOr<RuleSpec> r = ParseRuleSpec(*have);
+    if (!r.ok())
+      return absl::DataLossError(absl::StrCat(
+          "store ", dir, " records update rule '", *have,
+          "', which this build does not know"));
+    rule_ = *r;
+  } else if (!absl::IsNotFound(have.status())) {
+    return have.status();
+  } else {
+    std::vector<RuleHyper> hypers;
+    for (const ParamGroup& g : options_.groups) hypers.push_back(g.hyper);
+    rule_ = SpecFor(options_.rule, hypers);
+    // A store from before rules holds Adam's m and v.
+    for (const ObjectInfo& i : store_->List())
+      if (by_object_.count(i.name)) {
+        rule_ = RuleSpec();
+        break;
+      }
+  }
+  if (rule_.kind != options_.rule)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "store ", dir, " holds the state of update rule ", rule_.Name(),
+        ", not ", RuleKindName(options_.rule), ": a store's rule is fixed "
+        "when it is created (open it with its own optimizer, or use another "
+        "store or name)"));
+  for (size_t g = 0; g < options_.groups.size(); ++g)
+    MLPO_RETURN_IF_ERROR(
+        CheckSpecCovers(rule_, static_cast<int>(g), options_.groups[g].hyper));
+  if (have.ok()) return absl::OkStatus();
+  return store_->SetAttribute(kUpdateRuleAttribute, rule_.Name());
 }
 
 absl::Status Optimizer::SetParamMemory(int param, void* memory, DType dtype) {
@@ -239,8 +262,10 @@ StepPlan Optimizer::MakePlan(uint64_t t, double grad_scale,
                              const std::vector<bool>& active) const {
   StepPlan plan;
   plan.format = format_;
+  plan.rule = rule_;
   for (auto& g : options_.groups)
-    plan.consts.push_back(MakeStepConsts(g.hyper, t, grad_scale));
+    plan.consts.push_back(MakeRuleConsts(options_.rule, g.hyper, t,
+                                         grad_scale));
   plan.runs.resize(subgroups_.size());
   plan.overrides = &overrides_;
   std::map<std::pair<int, uint64_t>, int> consts_of;  // (group, step) -> index
@@ -265,8 +290,9 @@ StepPlan Optimizer::MakePlan(uint64_t t, double grad_scale,
         auto it = consts_of.find(key);
         if (it == consts_of.end()) {
           int idx = static_cast<int>(plan.consts.size());
-          plan.consts.push_back(MakeStepConsts(options_.groups[q.group].hyper,
-                                               key.second, grad_scale));
+          plan.consts.push_back(MakeRuleConsts(
+              options_.rule, options_.groups[q.group].hyper, key.second,
+              grad_scale));
           it = consts_of.emplace(key, idx).first;
         }
         r.consts = it->second;
@@ -340,27 +366,31 @@ absl::Status Optimizer::ImportState(uint64_t t, const StateFill& fill,
         "import at step ", t, ": the store ", store_->options().meta_dir,
         " is at step ", step_,
         "; state can only be imported at a later step (use a fresh store)"));
-  const bool compact = format_ != StateFormat::kF32;
-  std::vector<float> m, v;
+  const std::vector<StateSlot> slots = rule_.Slots();
+  const int ns = static_cast<int>(slots.size());
+  std::vector<std::vector<float>> vals(ns);
   for (const Subgroup& s : subgroups_) {
     MLPO_ASSIGN_OR_RETURN(Lease l, store_->Blank(s.object));
-    if (!compact) {
-      MLPO_RETURN_IF_ERROR(fill(s, l->Section<float>("p"),
-                                l->Section<float>("m"),
-                                l->Section<float>("v")));
-    } else {
-      m.assign(s.numel, 0.f);
-      v.assign(s.numel, 0.f);
-      MLPO_RETURN_IF_ERROR(fill(s, l->Section<float>("p"), m.data(), v.data()));
-      for (uint64_t i = 0; i < s.numel; ++i)
-        if (!(v[i] >= 0) || !std::isfinite(v[i]) || !std::isfinite(m[i]))
+    MLPO_ASSIGN_OR_RETURN(StateRef ref,
+                          StateIn(format_, rule_, l.get(), s.grid));
+    float* ptrs[kMaxRuleSlots] = {};
+    for (int k = 0; k < ns; ++k) {
+      vals[k].assign(s.numel, 0.f);
+      ptrs[k] = vals[k].data();
+    }
+    MLPO_RETURN_IF_ERROR(fill(s, l->Section<float>("p"), ptrs));
+    for (int k = 0; k < ns; ++k) {
+      for (uint64_t i = 0; i < s.numel; ++i) {
+        float x = vals[k][i];
+        if (!std::isfinite(x) || (slots[k].nonneg && x < 0))
           return absl::InvalidArgumentError(absl::StrCat(
               "import: element ", s.group_offset + i, " of group ", s.group,
-              " has exp_avg ", m[i], ", exp_avg_sq ", v[i], ": state format ",
-              StateFormatName(format_),
-              " needs finite moments and exp_avg_sq >= 0"));
-      MLPO_ASSIGN_OR_RETURN(MomentsRef ref, MomentsIn(format_, l.get(), s.grid));
-      EncodeMoments(ref, s.numel, m.data(), v.data());
+              " has ", slots[k].torch, " ", x, ": update rule ", rule_.Name(),
+              " needs finite values",
+              slots[k].nonneg ? absl::StrCat(" and ", slots[k].torch, " >= 0")
+                              : ""));
+      }
+      EncodeSlot(ref, k, s.numel, vals[k].data());
     }
     MLPO_RETURN_IF_ERROR(store_->Commit(l, t).get());
   }
@@ -460,6 +490,18 @@ absl::StatusOr<StepReport> Optimizer::Step(double loss_scale,
 }
 
 absl::Status Optimizer::ReadState(int group, std::vector<float>* p,
+                                  std::vector<std::vector<float>>* slots) {
+  if (group < 0 || group >= static_cast<int>(options_.groups.size()))
+    return absl::InvalidArgumentError(absl::StrCat("no parameter group ", group));
+  uint64_t n = options_.groups[group].numel;
+  p->assign(n, 0);
+  slots->assign(rule_.Slots().size(), std::vector<float>(n, 0.f));
+  float* ptrs[kMaxRuleSlots] = {};
+  for (size_t k = 0; k < slots->size(); ++k) ptrs[k] = (*slots)[k].data();
+  return ReadRange(group, 0, n, p->data(), ptrs);
+}
+
+absl::Status Optimizer::ReadState(int group, std::vector<float>* p,
                                   std::vector<float>* m,
                                   std::vector<float>* v) {
   if (group < 0 || group >= static_cast<int>(options_.groups.size()))
@@ -473,7 +515,26 @@ absl::Status Optimizer::ReadState(int group, std::vector<float>* p,
 
 absl::Status Optimizer::ReadRange(int group, uint64_t offset, uint64_t count,
                                   float* p, float* m, float* v) {
+  float* ptrs[kMaxRuleSlots] = {};
+  int km = rule_.SlotOf("m"), kv = rule_.SlotOf("v");
+  if (km >= 0) ptrs[km] = m;
+  else std::fill(m, m + count, 0.f);
+  if (kv >= 0) ptrs[kv] = v;
+  else std::fill(v, v + count, 0.f);
+  return ReadRange(group, offset, count, p, ptrs);
+}
+
+float Optimizer::InitialSlotValue(int group, int slot) const {
+  if (rule_.kind == RuleKind::kAdagrad && slot == 0)
+    return static_cast<float>(
+        options_.groups[group].hyper.initial_accumulator_value);
+  return 0.f;
+}
+
+absl::Status Optimizer::ReadRange(int group, uint64_t offset, uint64_t count,
+                                  float* p, float* const* slots) {
   MLPO_RETURN_IF_ERROR(CheckRange(group, offset, count, "state elements"));
+  const int ns = static_cast<int>(rule_.Slots().size());
   for (const SubgroupSlice& sl :
        SlicesOf(subgroups_, by_group_[group], offset, count)) {
     const Subgroup& s = subgroups_[sl.index];
@@ -482,15 +543,19 @@ absl::Status Optimizer::ReadRange(int group, uint64_t offset, uint64_t count,
     if (reset_pending_) {  // a fresh start: the initial state
       if (options_.init_params) options_.init_params(group, lo, p + at, n);
       else std::fill(p + at, p + at + n, 0.f);
-      std::fill(m + at, m + at + n, 0.f);
-      std::fill(v + at, v + at + n, 0.f);
+      for (int k = 0; k < ns; ++k)
+        if (slots[k])
+          std::fill(slots[k] + at, slots[k] + at + n,
+                    InitialSlotValue(group, k));
       continue;
     }
     auto l = store_->Checkout(s.object).get();
     if (!l.ok()) return l.status();
     std::memcpy(p + at, (*l)->Section<float>("p") + a, n * 4);
-    MLPO_ASSIGN_OR_RETURN(MomentsRef ref, MomentsIn(format_, l->get(), s.grid));
-    DecodeMoments(ref, a, n, m + at, v + at);
+    MLPO_ASSIGN_OR_RETURN(StateRef ref,
+                          StateIn(format_, rule_, l->get(), s.grid));
+    for (int k = 0; k < ns; ++k)
+      if (slots[k]) DecodeSlot(ref, k, a, n, slots[k] + at);
     store_->Return(std::move(*l));  // a look keeps the DRAM tier warm
   }
   return absl::OkStatus();

@@ -24,7 +24,9 @@
 #include "optimizer/grad_stage.h"
 #include "optimizer/param_sink.h"
 #include "optimizer/partition.h"
+#include "optimizer/rule_kernels.h"
 #include "optimizer/state_format.h"
+#include "optimizer/update_rule.h"
 #include "optimizer/update_pipeline.h"
 #include "store/object_store.h"
 
@@ -32,7 +34,7 @@ namespace mlpo {
 
 struct ParamGroup {
   uint64_t numel = 0;  // may be 0 (the group then has no state)
-  AdamHyper hyper;
+  RuleHyper hyper;
   // Element counts of the group's parameters in order (summing to numel);
   // empty: the group is one parameter. Each parameter has its own step
   // count (its bias correction), and a parameter with no gradient staged
@@ -58,6 +60,10 @@ struct OptimizerOptions {
   // InvalidArgument. Fixed when the store's first state is declared (store
   // attribute "state_format"); opening with another is FailedPrecondition.
   std::optional<StateFormat> state_format;
+  // The update rule (update_rule.h). A new store takes it with the slots
+  // its groups need (SpecFor) and records it; opening a store of another
+  // rule is FailedPrecondition.
+  RuleKind rule = RuleKind::kAdam;
   DType grad_dtype = DType::kBF16;   // dtype of staged gradients
   DType param_dtype = DType::kBF16;  // dtype of the model's parameters
   double max_grad_norm = 0;          // clip the global norm; 0 = off
@@ -110,17 +116,20 @@ class Optimizer {
 
   void SetLr(int group, double lr) { options_.groups.at(group).hyper.lr = lr; }
   // All hyperparameters of a group, read every step (InvalidArgument for a
-  // value out of range; the group keeps its old ones).
-  absl::Status SetHyper(int group, const AdamHyper& hyper);
+  // value out of range, FailedPrecondition for an option whose slot the
+  // store lacks; the group keeps its old ones).
+  absl::Status SetHyper(int group, const RuleHyper& hyper);
 
   // Writes a whole state as step `t` (> step(), >= 1): for every subgroup
-  // `fill` writes its fp32 p, m and v (a compact state_format then rounds m
-  // and v; InvalidArgument for a negative or non-finite v there). For moving state in from elsewhere
+  // `fill` writes its fp32 p and each slot of the rule (slots[k], in
+  // RuleSpec::Slots() order; a compact state_format then rounds them;
+  // InvalidArgument for a non-finite value there, or a negative one in a
+  // slot that is never negative). For moving state in from elsewhere
   // (torch.optim state, another checkpoint). `param_steps`: each
   // parameter's step count (none above t); empty: t for all. Not atomic
   // across subgroups: import into a fresh store and Tag() after it.
   using StateFill = std::function<absl::Status(const Subgroup& s, float* p,
-                                               float* m, float* v)>;
+                                               float* const* slots)>;
   absl::Status ImportState(uint64_t t, const StateFill& fill,
                            std::vector<uint64_t> param_steps = {});
 
@@ -180,11 +189,18 @@ class Optimizer {
   const void* Params(int group) const {
     return sink_ ? sink_->Group(group) : nullptr;
   }
-  // The fp32 state of a group read back from the store (tests, tools).
+  // The fp32 state of a group read back from the store (tests, tools):
+  // p and each slot in RuleSpec::Slots() order.
+  absl::Status ReadState(int group, std::vector<float>* p,
+                         std::vector<std::vector<float>>* slots);
+  // Adam's (or any rule's) slots named "m" and "v" (zeros where the rule
+  // has none).
   absl::Status ReadState(int group, std::vector<float>* p, std::vector<float>* m,
                          std::vector<float>* v);
-  // Elements [offset, offset + count) of a group's state into p, m, v
-  // (count floats each).
+  // Elements [offset, offset + count) of a group's state into p and
+  // slots[k] (count floats each; a nullptr slot is not read).
+  absl::Status ReadRange(int group, uint64_t offset, uint64_t count, float* p,
+                         float* const* slots);
   absl::Status ReadRange(int group, uint64_t offset, uint64_t count, float* p,
                          float* m, float* v);
   // The object holding every parameter's step count (ParamStepsObject of
@@ -194,6 +210,7 @@ class Optimizer {
   const std::vector<Subgroup>& subgroups() const { return subgroups_; }
   const OptimizerOptions& options() const { return options_; }
   StateFormat state_format() const { return format_; }
+  const RuleSpec& rule() const { return rule_; }
 
  private:
   explicit Optimizer(OptimizerOptions o) : options_(std::move(o)) {}
@@ -219,6 +236,11 @@ class Optimizer {
   absl::Status CompletePartialInitial();
   // Records the state format in a new store, or checks the one recorded.
   absl::Status CheckStateFormat();
+  // The same for the update rule and its slots (rule_).
+  absl::Status CheckUpdateRule();
+  // Slot `slot`'s value before the first step (adagrad's
+  // initial_accumulator_value; else 0).
+  float InitialSlotValue(int group, int slot) const;
   // The step's work per subgroup; false in `active` skips a parameter.
   StepPlan MakePlan(uint64_t t, double grad_scale,
                     const std::vector<bool>& active) const;
@@ -249,6 +271,7 @@ class Optimizer {
   // Per subgroup: pending master values by element offset.
   std::vector<std::map<uint64_t, std::vector<float>>> overrides_;
   StateFormat format_ = StateFormat::kF32;
+  RuleSpec rule_;
   bool reset_pending_ = false;
   // Step 0's state is in the store (a Tag before the first step, or a
   // restore of one).

@@ -16,7 +16,25 @@ namespace mlpo {
 
 void Optimizer::FillInitial(const Subgroup& s, const ObjectLayout& l,
                             char* blob) const {
-  std::memset(blob, 0, l.total_bytes());  // zero moments (and scales)
+  std::memset(blob, 0, l.total_bytes());  // zero slots (and scales)
+  const std::vector<StateSlot> slots = rule_.Slots();
+  for (int k = 0; k < static_cast<int>(slots.size()); ++k) {
+    const float x = InitialSlotValue(s.group, k);
+    if (x == 0.f) continue;
+    StateRef ref;
+    ref.format = format_;
+    ref.grid = &s.grid;
+    ref.slots = static_cast<int>(slots.size());
+    for (int j = 0; j < ref.slots; ++j) {
+      ref.slot[j] = blob + l.Find(slots[j].section)->offset;
+      ref.nonneg[j] = slots[j].nonneg;
+      if (format_ == StateFormat::kInt8Moments)
+        ref.scale[j] = reinterpret_cast<float*>(
+            blob + l.Find(ScaleSection(slots[j].section))->offset);
+    }
+    std::vector<float> fill(s.numel, x);
+    EncodeSlot(ref, k, s.numel, fill.data());
+  }
   if (options_.init_params)
     options_.init_params(s.group, s.group_offset,
                          reinterpret_cast<float*>(blob + l.Find("p")->offset),

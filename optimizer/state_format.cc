@@ -53,23 +53,110 @@ uint64_t QuantGrid::BlockEnd(uint64_t i) const {
   return std::min(BlockStart(i) + kQuantBlock, piece_end);
 }
 
+std::string ScaleSection(absl::string_view section) {
+  return absl::StrCat(section, "s");
+}
+
+absl::StatusOr<ObjectLayout> StateLayout(StateFormat f, const RuleSpec& rule,
+                                         uint64_t numel, uint64_t blocks) {
+  std::vector<SectionSpec> secs = {{"p", DType::kF32, numel}};
+  const DType code = f == StateFormat::kF32           ? DType::kF32
+                     : f == StateFormat::kBF16Moments ? DType::kBF16
+                                                      : DType::kU8;
+  std::vector<StateSlot> slots = rule.Slots();
+  for (const StateSlot& s : slots) secs.push_back({s.section, code, numel});
+  if (f == StateFormat::kInt8Moments)
+    for (const StateSlot& s : slots)
+      secs.push_back({ScaleSection(s.section), DType::kF32, blocks});
+  return ObjectLayout::Make(secs);
+}
+
 absl::StatusOr<ObjectLayout> StateLayout(StateFormat f, uint64_t numel,
                                          uint64_t blocks) {
-  switch (f) {
+  return StateLayout(f, RuleSpec(), numel, blocks);
+}
+
+absl::StatusOr<StateRef> StateIn(StateFormat f, const RuleSpec& rule,
+                                 CheckoutLease* lease, const QuantGrid& grid) {
+  StateRef r;
+  r.format = f;
+  r.grid = &grid;
+  std::vector<StateSlot> slots = rule.Slots();
+  r.slots = static_cast<int>(slots.size());
+  for (int k = 0; k < r.slots; ++k) {
+    r.slot[k] = lease->SectionData(slots[k].section);
+    r.nonneg[k] = slots[k].nonneg;
+    bool ok = r.slot[k] != nullptr;
+    if (f == StateFormat::kInt8Moments) {
+      r.scale[k] = lease->Section<float>(ScaleSection(slots[k].section));
+      ok = ok && r.scale[k] != nullptr;
+    }
+    if (!ok)
+      return absl::DataLossError(absl::StrCat(
+          "object ", lease->object(), " lacks section ", slots[k].section,
+          " of update rule ", rule.Name(), " in state format ",
+          StateFormatName(f)));
+  }
+  return r;
+}
+
+void DecodeSlot(const StateRef& r, int k, uint64_t from, uint64_t n,
+                float* out) {
+  switch (r.format) {
+    case StateFormat::kF32:
+      std::memcpy(out, static_cast<const float*>(r.slot[k]) + from, n * 4);
+      return;
     case StateFormat::kBF16Moments:
-      return ObjectLayout::Make({{"p", DType::kF32, numel},
-                                 {"m", DType::kBF16, numel},
-                                 {"v", DType::kBF16, numel}});
-    case StateFormat::kInt8Moments:
-      return ObjectLayout::Make({{"p", DType::kF32, numel},
-                                 {"m", DType::kU8, numel},
-                                 {"v", DType::kU8, numel},
-                                 {"ms", DType::kF32, blocks},
-                                 {"vs", DType::kF32, blocks}});
-    default:
-      return ObjectLayout::Make({{"p", DType::kF32, numel},
-                                 {"m", DType::kF32, numel},
-                                 {"v", DType::kF32, numel}});
+      for (uint64_t i = 0; i < n; ++i)
+        out[i] = BF16ToFloat(static_cast<const uint16_t*>(r.slot[k])[from + i]);
+      return;
+    case StateFormat::kInt8Moments: {
+      const uint8_t* c = static_cast<const uint8_t*>(r.slot[k]);
+      for (uint64_t i = 0; i < n;) {
+        uint64_t e = from + i;
+        uint64_t b = r.grid->Block(e);
+        uint64_t end = std::min(r.grid->BlockEnd(e), from + n);
+        for (; e < end; ++e, ++i) {
+          if (r.nonneg[k]) {
+            float q = DecodeV8(c[e], r.scale[k][b]);
+            out[i] = q * q;
+          } else {
+            out[i] = DecodeM8(c[e], r.scale[k][b]);
+          }
+        }
+      }
+      return;
+    }
+  }
+}
+
+void EncodeSlot(const StateRef& r, int k, uint64_t numel, const float* in) {
+  switch (r.format) {
+    case StateFormat::kF32:
+      std::memcpy(r.slot[k], in, numel * 4);
+      return;
+    case StateFormat::kBF16Moments:
+      for (uint64_t i = 0; i < numel; ++i)
+        static_cast<uint16_t*>(r.slot[k])[i] = FloatToBF16(in[i]);
+      return;
+    case StateFormat::kInt8Moments: {
+      uint8_t* c = static_cast<uint8_t*>(r.slot[k]);
+      std::vector<float> root(kQuantBlock);
+      for (uint64_t a = 0; a < numel;) {
+        uint64_t b = r.grid->Block(a), end = r.grid->BlockEnd(a);
+        uint32_t amax = 0;
+        for (uint64_t e = a; e < end; ++e) {
+          root[e - a] = r.nonneg[k] ? std::sqrt(in[e]) : in[e];
+          amax = std::max(amax, FloatBits(root[e - a]) & 0x7fffffffu);
+        }
+        r.scale[k][b] = BlockScale(amax, r.nonneg[k] ? kV8Max : kM8Max);
+        for (uint64_t e = a; e < end; ++e)
+          c[e] = r.nonneg[k] ? EncodeV8(root[e - a], r.scale[k][b])
+                             : EncodeM8(root[e - a], r.scale[k][b]);
+        a = end;
+      }
+      return;
+    }
   }
 }
 

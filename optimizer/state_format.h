@@ -43,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "base/state_format.h"
+#include "optimizer/update_rule.h"
 
 namespace mlpo {
 
@@ -74,10 +75,36 @@ class QuantGrid {
   std::vector<uint64_t> start_, first_block_;  // per piece
 };
 
-// The store layout of a subgroup's state: p (f32), m and v (f32, bf16 or
-// u8) and for int8 "ms", "vs" (f32, one per block).
+// The store layout of a subgroup's state: p (f32), then each slot of the
+// rule (update_rule.h) as f32, bf16 or u8 codes, and for int8 each slot's
+// scales "<slot>s" (f32, one per block): Adam's are p, m, v (ms, vs).
+absl::StatusOr<ObjectLayout> StateLayout(StateFormat f, const RuleSpec& rule,
+                                         uint64_t numel, uint64_t blocks);
+// Adam's (p, m, v).
 absl::StatusOr<ObjectLayout> StateLayout(StateFormat f, uint64_t numel,
                                          uint64_t blocks);
+// The section holding slot `section`'s int8 scales.
+std::string ScaleSection(absl::string_view section);
+
+// A subgroup's slots as the store holds them (pointers into a lease), in
+// RuleSpec::Slots() order.
+struct StateRef {
+  StateFormat format = StateFormat::kF32;
+  const QuantGrid* grid = nullptr;
+  int slots = 0;
+  void* slot[3] = {};
+  float* scale[3] = {};  // int8: per block
+  bool nonneg[3] = {};
+};
+// DataLoss when a section the rule and format need is missing.
+absl::StatusOr<StateRef> StateIn(StateFormat f, const RuleSpec& rule,
+                                 CheckoutLease* lease, const QuantGrid& grid);
+// fp32 values of slot k's elements [from, from + n).
+void DecodeSlot(const StateRef& r, int k, uint64_t from, uint64_t n,
+                float* out);
+// Writes every element of slot k (numel of the grid or of the subgroup)
+// from fp32 values: int8 picks each block's scale.
+void EncodeSlot(const StateRef& r, int k, uint64_t numel, const float* in);
 
 // Each parameter's own step count (Optimizer::param_steps) for a rank of
 // `params` parameters: object "param_steps.n<params>" (a store whose groups

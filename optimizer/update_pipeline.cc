@@ -152,13 +152,12 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
         options_.grad_offload ? (*glease)->Section<float>("g") : nullptr;
     DType gdt = options_.grad_offload ? DType::kF32 : grads.dtype();
     float* p = lease->Section<float>("p");
-    absl::StatusOr<MomentsRef> mom = MomentsIn(plan.format, lease.get(), s.grid);
-    if (!mom.ok()) {
-      error = mom.status();
+    absl::StatusOr<StateRef> st =
+        StateIn(plan.format, plan.rule, lease.get(), s.grid);
+    if (!st.ok()) {
+      error = st.status();
       break;
     }
-    char* m = static_cast<char*>(mom->m);
-    char* v = static_cast<char*>(mom->v);
     const bool int8 = plan.format == StateFormat::kInt8Moments;
     const size_t msize = MomentBytes(plan.format);
     void* out = sink ? sink->Buffer(s) : nullptr;
@@ -203,10 +202,8 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
         return;
       }
       auto slice = [&](uint64_t at, uint64_t n, const void* gp, DType gd) {
-        AdamSlice sl;
+        RuleSlice sl;
         sl.p = p + at;
-        sl.m = m + at * msize;
-        sl.v = v + at * msize;
         sl.grad = gp;
         sl.grad_dtype = gd;
         sl.out = o ? static_cast<char*>(o) + (at - off) * DTypeSize(od)
@@ -214,9 +211,11 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
         sl.out_dtype = od;
         sl.n = n;
         sl.format = plan.format;
-        if (int8) {
-          sl.ms = mom->ms + s.grid.Block(at);
-          sl.vs = mom->vs + s.grid.Block(at);
+        sl.slots = st->slots;
+        for (int k = 0; k < st->slots; ++k) {
+          sl.slot[k] = static_cast<char*>(st->slot[k]) + at * msize;
+          sl.nonneg[k] = st->nonneg[k];
+          if (int8) sl.scale[k] = st->scale[k] + s.grid.Block(at);
         }
         return sl;
       };
@@ -224,7 +223,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
       // slice or the stage's copy); int8 needs whole blocks in one call,
       // so a tile whose gradient is in pieces is gathered first.
       if (goff) {
-        AdamUpdate(slice(off, it.n, goff + off, gdt), plan.consts[r.consts]);
+        RuleUpdate(slice(off, it.n, goff + off, gdt), plan.consts[r.consts]);
         return;
       }
       uint64_t avail = 0;
@@ -232,7 +231,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
       if (avail >= it.n || !int8) {
         for (uint64_t done = 0; done < it.n;) {
           uint64_t n = std::min(it.n - done, avail);
-          AdamUpdate(slice(off + done, n, gp, gdt), plan.consts[r.consts]);
+          RuleUpdate(slice(off + done, n, gp, gdt), plan.consts[r.consts]);
           done += n;
           if (done < it.n) gp = grads.Span(s.index, off + done, &avail);
         }
@@ -246,7 +245,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
         done += n;
         if (done < it.n) gp = grads.Span(s.index, off + done, &avail);
       }
-      AdamUpdate(slice(off, it.n, gather.data(), DType::kF32),
+      RuleUpdate(slice(off, it.n, gather.data(), DType::kF32),
                  plan.consts[r.consts]);
     };
     runner_.ParallelFor(items.size(), [&](size_t ii) {
@@ -258,7 +257,9 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
     });
     absl::Time ce = absl::Now();
     rep.compute_s += absl::ToDoubleSeconds(ce - cs);
-    Trace::Get()->Complete("adam " + s.object, "kernel", "pipeline", cs, ce,
+    Trace::Get()->Complete(
+        absl::StrCat(RuleKindName(plan.rule.kind), " ", s.object), "kernel",
+        "pipeline", cs, ce,
                            s.numel);
     // Handed over: a lease only the store holds can stay in the DRAM tier.
     {

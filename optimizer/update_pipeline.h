@@ -3,7 +3,7 @@
 //   order = 0..N-1 on even steps, N-1..0 on odd ones (alternate_order)
 //   keep Checkout(i+1 .. i+d) in flight (every path reads at once)
 //   for each subgroup i: wait its checkout -> fused kernel over tiles on
-//   the pool (grad widen + unscale + clip + Adam + cast) -> Commit(i)
+//   the pool (grad widen + unscale + clip + the rule + cast) -> Commit(i)
 //   asynchronously -> publish new params to the sink
 //
 // Reads, writes and compute overlap: while the kernel runs on subgroup i the
@@ -28,6 +28,7 @@
 #include "optimizer/parallel.h"
 #include "optimizer/param_sink.h"
 #include "optimizer/partition.h"
+#include "optimizer/rule_kernels.h"
 #include "optimizer/state_format.h"
 #include "store/object_store.h"
 
@@ -95,9 +96,10 @@ struct StepRun {
   DType memory_dtype = DType::kF32;
 };
 struct StepPlan {
-  // How the subgroups' objects hold m and v (StateLayout).
+  // How the subgroups' objects hold the rule's slots (StateLayout).
   StateFormat format = StateFormat::kF32;
-  std::vector<AdamStepConsts> consts;
+  RuleSpec rule;
+  std::vector<RuleConsts> consts;
   // Per subgroup index. An empty list: the whole subgroup is one run with
   // consts[group] (every element has its gradient). For int8-moments a run
   // must not span two of the subgroup's pieces (its parameters).

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "optimizer/checkpoint_reader.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/param_sink.h"
@@ -45,6 +47,15 @@ py::array_t<float> FloatArray(std::vector<float>&& v) {
   auto* heap = new std::vector<float>(std::move(v));
   py::capsule owner(heap, [](void* p) { delete static_cast<std::vector<float>*>(p); });
   return py::array_t<float>({heap->size()}, {sizeof(float)}, heap->data(), owner);
+}
+
+// {section: values} of a rule's slots.
+py::dict SlotDict(const std::vector<StateSlot>& slots,
+                  std::vector<std::vector<float>>* vals) {
+  py::dict d;
+  for (size_t k = 0; k < slots.size(); ++k)
+    d[slots[k].section] = FloatArray(std::move((*vals)[k]));
+  return d;
 }
 
 // The Optimizer with the initial parameters it needs before its first step
@@ -76,6 +87,7 @@ class Engine {
       ParamGroup pg;
       pg.numel = g["numel"].cast<uint64_t>();
       pg.hyper = HyperArg(g);
+      o.rule = RuleKindArg(g);  // one rule for every group
       if (g.contains("params"))
         pg.params = g["params"].cast<std::vector<uint64_t>>();
       o.groups.push_back(pg);
@@ -206,17 +218,30 @@ class Engine {
   bool fresh_pending() const { return opt()->fresh_pending(); }
   bool state_stored() const { return opt()->state_stored(); }
   std::vector<uint64_t> ParamSteps() const { return opt()->param_steps(); }
+  // (p, {slot section: values}) of elements [offset, offset + count).
   py::tuple ReadRange(int group, uint64_t offset, uint64_t count) {
-    std::vector<float> p(count), m(count), v(count);
     Optimizer* o = opt();
+    const std::vector<StateSlot> slots = o->rule().Slots();
+    std::vector<float> p(count);
+    std::vector<std::vector<float>> vals(slots.size(),
+                                         std::vector<float>(count));
+    float* ptrs[kMaxRuleSlots] = {};
+    for (size_t k = 0; k < slots.size(); ++k) ptrs[k] = vals[k].data();
     absl::Status st;
     {
       py::gil_scoped_release nogil;
-      st = o->ReadRange(group, offset, count, p.data(), m.data(), v.data());
+      st = o->ReadRange(group, offset, count, p.data(), ptrs);
     }
     Check(st);
-    return py::make_tuple(FloatArray(std::move(p)), FloatArray(std::move(m)),
-                          FloatArray(std::move(v)));
+    return py::make_tuple(FloatArray(std::move(p)), SlotDict(slots, &vals));
+  }
+
+  // [(section, torch.optim state name, never negative)] of the rule.
+  py::list Slots() const {
+    py::list out;
+    for (const StateSlot& s : opt()->rule().Slots())
+      out.append(py::make_tuple(s.section, s.torch, s.nonneg));
+    return out;
   }
 
   void StageGrad(int group, uint64_t offset, uintptr_t ptr,
@@ -295,32 +320,47 @@ class Engine {
   }
 
   py::tuple ReadGroup(int group) {
-    std::vector<float> p, m, v;
+    std::vector<float> p;
+    std::vector<std::vector<float>> vals;
     Optimizer* o = opt();
     absl::Status st;
     {
       py::gil_scoped_release nogil;
-      st = o->ReadState(group, &p, &m, &v);
+      st = o->ReadState(group, &p, &vals);
     }
     Check(st);
-    return py::make_tuple(FloatArray(std::move(p)), FloatArray(std::move(m)),
-                          FloatArray(std::move(v)));
+    return py::make_tuple(FloatArray(std::move(p)),
+                          SlotDict(o->rule().Slots(), &vals));
   }
 
-  // `fill(group, group_offset, numel)` returns (p, m, v) float32 arrays.
+  // `fill(group, group_offset, numel)` returns (p, {slot section: values})
+  // of float32 arrays, every slot of the rule given.
   void ImportState(uint64_t t, py::function fill,
                    std::vector<uint64_t> param_steps) {
+    const std::vector<StateSlot> slots = opt()->rule().Slots();
     Check(opt()->ImportState(
-        t, [&](const Subgroup& s, float* p, float* m, float* v) -> absl::Status {
+        t,
+        [&](const Subgroup& s, float* p, float* const* dst) -> absl::Status {
           py::tuple r = fill(s.group, s.group_offset, s.numel);
-          float* dst[3] = {p, m, v};
-          for (int i = 0; i < 3; ++i) {
-            auto a = r[i].cast<py::array_t<float, py::array::c_style |
-                                                       py::array::forcecast>>();
+          auto copy = [&](py::handle h, float* to,
+                          const char* what) -> absl::Status {
+            auto a = h.cast<py::array_t<float, py::array::c_style |
+                                                   py::array::forcecast>>();
             if (static_cast<uint64_t>(a.size()) != s.numel)
-              return absl::InvalidArgumentError(
-                  "import: an array has the wrong number of elements");
-            std::memcpy(dst[i], a.data(), s.numel * sizeof(float));
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "import: ", what, " has ", a.size(), " elements, not ",
+                  s.numel));
+            std::memcpy(to, a.data(), s.numel * sizeof(float));
+            return absl::OkStatus();
+          };
+          MLPO_RETURN_IF_ERROR(copy(r[0], p, "the parameters"));
+          py::dict d = r[1].cast<py::dict>();
+          for (size_t k = 0; k < slots.size(); ++k) {
+            if (!d.contains(slots[k].section))
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "import: no values for ", slots[k].torch));
+            MLPO_RETURN_IF_ERROR(
+                copy(d[slots[k].section], dst[k], slots[k].torch));
           }
           return absl::OkStatus();
         },
@@ -561,6 +601,10 @@ PYBIND11_MODULE(_mlpo, m) {
       .def("set_attribute", &Engine::SetAttribute)
       .def("get_attribute", &Engine::GetAttribute)
       .def_property_readonly("step_count", &Engine::step)
+      .def_property_readonly("slots", &Engine::Slots)
+      .def_property_readonly("rule", [](Engine& e) {
+        return e.opt()->rule().Name();
+      })
       .def_property_readonly("state_format", [](Engine& e) {
         return std::string(StateFormatName(e.opt()->state_format()));
       })

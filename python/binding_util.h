@@ -40,20 +40,42 @@ T Value(absl::StatusOr<T> v) {
   return std::move(*v);
 }
 
-// {"lr", "beta1", "beta2", "eps", "weight_decay", "mode": "adamw"|"adam",
-//  "maximize": bool (optional)}.
-inline AdamHyper HyperArg(const py::dict& g) {
-  AdamHyper h;
-  h.lr = g["lr"].cast<double>();
-  h.beta1 = g["beta1"].cast<double>();
-  h.beta2 = g["beta2"].cast<double>();
-  h.eps = g["eps"].cast<double>();
-  h.weight_decay = g["weight_decay"].cast<double>();
+// {"lr", "weight_decay", "mode": "adamw"|"adam"|"lion"|"adagrad"|"sgd",
+//  and the rule's own: "beta1", "beta2", "eps", "maximize", "amsgrad",
+//  "momentum", "dampening", "nesterov", "lr_decay",
+//  "initial_accumulator_value" (each optional but lr and mode)}.
+inline RuleKind RuleKindArg(const py::dict& g) {
   std::string mode = g["mode"].cast<std::string>();
-  if (mode == "adamw") h.mode = AdamMode::kAdamW;
-  else if (mode == "adam") h.mode = AdamMode::kAdam;
-  else throw py::value_error("mode must be 'adamw' or 'adam'");
-  if (g.contains("maximize")) h.maximize = g["maximize"].cast<bool>();
+  if (mode == "adamw" || mode == "adam") return RuleKind::kAdam;
+  if (mode == "lion") return RuleKind::kLion;
+  if (mode == "adagrad") return RuleKind::kAdagrad;
+  if (mode == "sgd") return RuleKind::kSgd;
+  throw py::value_error("mode must be 'adamw', 'adam', 'lion', 'adagrad' or "
+                        "'sgd', not '" + mode + "'");
+}
+inline RuleHyper HyperArg(const py::dict& g) {
+  RuleHyper h;
+  RuleKindArg(g);  // checks the mode
+  h.mode = g["mode"].cast<std::string>() == "adam" ? AdamMode::kAdam
+                                                   : AdamMode::kAdamW;
+  h.lr = g["lr"].cast<double>();
+  auto num = [&](const char* key, double* dst) {
+    if (g.contains(key)) *dst = g[key].cast<double>();
+  };
+  auto flag = [&](const char* key, bool* dst) {
+    if (g.contains(key)) *dst = g[key].cast<bool>();
+  };
+  num("beta1", &h.beta1);
+  num("beta2", &h.beta2);
+  num("eps", &h.eps);
+  num("weight_decay", &h.weight_decay);
+  num("momentum", &h.momentum);
+  num("dampening", &h.dampening);
+  num("lr_decay", &h.lr_decay);
+  num("initial_accumulator_value", &h.initial_accumulator_value);
+  flag("maximize", &h.maximize);
+  flag("amsgrad", &h.amsgrad);
+  flag("nesterov", &h.nesterov);
   return h;
 }
 

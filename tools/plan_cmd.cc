@@ -39,7 +39,7 @@ double MeasureAdam(int threads) {
   const size_t n = size_t{8} << 20;
   std::vector<float> p(n, 0.1f), m(n, 0.f), v(n, 0.f);
   std::vector<uint16_t> g(n, 0x2e66), out(n);
-  AdamHyper h;
+  RuleHyper h;
   AdamStepConsts c = MakeStepConsts(h, 1, 1.0);
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {

@@ -17,7 +17,7 @@ struct RefState {
 };
 
 // Plain double-precision Adam/AdamW (PyTorch's formulas), one step.
-void RefStep(RefState* s, const std::vector<double>& g_raw, const AdamHyper& h,
+void RefStep(RefState* s, const std::vector<double>& g_raw, const RuleHyper& h,
              uint64_t t, double grad_scale) {
   double bc1 = 1 - std::pow(h.beta1, t), bc2 = 1 - std::pow(h.beta2, t);
   for (size_t i = 0; i < s->p.size(); ++i) {
@@ -41,7 +41,7 @@ std::vector<uint16_t> Encode(const std::vector<float>& x, DType t) {
 
 struct Case {
   DType grad, out;
-  AdamHyper h;
+  RuleHyper h;
   size_t n;
   double grad_scale;
 };
@@ -97,7 +97,7 @@ TEST_P(KernelParityTest, EveryDtypeCombinationMatchesDoubleReference) {
   for (DType g : {DType::kF32, DType::kF16, DType::kBF16})
     for (DType o : {DType::kF32, DType::kF16, DType::kBF16})
       for (size_t n : {1u, 7u, 15u, 16u, 17u, 33u, 1000u}) {
-        AdamHyper h;
+        RuleHyper h;
         h.lr = 1e-3;
         h.weight_decay = 0.01;
         RunAgainstReference({g, o, h, n, 1.0 / 128}, GetParam());
@@ -105,7 +105,7 @@ TEST_P(KernelParityTest, EveryDtypeCombinationMatchesDoubleReference) {
 }
 
 TEST_P(KernelParityTest, EdgeHyperparameters) {
-  std::vector<AdamHyper> hs(6);
+  std::vector<RuleHyper> hs(6);
   hs[0].lr = 0;                       // no movement
   hs[1].eps = 1e-30;                  // tiny eps
   hs[2].weight_decay = 0;
@@ -119,7 +119,7 @@ TEST_P(KernelParityTest, EdgeHyperparameters) {
     RunAgainstReference({DType::kBF16, DType::kBF16, h, 1001, 0.5}, GetParam());
   // lr 0 with AdamW leaves parameters bit-identical.
   std::vector<float> p(40, 1.25f), m(40, 0), v(40, 0), g(40, 3.0f);
-  AdamHyper z;
+  RuleHyper z;
   z.lr = 0;
   z.weight_decay = 0.5;
   AdamSlice s{p.data(), m.data(), v.data(), g.data(), DType::kF32, nullptr,
@@ -129,7 +129,7 @@ TEST_P(KernelParityTest, EdgeHyperparameters) {
 }
 
 TEST_P(KernelParityTest, ClippingScaleMatchesReferenceOnScaledGradients) {
-  AdamHyper h;
+  RuleHyper h;
   RunAgainstReference({DType::kF16, DType::kF32, h, 513, 0.37 / 1024},
                       GetParam());
 }
@@ -150,9 +150,9 @@ TEST_P(KernelParityTest, MaximizeIsTheStepOfTheNegatedGradient) {
     neg[i] = -g[i];
   }
   auto p2 = p, m2 = m, v2 = v;
-  AdamHyper h;
+  RuleHyper h;
   h.weight_decay = 0.1;
-  AdamHyper hm = h;
+  RuleHyper hm = h;
   hm.maximize = true;
   AdamUpdate({p.data(), m.data(), v.data(), g.data(), DType::kF32, nullptr,
               DType::kF32, n},
@@ -185,7 +185,7 @@ TEST_P(KernelParityTest, BitIdenticalToScalarWithMisalignedTails) {
                                           : static_cast<const void*>(g16.data() + 1);
         auto p2 = p, m2 = m, v2 = v;
         std::vector<uint8_t> o1((n + 1) * 4), o2((n + 1) * 4);
-        AdamHyper h;
+        RuleHyper h;
         h.weight_decay = 0.1;
         auto c = MakeStepConsts(h, 3, 0.5);
         size_t es = DTypeSize(o);

@@ -32,7 +32,7 @@ OptimizerOptions Options(const TempDir& dir, const std::vector<uint64_t>& sizes,
   for (uint64_t s : sizes) n += s;
   OptimizerOptions o = TestOptimizerOptions(dir, {n}, 1500);
   o.groups[0].params = sizes;
-  o.groups[0].hyper = AdamHyper{kLr, kB1, kB2, kEps, kWd, AdamMode::kAdamW};
+  o.groups[0].hyper = RuleHyper{kLr, kB1, kB2, kEps, kWd, AdamMode::kAdamW};
   o.grad_dtype = DType::kF32;
   o.param_dtype = param_dtype;
   return o;
@@ -379,7 +379,7 @@ TEST(ParamSemanticsTest, BadParameterListsAreRefused) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*opt)->AdoptEdits({7}).code(), absl::StatusCode::kOk)
       << "step 0: nothing is stored yet, the first step (or Tag) takes edits";
-  auto fill = [](const Subgroup&, float*, float*, float*) {
+  auto fill = [](const Subgroup&, float*, float* const*) {
     return absl::OkStatus();
   };
   EXPECT_EQ((*opt)->ImportState(2, fill, {1, 3, 2}).code(),

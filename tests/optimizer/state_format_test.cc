@@ -159,7 +159,7 @@ TEST_P(CompactKernelTest, EveryIsaIsBitIdenticalToScalar) {
     std::vector<float> g(n);
     for (size_t i = 0; i < n; ++i)
       g[i] = i % 89 == 4 ? 1e18f : i % 89 == 6 ? 0.0f : nd(rng) * 1e-2f;
-    AdamHyper h;
+    RuleHyper h;
     h.weight_decay = 0.1;
     AdamStepConsts c = MakeStepConsts(h, 3, 0.5);
     State want = base;
@@ -191,7 +191,7 @@ TEST_P(CompactKernelTest, StepMatchesDoubleReferenceWithinTheFormat) {
     }
     EncodeMoments(s.Ref(), n, m.data(), v.data());
   }
-  AdamHyper h;
+  RuleHyper h;
   h.lr = 1e-2;
   h.weight_decay = 0.1;
   for (uint64_t t = 1; t <= 4; ++t) {
