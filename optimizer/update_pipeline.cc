@@ -259,8 +259,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
     rep.compute_s += absl::ToDoubleSeconds(ce - cs);
     Trace::Get()->Complete(
         absl::StrCat(RuleKindName(plan.rule.kind), " ", s.object), "kernel",
-        "pipeline", cs, ce,
-                           s.numel);
+        "pipeline", cs, ce, s.numel);
     // Handed over: a lease only the store holds can stay in the DRAM tier.
     {
       TraceSpan span("commit call", "store", "pipeline");
