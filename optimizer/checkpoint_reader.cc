@@ -136,6 +136,20 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
             parsed.status().message()));
       format = *parsed;
     }
+    RuleSpec rule;  // a store from before rules: adam
+    if (auto a = rank.store->GetAttribute(kUpdateRuleAttribute); a.ok()) {
+      auto parsed = ParseRuleSpec(*a);
+      if (!parsed.ok())
+        return absl::DataLossError(absl::StrCat(
+            "store ", rank.store->options().meta_dir, ": ",
+            parsed.status().message()));
+      rule = *parsed;
+    }
+    if (k == 0) r->rule_ = rule;
+    else if (!(rule == r->rule_))
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ranks disagree: rank 0 holds ", r->rule_.Name(),
+          " state, rank ", k, " ", rule.Name()));
     if (k == 0) r->format_ = format;
     else if (format != r->format_)
       return absl::FailedPreconditionError(absl::StrCat(
@@ -178,10 +192,24 @@ absl::StatusOr<std::vector<uint64_t>> CheckpointReader::ParamSteps() {
 
 absl::Status CheckpointReader::Read(int g, uint64_t start, uint64_t n,
                                     float* p, float* m, float* v) {
+  float* slots[kMaxRuleSlots] = {};
+  int km = rule_.SlotOf("m"), kv = rule_.SlotOf("v");
+  if (km >= 0) slots[km] = m;
+  else if (m) std::fill(m, m + n, 0.f);
+  if (kv >= 0) slots[kv] = v;
+  else if (v) std::fill(v, v + n, 0.f);
+  return Read(g, start, n, p, slots);
+}
+
+absl::Status CheckpointReader::Read(int g, uint64_t start, uint64_t n,
+                                    float* p, float* const* slots) {
   if (g < 0 || g >= num_groups() || start + n > group_numel(g) ||
       start + n < start)
     return absl::InvalidArgumentError(absl::StrCat(
         "elements [", start, ", +", n, ") are outside group ", g));
+  const int ns = static_cast<int>(rule_.Slots().size());
+  bool any_slot = false;
+  for (int k = 0; k < ns; ++k) any_slot = any_slot || slots[k] != nullptr;
   uint64_t covered = 0;
   for (Rank& rank : ranks_) {
     const auto& gm = rank.manifest["groups"][g];
@@ -196,19 +224,18 @@ absl::Status CheckpointReader::Read(int g, uint64_t start, uint64_t n,
       if (p)
         std::memcpy(p + (a - start), l->Section<float>("p") + (a - lo),
                     (b - a) * sizeof(float));
-      if (m || v) {
-        auto want = StateLayout(format_, s.numel, s.grid.blocks());
+      if (any_slot) {
+        auto want = StateLayout(format_, rule_, s.numel, s.grid.blocks());
         if (!want.ok() || !(l->layout() == *want))
           return absl::DataLossError(absl::StrCat(
               "store ", rank.store->options().meta_dir, ": object ", s.object,
               " is laid out as ", l->layout().DebugString(), ", not as its "
-              "manifest and state format ", StateFormatName(format_),
-              " say"));
-        MLPO_ASSIGN_OR_RETURN(MomentsRef ref,
-                              MomentsIn(format_, l.get(), s.grid));
-        std::vector<float> mt(m ? 0 : b - a), vt(v ? 0 : b - a);
-        DecodeMoments(ref, a - lo, b - a, m ? m + (a - start) : mt.data(),
-                      v ? v + (a - start) : vt.data());
+              "manifest, update rule ", rule_.Name(), " and state format ",
+              StateFormatName(format_), " say"));
+        MLPO_ASSIGN_OR_RETURN(StateRef ref,
+                              StateIn(format_, rule_, l.get(), s.grid));
+        for (int k = 0; k < ns; ++k)
+          if (slots[k]) DecodeSlot(ref, k, a - lo, b - a, slots[k] + (a - start));
       }
       covered += b - a;
     }

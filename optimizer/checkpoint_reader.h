@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "optimizer/partition.h"
+#include "optimizer/rule_kernels.h"
 #include "optimizer/state_format.h"
 #include "store/object_store.h"
 
@@ -80,9 +81,15 @@ class CheckpointReader {
   }
 
   // Reads elements [start, start + n) of group g's flat fp32 master
-  // parameters, first and second moments into p, m, v (each may be null).
+  // parameters and the rule's slots (RuleSpec::Slots() order) into p and
+  // slots[k] (each may be null).
+  absl::Status Read(int g, uint64_t start, uint64_t n, float* p,
+                    float* const* slots);
+  // Adam's: the slots named m and v (zeros where the rule has none).
   absl::Status Read(int g, uint64_t start, uint64_t n, float* p, float* m,
                     float* v);
+  // The update rule of the stores (every rank's agree).
+  const RuleSpec& rule() const { return rule_; }
   // Each manifest parameter's own step count (Optimizer::param_steps: a
   // parameter skipped for want of a gradient counts fewer); step() for all
   // in checkpoints written before step counts were kept.
@@ -106,6 +113,7 @@ class CheckpointReader {
   std::vector<Rank> ranks_;
   uint64_t step_ = 0;
   StateFormat format_ = StateFormat::kF32;
+  RuleSpec rule_;
 };
 
 }  // namespace mlpo

@@ -511,17 +511,29 @@ class Reader {
     return py::str(Value(std::move(v)));
   }
   std::vector<uint64_t> ParamSteps() { return Value(r_->ParamSteps()); }
+  // (p, {slot section: values}).
   py::tuple Read(int g, uint64_t start, uint64_t n) {
-    std::vector<float> p(n), m(n), v(n);
+    const std::vector<StateSlot> slots = r_->rule().Slots();
+    std::vector<float> p(n);
+    std::vector<std::vector<float>> vals(slots.size(), std::vector<float>(n));
+    float* ptrs[kMaxRuleSlots] = {};
+    for (size_t k = 0; k < slots.size(); ++k) ptrs[k] = vals[k].data();
     absl::Status st;
     {
       py::gil_scoped_release nogil;
-      st = r_->Read(g, start, n, p.data(), m.data(), v.data());
+      st = r_->Read(g, start, n, p.data(), ptrs);
     }
     Check(st);
-    return py::make_tuple(FloatArray(std::move(p)), FloatArray(std::move(m)),
-                          FloatArray(std::move(v)));
+    return py::make_tuple(FloatArray(std::move(p)), SlotDict(slots, &vals));
   }
+  // [(section, torch.optim state name, never negative)] of the rule.
+  py::list Slots() const {
+    py::list out;
+    for (const StateSlot& s : r_->rule().Slots())
+      out.append(py::make_tuple(s.section, s.torch, s.nonneg));
+    return out;
+  }
+  std::string rule() const { return r_->rule().Name(); }
 
  private:
   std::unique_ptr<CheckpointReader> r_;
@@ -624,5 +636,7 @@ PYBIND11_MODULE(_mlpo, m) {
       .def("param_steps", &Reader::ParamSteps)
       .def("tag_versions", &Reader::TagVersions)
       .def("get_attribute", &Reader::GetAttribute)
-      .def("read", &Reader::Read);
+      .def("read", &Reader::Read)
+      .def_property_readonly("slots", &Reader::Slots)
+      .def_property_readonly("rule", &Reader::rule);
 }

@@ -1,6 +1,6 @@
 // `mlpo export STORE --tag T --format safetensors OUT [--moments]`: the fp32
-// master weights of a checkpoint (and with --moments exp_avg and exp_avg_sq,
-// dequantised to fp32 from a compact state format, named in the metadata)
+// master weights of a checkpoint (and with --moments the update rule's state
+// under torch.optim's names: Adam's exp_avg and exp_avg_sq, dequantised to fp32 from a compact state format, named in the metadata)
 // under the parameter names of the adapter's manifest, in the safetensors
 // format, so any checkpoint opens in any tool that reads safetensors.
 //
@@ -44,7 +44,7 @@ void AddExportCommand(CLI::App& app) {
   auto a = std::make_shared<ExportArgs>();
   auto* c = app.add_subcommand(
       "export",
-      "Write a checkpoint's fp32 master weights (--moments: and Adam moments) "
+      "Write a checkpoint's fp32 master weights (--moments: and the optimizer state) "
       "under the model's parameter names as a safetensors file");
   c->add_option("store", a->store,
                 "Store TOML config, a store directory <path>/<store>/rank-<r> "
@@ -57,7 +57,8 @@ void AddExportCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"safetensors"}));
   c->add_flag("--moments", a->moments,
-              "Also write <name>.exp_avg and <name>.exp_avg_sq");
+              "Also write the rule's state as <name>.<torch.optim state name> "
+              "(Adam: exp_avg, exp_avg_sq)");
   c->add_flag("--json", a->json, "Print a JSON summary on stdout");
   c->add_flag("--force", a->force,
               "Replace OUT when it exists (a path inside any store directory "
@@ -84,21 +85,19 @@ void AddExportCommand(CLI::App& app) {
       std::vector<uint64_t> shape;
       int group;
       uint64_t offset, numel;
-      int section;  // 0 p, 1 m, 2 v
+      int slot;  // -1 p, else the rule's slot
     };
+    const std::vector<StateSlot> slots = (*r)->rule().Slots();
     std::vector<Tensor> tensors;
     try {
       for (auto& p : man.at("params")) {
         Tensor t{p.at("name"), p.at("shape").get<std::vector<uint64_t>>(),
-                 p.at("group"), p.at("offset"), p.at("numel"), 0};
+                 p.at("group"), p.at("offset"), p.at("numel"), -1};
         tensors.push_back(t);
-        if (a->moments) {
+        for (size_t k = 0; a->moments && k < slots.size(); ++k) {
           tensors.push_back(t);
-          tensors.back().name += ".exp_avg";
-          tensors.back().section = 1;
-          tensors.push_back(t);
-          tensors.back().name += ".exp_avg_sq";
-          tensors.back().section = 2;
+          tensors.back().name += std::string(".") + slots[k].torch;
+          tensors.back().slot = static_cast<int>(k);
         }
       }
     } catch (const std::exception& e) {
@@ -120,7 +119,8 @@ void AddExportCommand(CLI::App& app) {
                               // The moments as stored (the file holds them
                               // dequantised to fp32).
                               {"mlpo_state_format",
-                               StateFormatName((*r)->state_format())}};
+                               StateFormatName((*r)->state_format())},
+                              {"mlpo_update_rule", (*r)->rule().Name()}};
     std::string h = header.dump();
     while (h.size() % 8) h += ' ';
     // A name of our own beside OUT: never someone's "OUT.tmp".
@@ -137,10 +137,10 @@ void AddExportCommand(CLI::App& app) {
     for (auto& t : tensors) {
       if (!ok) break;
       buf.resize(t.numel);
-      float* dst[3] = {nullptr, nullptr, nullptr};
-      dst[t.section] = buf.data();
-      absl::Status st = (*r)->Read(t.group, t.offset, t.numel, dst[0], dst[1],
-                                   dst[2]);
+      float* dst[kMaxRuleSlots] = {};
+      if (t.slot >= 0) dst[t.slot] = buf.data();
+      absl::Status st = (*r)->Read(t.group, t.offset, t.numel,
+                                   t.slot < 0 ? buf.data() : nullptr, dst);
       if (!st.ok()) {
         std::fclose(f);
         std::remove(tmp.c_str());

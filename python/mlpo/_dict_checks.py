@@ -7,40 +7,41 @@ import sys
 
 import torch
 
-from ._unsupported import flag, refuse_unsupported
+from ._rules import RULES, check_group, check_slots
 
 
-def _check_hyper(group, g):
-    """A loaded param group's hyperparameters, as the constructor checks
-    them: ValueError before anything changes."""
+def _check_hyper(group, g, mode, engine_rule=None):
+    """A loaded param group's options, as the constructor checks them:
+    ValueError before anything changes (also for an option whose state
+    the store does not hold)."""
     where = f"mlpo.torch: load_state_dict: param group {g} of the state dict"
-    refuse_unsupported(group, where)
-    flag(group, "maximize", where)
-    for key in ("lr", "eps", "weight_decay"):
-        if key in group:
-            v = group[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or \
-                    not math.isfinite(v) or v < 0:
-                raise ValueError(f"mlpo.torch: param group {g} of the state "
-                                 f"dict has an invalid {key} {v!r}")
-    if "betas" in group:
-        b = group["betas"]
-        if not isinstance(b, (list, tuple)) or len(b) != 2 or not all(
-                not isinstance(x, bool) and isinstance(x, (int, float)) and
-                0.0 <= x < 1.0 for x in b):
-            raise ValueError(f"mlpo.torch: param group {g} of the state dict "
-                             f"has invalid betas {b!r}")
+    full = dict(group)
+    for key, v in (("amsgrad", False), ("maximize", False),
+                   ("nesterov", False)):
+        full.setdefault(key, v)
+    rule = RULES[mode]
+    missing = [k for k in rule["numbers"] if k not in full] + (
+        ["betas"] if rule["betas"] and "betas" not in full else [])
+    if missing:
+        raise ValueError(f"{where} lacks {', '.join(missing)}: it is not a "
+                         f"state dict of {mode}")
+    check_group(mode, full, where)
+    if engine_rule is not None:
+        check_slots(engine_rule, full, where)
 
 
-def _step_number(step, name):
-    """A torch state's step (int, float or 0-d tensor) as a positive int."""
+def _step_number(step, name, zero_ok=False):
+    """A torch state's step (int, float or 0-d tensor) as a positive int
+    (zero_ok: or 0, as torch.optim.Adagrad's state before its first
+    step)."""
     if isinstance(step, torch.Tensor):
         if step.numel() != 1:
             raise ValueError(f"mlpo.torch: step of {name} is a tensor of "
                              f"{step.numel()} elements")
         step = step.item()
     if isinstance(step, bool) or not isinstance(step, (int, float)) or \
-            not math.isfinite(step) or step < 1 or step != int(step):
+            not math.isfinite(step) or step < (0 if zero_ok else 1) or \
+            step != int(step):
         raise ValueError(f"mlpo.torch: step of {name} is {step!r}, not a "
                          "positive whole number")
     return int(step)

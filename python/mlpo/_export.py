@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from ._rules import RULES, torch_group
+
 from . import _mlpo
 from . import store_config
 from ._checkpoints import _shaped, _store_name
@@ -48,28 +50,33 @@ def export_state_dict(store, tag=None, name="mlpo"):
     groups = []
     coords = CheckpointCoords(manifest)  # FSDP's shards come together
     for g, gm in enumerate(manifest["groups"]):
+        mode = gm.get("mode", "adamw")
+        rule = RULES.get(mode, RULES["adamw"])
         indices = []
         for i, pm in enumerate(manifest["params"]):
             if pm["group"] != g:
                 continue
             n = math.prod(pm["shape"])
-            p, m, v = (torch.empty(n) for _ in range(3))
+            p = torch.empty(n)
+            slots = {sec: torch.empty(n) for sec, _, _ in reader.slots}
             for coord, k, at in coords.runs(i, 0, n):
-                for dst, x in zip((p, m, v), reader.read(g, coord, k)):
-                    dst[at:at + k] = torch.from_numpy(x)
-            if steps[i] > 0:  # torch.optim has no state before a step
-                state[i] = {"step": torch.tensor(float(steps[i])),
-                            "exp_avg": _shaped(m, pm),
-                            "exp_avg_sq": _shaped(v, pm)}
+                got_p, got = reader.read(g, coord, k)
+                p[at:at + k] = torch.from_numpy(got_p)
+                for sec, x in got.items():
+                    slots[sec][at:at + k] = torch.from_numpy(x)
+            if steps[i] > 0 or (mode == "adagrad" and reader.slots):
+                # torch.optim has no state before a step (but Adagrad's)
+                st = {"step": torch.tensor(float(steps[i]))} \
+                    if rule["step_in_state"] else {}
+                for sec, name, _ in reader.slots:
+                    if name == "max_exp_avg_sq" and not gm.get("amsgrad"):
+                        continue
+                    st[name] = _shaped(slots[sec], pm)
+                if st:
+                    state[i] = st
             masters[pm["name"]] = _shaped(p, pm)
             indices.append(i)
-        groups.append({"lr": gm["lr"], "betas": tuple(gm["betas"]),
-                       "eps": gm["eps"], "weight_decay": gm["weight_decay"],
-                       "amsgrad": False,
-                       "maximize": bool(gm.get("maximize", False)),
-                       "foreach": None,
-                       "capturable": False, "differentiable": False,
-                       "fused": None, "params": indices})
+        groups.append({**torch_group(gm), "params": indices})
     theirs = store.get("param_groups") if isinstance(store, dict) else None
     if isinstance(theirs, list) and len(theirs) == len(groups):
         # The dict's groups hold the hyperparameters as they were when it

@@ -122,7 +122,8 @@ def fill_from(reader, coords, pieces):
     parameter's memory, count, offset in the shard); an entry's "elem0"
     is its first element's number in the whole parameter (FSDP)."""
     def fill(g, off, n):
-        out = [np.empty(n, dtype=np.float32) for _ in range(3)]
+        out = [np.empty(n, dtype=np.float32)
+               for _ in range(1 + len(reader.slots))]
         covered = 0
         for e, at, cnt, o in pieces[g]:
             a, b = max(off, o), min(off + n, o + cnt)
@@ -130,15 +131,17 @@ def fill_from(reader, coords, pieces):
                 continue
             ja = e.get("elem0", 0) + at + (a - o)
             for coord, k, d in coords.runs(e["index"], ja, ja + (b - a)):
-                got = reader.read(g, coord, k)
+                got_p, got = reader.read(g, coord, k)
                 dst = a - off + d
-                for x, y in zip(out, got):
-                    x[dst:dst + k] = y
+                out[0][dst:dst + k] = got_p
+                for x, (sec, _, _) in zip(out[1:], reader.slots):
+                    x[dst:dst + k] = got[sec]
                 covered += k
         if covered != n:
             raise ValueError(
                 f"mlpo.torch: the checkpoint holds {covered} of elements "
                 f"[{off}, +{n}) of group {g} (its manifest does not cover "
                 "this model)")
-        return tuple(out)
+        return out[0], {sec: x for (sec, _, _), x in zip(out[1:],
+                                                         reader.slots)}
     return fill

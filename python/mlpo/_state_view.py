@@ -6,6 +6,8 @@ from collections.abc import Mapping
 
 import torch
 
+from ._rules import RULES
+
 from ._checkpoints import _shaped
 
 # Tensor methods that change their tensor in place besides those named
@@ -50,7 +52,8 @@ class _StateCopy(torch.Tensor):
 
 
 class StateView(Mapping):
-    """opt.state: {param: {"step", "exp_avg", "exp_avg_sq"}} as torch.optim
+    """opt.state: {param: {"step", "exp_avg", "exp_avg_sq"}} (each rule's
+    own state, _rules.py) as torch.optim
     has it, for the parameters that have taken a step. Each access reads the
     store and returns a copy: writing into it changes nothing (and warns,
     see _StateCopy)."""
@@ -92,11 +95,16 @@ class StateView(Mapping):
                 "opt.state_dict()) instead")
         e = opt._pieces[k][1]
         eng = opt._engine
-        _, m, v = eng.read_range(e["group"], e["offset"], e["numel"])
+        _, slots = eng.read_range(e["group"], e["offset"], e["numel"])
         dev = e["param"].device
-        out = {"step": torch.tensor(float(eng.param_steps[k])),
-               "exp_avg": _shaped(torch.from_numpy(m), e).to(dev),
-               "exp_avg_sq": _shaped(torch.from_numpy(v), e).to(dev)}
+        out = {}
+        if RULES[opt._mode]["step_in_state"]:
+            out["step"] = torch.tensor(float(eng.param_steps[k]))
+        for sec, name, _ in eng.slots:
+            if name == "max_exp_avg_sq" and not \
+                    opt.param_groups[e["group"]].get("amsgrad"):
+                continue  # torch keeps it only for amsgrad groups
+            out[name] = _shaped(torch.from_numpy(slots[sec]), e).to(dev)
         return {k: t.as_subclass(_StateCopy) for k, t in out.items()}
 
     def __iter__(self):

@@ -1,13 +1,11 @@
-"""torch.optim Adam/AdamW options that mlpo does not implement, refused
-wherever a user can set them (the constructor, a group dict,
-param_groups edits, add_param_group, a loaded torch.optim state dict),
-never ignored: a run would silently differ from torch's. foreach and fused
-are accepted: mlpo's update is always one fused kernel; maximize is
-honoured per group (the gradient's sign, in the kernel's scale)."""
+"""torch.optim options that mlpo does not implement, refused wherever a
+user can set them (the constructor, a group dict, param_groups edits,
+add_param_group, a loaded torch.optim state dict), never ignored: a run
+would silently differ from torch's. foreach and fused are accepted:
+mlpo's update is always one fused kernel; maximize, amsgrad and the other
+rules' options are honoured per group (_rules.py)."""
 
 WHY = {
-    "amsgrad": "amsgrad=True (exp_avg_sq's running maximum) is not "
-               "implemented by mlpo",
     "capturable": "capturable=True is for capturing the step in a CUDA "
                   "graph, and mlpo's step runs on the host outside any graph",
     "differentiable": "differentiable=True is autograd through the step, "
@@ -30,7 +28,7 @@ def refuse_unsupported(options, where):
 
 
 def flag(options, key, where):
-    """A group's True/False option (maximize), checked: ValueError naming
+    """A group's True/False option (maximize, amsgrad, nesterov), checked: ValueError naming
     `where` for anything but a bool or a number."""
     v = options.get(key, False) if isinstance(options, dict) else False
     if v is None:

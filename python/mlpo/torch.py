@@ -61,11 +61,12 @@ from ._export import export_state_dict
 from ._opening import _DTYPES, StoreOpening
 from ._retention import Retention
 from ._stepping import Stepping
-from ._unsupported import flag, refuse_unsupported
+from ._rules import check_group, check_slots, manifest_hyper
+from ._unsupported import refuse_unsupported
 from ._reshard import (fsdp_group_sizes, fsdp_mesh, fsdp_rows, local_shard,
                        row_numel)
 
-__all__ = ["AdamW", "Adam", "export_state_dict"]
+__all__ = ["AdamW", "Adam", "Lion", "Adagrad", "SGD", "export_state_dict"]
 
 
 
@@ -93,33 +94,19 @@ def _is_dense(p):
 class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
                      torch.optim.Optimizer):
     _mode = "adamw"
-    _default_weight_decay = 1e-2
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
-                 weight_decay=None, amsgrad=False, *, maximize=False,
-                 foreach=None, capturable=False, differentiable=False,
-                 fused=None, store=None, name=None, durability=None,
-                 resume=False, subgroup_numel=1 << 22, max_grad_norm=0.0,
-                 loss_scale=1.0, prefetch=2, commits=2, threads=0,
-                 restore_tag=None, keep_checkpoints=0, process_group=None,
-                 device_backend=None, state_format=None):
+    def __init__(self, params, defaults, *, store=None, name=None,
+                 durability=None, resume=False, subgroup_numel=1 << 22,
+                 max_grad_norm=0.0, loss_scale=1.0, prefetch=2, commits=2,
+                 threads=0, restore_tag=None, keep_checkpoints=0,
+                 process_group=None, device_backend=None, state_format=None):
         cls = type(self).__name__
-        if weight_decay is None:
-            weight_decay = self._default_weight_decay
-        refuse_unsupported(dict(amsgrad=amsgrad, capturable=capturable,
-                                differentiable=differentiable),
-                           f"mlpo.torch.{cls}()")
-        for key, v in (("lr", lr), ("eps", eps),
-                       ("weight_decay", weight_decay)):
-            if not (isinstance(v, (int, float)) and math.isfinite(v)
-                    and v >= 0):
-                raise ValueError(f"mlpo.torch.{cls}: invalid {key} {v!r}")
+        check_group(self._mode, defaults, f"mlpo.torch.{cls}()")
         for g, group in enumerate(params if params and isinstance(
                 params, (list, tuple)) and isinstance(params[0], dict)
                 else []):
-            refuse_unsupported(group, f"mlpo.torch.{cls}(): param group {g}")
-        if not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"mlpo.torch.{cls}: invalid betas {betas!r}")
+            check_group(self._mode, {**defaults, **group},
+                        f"mlpo.torch.{cls}(): param group {g}")
         # The engine's sizes, checked here: pybind11 answered a negative
         # or huge one with its signature dump, and took 2.5 as 2.
         for key, v, lo, hi in (("subgroup_numel", subgroup_numel, 1, 1 << 40),
@@ -145,11 +132,6 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
                              f"whole number >= 0 (0 keeps every checkpoint), "
                              f"not {keep_checkpoints!r}")
         params, self._names = self._split_names(params)
-        defaults = dict(lr=lr, betas=tuple(betas), eps=eps,
-                        weight_decay=weight_decay, amsgrad=False,
-                        maximize=bool(maximize), foreach=foreach,
-                        capturable=False,
-                        differentiable=False, fused=fused)
         self._layout = None
         self._engine = None
         self._failed_step = None  # (step, error) of a step that failed
@@ -414,37 +396,27 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
         return None
 
     def _hyper_json(self, group):
-        b1, b2 = group["betas"]
-        return dict(lr=group["lr"], betas=[b1, b2], eps=group["eps"],
-                    weight_decay=group["weight_decay"], mode=self._mode,
-                    maximize=flag(group, "maximize", "mlpo.torch"))
+        return manifest_hyper(self._mode, group)
 
     def _hyper(self, group):
         """The group's hyperparameters as numbers (a 0-d tensor lr, as a
         scheduler may set, included); a ValueError naming the group and key
-        for anything else (the engine then checks the ranges)."""
+        for anything else, or for an option whose state the store does not
+        hold (the engine then checks the ranges)."""
         g = next((i for i, x in enumerate(self.param_groups) if x is group),
                  "new")
-        refuse_unsupported(group, f"mlpo.torch: step(): param group {g}")
+        where = f"mlpo.torch: step(): param group {g}"
+        out = check_group(self._mode, group, where)
+        if self._engine is not None:
+            check_slots(self._engine.rule, group, where)
+        return out
 
-        def num(key, v):
-            try:
-                return float(v)
-            except (TypeError, ValueError, RuntimeError):
-                raise ValueError(f"mlpo.torch: param group {g}'s {key} is "
-                                 f"{v!r}, not a number") from None
-        betas = group["betas"]
-        if not isinstance(betas, (list, tuple)) or len(betas) != 2:
-            raise ValueError(f"mlpo.torch: param group {g}'s betas is "
-                             f"{betas!r}, not a pair of numbers")
-        return dict(lr=num("lr", group["lr"]),
-                    beta1=num("betas[0]", betas[0]),
-                    beta2=num("betas[1]", betas[1]),
-                    eps=num("eps", group["eps"]),
-                    weight_decay=num("weight_decay", group["weight_decay"]),
-                    maximize=flag(group, "maximize",
-                                  f"mlpo.torch: param group {g}"),
-                    mode=self._mode)
+    def _initial_slot(self, g, name):
+        """A state's value before the first step: torch.optim.Adagrad's sum
+        starts at the group's initial_accumulator_value, the rest at 0."""
+        if name == "sum":
+            return float(self.param_groups[g]["initial_accumulator_value"])
+        return 0.0
 
     @property
     def _grad_dt(self):
@@ -472,7 +444,7 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
         """Copies the master weights (cast to the model dtype) into the
         model's parameters, gathering the shards of every rank."""
         for g, l in enumerate(self._layout):
-            p, _, _ = self._engine.read_group(g)
+            p, _ = self._engine.read_group(g)
             flat = torch.from_numpy(p)
             if self._world > 1 and not self._fsdp:
                 flat = self._gather(flat, l)
@@ -521,7 +493,8 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
             raise NotImplementedError(
                 "mlpo.torch: add_param_group with data parallel is not "
                 "supported; pass every group to the constructor")
-        refuse_unsupported(param_group, "mlpo.torch: add_param_group")
+        check_group(self._mode, {**self.defaults, **param_group},
+                    "mlpo.torch: add_param_group")
         groups, names = self._split_names([param_group])
         eng = self._require_engine()
         saved = None
@@ -549,29 +522,107 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
 
         def fill(g, off, n):
             if g < new_g:
-                return tuple(x[off:off + n] for x in states[g])
+                p, slots = states[g]
+                return p[off:off + n], {k: x[off:off + n]
+                                        for k, x in slots.items()}
             p = torch.empty(n, dtype=torch.float32)
             for e, at, cnt, o in self._shard_pieces(g):
                 a, b = max(off, o), min(off + n, o + cnt)
                 if a < b:
                     p[a - off:b - off] = _flat(e["param"].detach())[
                         at + a - o:at + b - o].float()
-            z = torch.zeros(n, dtype=torch.float32)
-            return p.numpy(), z.numpy(), z.clone().numpy()
+            return p.numpy(), {
+                sec: torch.full((n,), self._initial_slot(g, name),
+                                dtype=torch.float32).numpy()
+                for sec, name, _ in self._engine.slots}
 
         self._engine.import_state(t, fill, steps)
 
 
-class AdamW(_MlpoOptimizer):
-    """torch.optim.AdamW (decoupled weight decay, default 0.01) over an mlpo
-    store. Extra keywords: store, name, durability ("tag" | "step"), resume,
-    subgroup_numel, max_grad_norm, loss_scale, prefetch, commits, threads,
-    restore_tag, keep_checkpoints, process_group, device_backend."""
+_MLPO_KEYWORDS = """Extra keywords (mlpo's): store, name, durability ("tag" | "step"),
+    resume, subgroup_numel, max_grad_norm, loss_scale, prefetch, commits,
+    threads, restore_tag, keep_checkpoints, process_group, device_backend,
+    state_format."""
+
+
+class _AdamBase(_MlpoOptimizer):
+    _default_weight_decay = 0.0
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                 weight_decay=None, amsgrad=False, *, maximize=False,
+                 foreach=None, capturable=False, differentiable=False,
+                 fused=None, **mlpo):
+        refuse_unsupported(dict(capturable=capturable,
+                                differentiable=differentiable),
+                           f"mlpo.torch.{type(self).__name__}()")
+        if weight_decay is None:
+            weight_decay = self._default_weight_decay
+        betas = tuple(betas) if isinstance(betas, (list, tuple)) else betas
+        super().__init__(params, dict(
+            lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+            amsgrad=amsgrad, maximize=maximize, foreach=foreach,
+            capturable=False, differentiable=False, fused=fused), **mlpo)
+
+
+class AdamW(_AdamBase):
+    """torch.optim.AdamW (decoupled weight decay, default 0.01; amsgrad and
+    maximize honoured per group) over an mlpo store. """ + _MLPO_KEYWORDS
     _mode = "adamw"
     _default_weight_decay = 1e-2
 
 
-class Adam(_MlpoOptimizer):
-    """torch.optim.Adam (L2 weight decay, default 0) over an mlpo store."""
+class Adam(_AdamBase):
+    """torch.optim.Adam (L2 weight decay, default 0) over an mlpo store. """ \
+        + _MLPO_KEYWORDS
     _mode = "adam"
     _default_weight_decay = 0.0
+
+
+class Lion(_MlpoOptimizer):
+    """Lion (Chen et al. 2023, "Symbolic Discovery of Optimization
+    Algorithms"): p -= lr * (sign(b1*m + (1-b1)*g) + wd*p), then
+    m = b2*m + (1-b2)*g. One moment (exp_avg): 8 bytes of state per
+    parameter in fp32 against Adam's 12. Defaults as lion-pytorch
+    (lr 1e-4, betas (0.9, 0.99), weight_decay 0). """ + _MLPO_KEYWORDS
+    _mode = "lion"
+
+    def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0,
+                 *, maximize=False, **mlpo):
+        betas = tuple(betas) if isinstance(betas, (list, tuple)) else betas
+        super().__init__(params, dict(lr=lr, betas=betas,
+                                      weight_decay=weight_decay,
+                                      maximize=maximize), **mlpo)
+
+
+class Adagrad(_MlpoOptimizer):
+    """torch.optim.Adagrad over an mlpo store (state: step, sum). """ \
+        + _MLPO_KEYWORDS
+    _mode = "adagrad"
+
+    def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0,
+                 initial_accumulator_value=0, eps=1e-10, foreach=None, *,
+                 maximize=False, differentiable=False, fused=None, **mlpo):
+        refuse_unsupported(dict(differentiable=differentiable),
+                           "mlpo.torch.Adagrad()")
+        super().__init__(params, dict(
+            lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+            initial_accumulator_value=initial_accumulator_value, eps=eps,
+            foreach=foreach, maximize=maximize, differentiable=False,
+            fused=fused), **mlpo)
+
+
+class SGD(_MlpoOptimizer):
+    """torch.optim.SGD (momentum, dampening, nesterov, weight decay,
+    maximize) over an mlpo store (state: momentum_buffer; none, and 4 bytes
+    per parameter, at momentum 0). """ + _MLPO_KEYWORDS
+    _mode = "sgd"
+
+    def __init__(self, params, lr=1e-3, momentum=0, dampening=0,
+                 weight_decay=0, nesterov=False, *, maximize=False,
+                 foreach=None, differentiable=False, fused=None, **mlpo):
+        refuse_unsupported(dict(differentiable=differentiable),
+                           "mlpo.torch.SGD()")
+        super().__init__(params, dict(
+            lr=lr, momentum=momentum, dampening=dampening,
+            weight_decay=weight_decay, nesterov=nesterov, maximize=maximize,
+            foreach=foreach, differentiable=False, fused=fused), **mlpo)
