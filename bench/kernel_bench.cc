@@ -13,6 +13,7 @@
 #include "bench/kernel_rate.h"
 #include "nlohmann/json.hpp"
 #include "optimizer/adam_kernel.h"
+#include "optimizer/rule_kernels.h"
 #include "optimizer/parallel.h"
 #include "base/aligned_buffer.h"
 #include "absl/strings/str_split.h"
@@ -69,7 +70,7 @@ double KernelBytesPerElement(StateFormat format) {
 }
 
 KernelRates MeasureKernelRates(size_t n, int threads, int reps,
-                               StateFormat format) {
+                               StateFormat format, RuleKind rule) {
   Arrays a(n);
   auto* p = reinterpret_cast<float*>(a.p.data());
   auto* g = reinterpret_cast<uint16_t*>(a.g.data());
@@ -84,6 +85,33 @@ KernelRates MeasureKernelRates(size_t n, int threads, int reps,
   h.weight_decay = 0.01;
   AdamStepConsts c = MakeStepConsts(h, 10, 1.0 / 1024);
   KernelRates r;
+  if (rule != RuleKind::kAdam) {  // the rule's kernel over its own slots
+    RuleSpec spec{rule, false, true};
+    const std::vector<StateSlot> slots = spec.Slots();
+    RuleHyper rh;
+    rh.momentum = 0.9;
+    RuleConsts rc = MakeRuleConsts(rule, rh, 10, 1.0 / 1024);
+    r.adam = Rate(a, threads, reps, [&](size_t off, size_t len) {
+      RuleSlice s;
+      s.p = p + off;
+      s.grad = g + off;
+      s.grad_dtype = DType::kF16;
+      s.out = out + off;
+      s.n = len;
+      s.format = format;
+      s.slots = static_cast<int>(slots.size());
+      AlignedBuffer* arr[2] = {&a.m, &a.v};
+      float* sc[2] = {ms, vs};
+      for (int k = 0; k < s.slots; ++k) {
+        s.slot[k] = arr[k]->data() + off * esize;
+        s.scale[k] = sc[k] + off / kQuantBlock;
+        s.nonneg[k] = slots[k].nonneg;
+      }
+      RuleUpdate(s, rc);
+    });
+    r.stream = 0;
+    return r;
+  }
   r.adam = Rate(a, threads, reps, [&](size_t off, size_t len) {
     AdamSlice s{p + off, a.m.data() + off * esize, a.v.data() + off * esize,
                 g + off, DType::kF16, out + off, DType::kBF16, len};

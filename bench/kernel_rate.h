@@ -6,17 +6,21 @@
 #include <cstddef>
 
 #include "base/state_format.h"
+#include "optimizer/update_rule.h"
 
 namespace mlpo {
 
 struct KernelRates {
-  double adam = 0;    // params/s of the fused AdamW (fp16 grad, bf16 out)
-  double stream = 0;  // elements/s of a loop moving the same bytes
+  double adam = 0;    // params/s of the fused update (fp16 grad, bf16 out):
+                      // AdamW, or the rule asked for
+  double stream = 0;  // elements/s of a loop moving the same bytes (Adam's
+                      // only; 0 for another rule)
 };
-// In `format`: m and v as the store holds them (the stream reference moves
-// that format's bytes too).
+// In `format`: the slots as the store holds them (the stream reference
+// moves that format's bytes too).
 KernelRates MeasureKernelRates(size_t n, int threads, int reps,
-                               StateFormat format = StateFormat::kF32);
+                               StateFormat format = StateFormat::kF32,
+                               RuleKind rule = RuleKind::kAdam);
 // Bytes one update moves per element in `format` (fp16 gradient in, bf16
 // parameter out): 28 for fp32.
 double KernelBytesPerElement(StateFormat format);

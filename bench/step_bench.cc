@@ -66,6 +66,7 @@ void AddStepBench(CLI::App& app) {
     double probe_s = 8;
     std::string durability = "step";
     std::string formats = "fp32";
+    std::string optimizers = "adam";
     std::string memory_limit;  // empty: MemAvailable
   };
   auto a = std::make_shared<Args>();
@@ -118,6 +119,13 @@ void AddStepBench(CLI::App& app) {
                   "every mode runs in each (rows MODE/FORMAT), a mode's "
                   "formats taking turns step by step, and each compact row "
                   "gets its ratio to fp32")
+      ->capture_default_str();
+  cmd->add_option("--optimizer", a->optimizers,
+                  "Update rules, comma-separated (adam, lion, adagrad, sgd: "
+                  "SGD with momentum); with more than one, each mlpo mode "
+                  "runs every rule (rows MODE/RULE, adam's keeping the name "
+                  "MODE), the rules taking turns step by step, and each row "
+                  "gets its ratio to adam's params/s (ratio_to_adam)")
       ->capture_default_str();
   cmd->add_option("--queue-depth", a->queue_depth,
                   "I/O requests in flight per path, every mode (the probe's "
@@ -280,6 +288,19 @@ void AddStepBench(CLI::App& app) {
       }
       formats.push_back(*fmt);
     }
+    std::vector<RuleKind> rules;
+    for (auto part : absl::StrSplit(a->optimizers, ',')) {
+      std::optional<RuleKind> k;
+      for (RuleKind r : {RuleKind::kAdam, RuleKind::kLion, RuleKind::kAdagrad,
+                         RuleKind::kSgd})
+        if (part == RuleKindName(r)) k = r;
+      if (!k) {
+        std::cerr << "mlpo-bench: --optimizer: unknown update rule '" << part
+                  << "' (adam, lion, adagrad, sgd)\n";
+        throw CLI::RuntimeError(2);
+      }
+      rules.push_back(*k);
+    }
     json out;
     // U_k: each path's mixed bandwidth, with its cap, measured now; then all
     // paths driven together. Paths that share a device (two directories on
@@ -309,36 +330,55 @@ void AddStepBench(CLI::App& app) {
                                  : static_cast<int>(std::thread::hardware_concurrency());
     double r_adam = MeasureKernelRates(size_t{16} << 20, threads, 3).adam;
     out["r_adam_params_per_s"] = r_adam;
-    // Each format's kernel rate bounds its own runs.
-    std::map<StateFormat, double> r_adam_of;
-    for (StateFormat fmt : formats) {
-      if (fmt == StateFormat::kF32) {
-        r_adam_of[fmt] = r_adam;
-        continue;
+    // Each format's (and rule's) kernel rate bounds its own runs.
+    std::map<std::pair<StateFormat, RuleKind>, double> r_adam_of;
+    for (StateFormat fmt : formats)
+      for (RuleKind rule : rules) {
+        if (fmt == StateFormat::kF32 && rule == RuleKind::kAdam) {
+          r_adam_of[{fmt, rule}] = r_adam;
+          continue;
+        }
+        Progress(absl::StrFormat("measuring the kernel (%s, %s)",
+                                 RuleKindName(rule), StateFormatName(fmt)));
+        double r = MeasureKernelRates(size_t{16} << 20, threads, 3, fmt, rule)
+                       .adam;
+        r_adam_of[{fmt, rule}] = r;
+        if (rule == RuleKind::kAdam)
+          out["r_adam_params_per_s_of"][StateFormatName(fmt)] = r;
+        else
+          out["r_rule_params_per_s_of"][RuleKindName(rule)]
+             [StateFormatName(fmt)] = r;
       }
-      Progress(absl::StrFormat("measuring the kernel (R_adam, %s)",
-                               StateFormatName(fmt)));
-      r_adam_of[fmt] = MeasureKernelRates(size_t{16} << 20, threads, 3, fmt).adam;
-      out["r_adam_params_per_s_of"][StateFormatName(fmt)] = r_adam_of[fmt];
-    }
     // Every mode in every format: rows "mode" (one format) or
     // "mode/format". The baseline is DeepSpeed's offload, whose state is
     // fp32: one row "baseline", in fp32 whatever the formats.
+    // With several rules, a row "mode/rule" for each rule but adam (whose
+    // rows keep their names); row_of holds the row's name without its
+    // format, and its format.
     std::vector<std::string> rows;
     std::map<std::string, std::pair<std::string, StateFormat>> row_of;
+    std::map<std::string, std::string> mode_of;
+    std::map<std::string, RuleKind> rule_of;
     for (auto& m : modes)
-      for (StateFormat fmt : formats) {
-        if (m == "baseline") {
-          if (fmt != formats[0]) continue;
-          fmt = StateFormat::kF32;
+      for (RuleKind rule : rules)
+        for (StateFormat fmt : formats) {
+          if (m == "baseline") {  // DeepSpeed's: Adam in fp32
+            if (fmt != formats[0] || rule != rules[0]) continue;
+            fmt = StateFormat::kF32;
+            rule = RuleKind::kAdam;
+          }
+          std::string name = rule == RuleKind::kAdam
+                                 ? m
+                                 : absl::StrCat(m, "/", RuleKindName(rule));
+          std::string row = formats.size() == 1 || m == "baseline"
+                                ? name
+                                : absl::StrCat(name, "/", StateFormatName(fmt));
+          rows.push_back(row);
+          row_of[row] = {name, fmt};
+          mode_of[row] = m;
+          rule_of[row] = rule;
         }
-        std::string row = formats.size() == 1 || m == "baseline"
-                              ? m
-                              : absl::StrCat(m, "/", StateFormatName(fmt));
-        rows.push_back(row);
-        row_of[row] = {m, fmt};
-      }
-    if (formats.size() > 1) modes = rows;
+    if (formats.size() > 1 || rules.size() > 1) modes = rows;
     if (!a->trace.empty()) Trace::Get()->Start();
     // A mode's rows (its formats) run together, a step at a time: each
     // opens its store and takes the step that creates its state; the disk
@@ -350,9 +390,9 @@ void AddStepBench(CLI::App& app) {
     // minute to minute. Each round starts with the next format, so that no
     // format always follows the same one.
     for (size_t g = 0; g < rows.size();) {
-      const std::string& mode = row_of[rows[g]].first;
+      const std::string& mode = mode_of[rows[g]];
       size_t g_end = g;
-      while (g_end < rows.size() && row_of[rows[g_end]].first == mode) ++g_end;
+      while (g_end < rows.size() && mode_of[rows[g_end]] == mode) ++g_end;
       std::vector<std::unique_ptr<ModeRunner>> runners;
       const uint64_t rss_before = ResidentBytes();
       for (size_t i = g; i < g_end; ++i) {
@@ -380,7 +420,8 @@ void AddStepBench(CLI::App& app) {
             .cache = a->cache,
             .change = change,
             .paper_ratio = a->paper_ratio,
-            .format = row_of[rows[i]].second}));
+            .format = row_of[rows[i]].second,
+            .rule = rule_of[rows[i]]}));
         runners.back()->CreateStep();
       }
       const size_t before = probes.size();
@@ -405,14 +446,15 @@ void AddStepBench(CLI::App& app) {
         const double bound_bps = std::max(probes[before].BoundBps(np),
                                           probes[before + 1].BoundBps(np));
         const double moved = r.bytes_read + r.bytes_written;
-        const double lower_bound_s =
-            std::max(moved / bound_bps, a->params / r_adam_of[fmt]);
+        const double lower_bound_s = std::max(
+            moved / bound_bps, a->params / r_adam_of[{fmt, rule_of[row]}]);
         json pj = json::array();
         for (auto& p : r.paths)
           pj.push_back({{"root", p.root}, {"bytes_read", p.read},
                         {"bytes_written", p.written}});
         out["modes"][row] = {
             {"state_format", StateFormatName(fmt)},
+            {"optimizer", RuleKindName(rule_of[row])},
             {"step_s", r.step_s},
             {"timed_step_s", r.timed_step_s},
             {"backward_s", r.backward_s},
@@ -436,6 +478,19 @@ void AddStepBench(CLI::App& app) {
             {"paths", pj}};
       }
       g = g_end;
+    }
+    // Each rule against adam in the same mode and format.
+    for (const std::string& row : rows) {
+      if (rule_of[row] == RuleKind::kAdam) continue;
+      for (const std::string& other : rows)
+        if (rule_of[other] == RuleKind::kAdam &&
+            mode_of[other] == mode_of[row] &&
+            row_of[other].second == row_of[row].second) {
+          auto& mo = out["modes"];
+          mo[row]["ratio_to_adam"] = mo[row]["params_per_s"].get<double>() /
+                                     mo[other]["params_per_s"].get<double>();
+          mo[row]["adam_row"] = other;
+        }
     }
     const ComparedRows compared = AddComparisons(
         StepRows{rows, row_of, formats.size() > 1}, a->paper_ratio, &out);

@@ -226,14 +226,16 @@ ModeRunner::ModeRunner(const ModeRun& run) : impl_(std::make_unique<Impl>()) {
   m.run = run;
   const auto& [mode, row, paths, dir, params, subgroup, steps, warmup,
                prefetch, commits, threads, queue_depth, stream, keep,
-               durability, u_scale, cache, change, paper_ratio, format] = m.run;
+               durability, u_scale, cache, change, paper_ratio, format, rule] =
+      m.run;
   m.mc = ConfigFor(mode, prefetch, commits, paper_ratio);
   const ModeConfig& mc = m.mc;
   m.baseline = mc.grad_offload;
   OptimizerOptions& o = m.o;
   o.state_format = format;
-  std::string store_name =
-      absl::StrCat("step-", mode, "-", StateFormatName(format));
+  o.rule = rule;
+  std::string store_name = absl::StrCat("step-", mode, "-", RuleKindName(rule),
+                                        "-", StateFormatName(format));
   for (char& ch : store_name)
     if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '-')
       ch = '-';
@@ -259,6 +261,8 @@ ModeRunner::ModeRunner(const ModeRun& run) : impl_(std::make_unique<Impl>()) {
     std::filesystem::remove_all(paths[i].root + "/" + o.store.name);
   }
   SetSyntheticModel(&o, params, subgroup, threads);
+  if (rule == RuleKind::kSgd)  // SGD as fine-tuning runs it: a momentum
+    for (ParamGroup& g : o.groups) g.hyper.momentum = 0.9;
   o.pipeline.grad_offload = mc.grad_offload;
   o.pipeline.alternate_order = mc.alternate;
   o.pipeline.prefetch_depth = mc.prefetch;

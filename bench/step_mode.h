@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/state_format.h"
+#include "optimizer/update_rule.h"
 #include "optimizer/optimizer.h"
 #include "tools/probe/bandwidth_probe.h"
 
@@ -108,6 +109,7 @@ struct ModeRun {
   CapChange change;    // --cap-change
   int paper_ratio = 0;
   StateFormat format = StateFormat::kF32;
+  RuleKind rule = RuleKind::kAdam;  // --optimizer
 };
 
 // One mode in one state format over its own store, driven a step at a

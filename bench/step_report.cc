@@ -128,6 +128,13 @@ void PrintStepReport(const json& out, const ComparedRows& c) {
                           .c_str()
                     : "");
   }
+  for (auto& [row, j] : out["modes"].items())
+    if (j.contains("ratio_to_adam"))
+      std::printf("%s: %.2fx the params/s of %s (same mode and format, "
+                  "interleaved); %.2f of its own bound\n",
+                  row.c_str(), j["ratio_to_adam"].get<double>(),
+                  j["adam_row"].get<std::string>().c_str(),
+                  j["bound_efficiency"].get<double>());
   if (out.contains("speedup_vs_baseline"))
     std::printf("speedup_vs_baseline (update phase) %.2fx; with the backward "
                 "phase %.2fx\n",

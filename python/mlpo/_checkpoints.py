@@ -13,6 +13,7 @@ import torch.distributed as dist
 from ._warn import warn_user
 from . import _mlpo
 from ._reshard import CheckpointCoords, fill_from
+from ._stand_in import sync_in
 from ._rules import RULES
 from ._dict_checks import (_check_hyper, _masters_of, _refuse_one_rank_save,
                            _step_number)
@@ -500,6 +501,7 @@ class CheckpointMixin:
             raise ValueError("mlpo.torch: the state dict's 'state' is "
                              f"{type(state).__name__}, not a dict")
         entries = [e for l in self._layout for e in l["entries"]]
+        sync_in(entries)  # stand-ins (_stand_in.py) hold the model's
         masters = _masters_of(sd, entries)
         if not state:
             return  # never stepped: nothing but hyperparameters

@@ -142,6 +142,6 @@ def fill_from(reader, coords, pieces):
                 f"mlpo.torch: the checkpoint holds {covered} of elements "
                 f"[{off}, +{n}) of group {g} (its manifest does not cover "
                 "this model)")
-        return out[0], {sec: x for (sec, _, _), x in zip(out[1:],
-                                                         reader.slots)}
+        return out[0], {sec: x for (sec, _, _), x in zip(reader.slots,
+                                                         out[1:])}
     return fill

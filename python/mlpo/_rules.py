@@ -50,7 +50,7 @@ def check_group(mode, group, where):
         try:
             x = float(v)  # a 0-d tensor lr, as a scheduler may set
         except (TypeError, ValueError, RuntimeError):
-            raise ValueError(f"{where}: {key} is {v!r}, not a number") \
+            raise ValueError(f"{where}'s {key} is {v!r}, not a number") \
                 from None
         if isinstance(v, bool) or not math.isfinite(x) or (
                 x < 0 and key != "dampening"):
@@ -59,13 +59,15 @@ def check_group(mode, group, where):
     if rule["betas"]:
         b = group.get("betas")
         if not isinstance(b, (list, tuple)) or len(b) != 2:
-            raise ValueError(f"{where}: betas is {b!r}, not a pair of "
+            raise ValueError(f"{where}'s betas is {b!r}, not a pair of "
                              "numbers")
-        try:
-            b1, b2 = float(b[0]), float(b[1])
-        except (TypeError, ValueError, RuntimeError):
-            raise ValueError(f"{where}: betas is {b!r}, not a pair of "
-                             "numbers") from None
+        for i, x in enumerate(b):
+            try:
+                float(x)
+            except (TypeError, ValueError, RuntimeError):
+                raise ValueError(f"{where}'s betas[{i}] is {x!r}, not a "
+                                 "number") from None
+        b1, b2 = float(b[0]), float(b[1])
         if any(isinstance(x, bool) for x in b) or not (
                 0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
             raise ValueError(f"{where}: invalid betas {tuple(b)!r}")

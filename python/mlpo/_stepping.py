@@ -9,6 +9,7 @@ import hashlib
 import torch
 import torch.distributed as dist
 
+from ._stand_in import grad_of as stand_in_grad, sync_in, sync_out
 from ._warn import warn_user
 from ._checkpoints import _flat
 from ._opening import _DTYPES
@@ -40,6 +41,7 @@ class Stepping:
             return None
         if hasattr(grad, "to_local"):  # FSDP's: this rank's shard of it
             grad = grad.to_local()
+        grad = stand_in_grad(e, grad)
         if grad.is_sparse:
             raise RuntimeError(
                 f"mlpo.torch: parameter {e['name']} has a sparse gradient; "
@@ -105,14 +107,18 @@ class Stepping:
             eng.set_hyper(g, self._hyper(group))
         scale = loss_scale or self.loss_scale
         keep = []  # gradients stay alive while staged
-        if self._device_path is not None:
-            rep = self._step_device(eng, keep, scale)
-        elif self._world == 1:
-            rep = self._step_host(eng, keep, scale)
-        elif self._fsdp:
-            rep = self._step_local_shards(eng, keep, scale)
-        else:
-            rep = self._step_sharded(eng, keep, scale)
+        sync_in(self._entries)  # stand-ins (_stand_in.py) take the model's
+        try:
+            if self._device_path is not None:
+                rep = self._step_device(eng, keep, scale)
+            elif self._world == 1:
+                rep = self._step_host(eng, keep, scale)
+            elif self._fsdp:
+                rep = self._step_local_shards(eng, keep, scale)
+            else:
+                rep = self._step_sharded(eng, keep, scale)
+        finally:
+            sync_out(self._entries)
         self.last_report = rep
         if rep["skipped"] and "overflow" in rep["skip_reason"]:
             n = eng.skipped_steps
@@ -364,6 +370,7 @@ class Stepping:
         .data bumps no version counter); device memory is compared by
         version counter."""
         eng = self._require_engine()
+        sync_in(self._entries)
         if self._device_path is not None:
             if self._edited():
                 self._override_edited(eng)

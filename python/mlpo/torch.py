@@ -42,6 +42,7 @@ Under FSDP (fully_shard) the parameters are DTensors: each rank updates its
 own shards in place, and checkpoints reshard the same way (_reshard.py).
 """
 import math
+import warnings
 
 try:
     import torch
@@ -62,6 +63,7 @@ from ._opening import _DTYPES, StoreOpening
 from ._retention import Retention
 from ._stepping import Stepping
 from ._rules import check_group, check_slots, manifest_hyper
+from ._stand_in import stand_in_for, sync_in, sync_out
 from ._unsupported import refuse_unsupported
 from ._reshard import (fsdp_group_sizes, fsdp_mesh, fsdp_rows, local_shard,
                        row_numel)
@@ -75,20 +77,6 @@ def _world(process_group):
         return (dist.get_world_size(process_group),
                 dist.get_rank(process_group))
     return 1, 0
-
-
-def _is_dense(p):
-    """Non-overlapping and dense: its elements fill numel() consecutive
-    slots of its storage in some order (contiguous, channels_last, ...)."""
-    if p.is_contiguous():
-        return True
-    dims = sorted((s, n) for s, n in zip(p.stride(), p.shape) if n != 1)
-    expect = 1
-    for s, n in dims:
-        if s != expect:
-            return False
-        expect *= n
-    return True
 
 
 class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
@@ -225,13 +213,17 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
                     names[id(x[1])] = x[0]
                     x = x[1]
                 if id(x) in seen:
-                    # torch.optim warns and updates it twice a step; the
-                    # store would keep two states of one tensor.
-                    raise ValueError(
-                        "mlpo.torch: a parameter group holds the same "
-                        "parameter twice" + (f" ({names[id(x)]!r})"
-                                             if id(x) in names else "") +
-                        "; pass each parameter once")
+                    # torch.optim warns and keeps it (updating it twice a
+                    # step); one tensor has one state in the store, so mlpo
+                    # keeps it once, and says so.
+                    warnings.warn(
+                        "optimizer contains a parameter group with duplicate "
+                        "parameters; in future, this will cause an error; "
+                        "see github.com/pytorch/pytorch/issues/40967 for more "
+                        "information (mlpo.torch keeps the parameter once" +
+                        (f": {names[id(x)]!r}" if id(x) in names else "") +
+                        ", and updates it once a step)", stacklevel=4)
+                    continue
                 seen.add(id(x))
                 out.append(item)
             return out
@@ -261,8 +253,18 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
                 p = local_shard(dp)  # dp itself but for FSDP's shards
                 name = self._names.get(id(dp), f"param.{index}")
                 self._check_param(p, name)
+                # complex: the real view; float64 or with gaps: a stand-in
+                p, model = stand_in_for(p)
+                if model is not None and (self._world > 1 or self._fsdp):
+                    raise ValueError(
+                        f"mlpo.torch: parameter {name} ({dp.dtype}, strides "
+                        f"{list(dp.stride())}) needs a stand-in copy "
+                        "(float64, or gaps in memory), which mlpo makes in "
+                        "one process only; with data parallel use float32, "
+                        "bfloat16 or float16 parameters in a dense layout")
                 dtypes.add(p.dtype)
                 entries.append(dict(param=p, dparam=dp, name=name,
+                                    model=model,
                                     offset=off, group=g, numel=p.numel(),
                                     shape=tuple(p.shape),
                                     stride=tuple(p.stride()),
@@ -271,7 +273,9 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
                     rows = self._fsdp_rows(dp)
                     entries[-1]["elem0"] = rows[0] * row_numel(dp.shape)
                 manifest_params.append(dict(
-                    name=name, shape=list(dp.shape), dtype=_DTYPES[p.dtype],
+                    name=name,
+                    shape=list(dp.shape if self._fsdp else p.shape),
+                    dtype=_DTYPES[p.dtype],
                     group=g, offset=off, numel=p.numel(),
                     stride=list(p.stride()),
                     **({"rows": rows} if self._fsdp else {})))
@@ -365,14 +369,12 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
                 "CPU and CUDA tensors")
         if p.layout != torch.strided:
             raise ValueError(f"mlpo.torch: parameter {name} is sparse")
-        if p.dtype not in _DTYPES:
+        if p.dtype not in _DTYPES and p.dtype not in (
+                torch.float64, torch.complex64, torch.complex128):
             raise ValueError(f"mlpo.torch: parameter {name} has dtype "
-                             f"{p.dtype}; use float32, bfloat16 or float16")
-        if not _is_dense(p):
-            raise ValueError(
-                f"mlpo.torch: parameter {name} (shape {list(p.shape)}, "
-                f"strides {list(p.stride())}) has gaps or overlaps in memory; "
-                "contiguous, channels_last and other dense layouts work")
+                             f"{p.dtype}; mlpo takes float32, bfloat16, "
+                             "float16, float64 (optimized in fp32) and "
+                             "complex (as its real view)")
 
     def _pick_device_path(self):
         """(backend name, device index) for the device path, or None."""
@@ -407,15 +409,21 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
                  "new")
         where = f"mlpo.torch: step(): param group {g}"
         out = check_group(self._mode, group, where)
+        if "initial_accumulator_value" in out:
+            # torch.optim.Adagrad fills every sum from the constructor's
+            # value (a group's own is never read): so does mlpo.
+            out["initial_accumulator_value"] = float(
+                self.defaults["initial_accumulator_value"])
         if self._engine is not None:
             check_slots(self._engine.rule, group, where)
         return out
 
     def _initial_slot(self, g, name):
         """A state's value before the first step: torch.optim.Adagrad's sum
-        starts at the group's initial_accumulator_value, the rest at 0."""
-        if name == "sum":
-            return float(self.param_groups[g]["initial_accumulator_value"])
+        starts at the constructor's initial_accumulator_value, the rest at
+        0."""
+        if name == "sum":  # the constructor's, as torch (not the group's)
+            return float(self.defaults["initial_accumulator_value"])
         return 0.0
 
     @property
@@ -429,8 +437,13 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
             _, e, at, n, off = self._pieces[k]
             yield e, at, n, off
 
+    @property
+    def _entries(self):
+        return [e for l in self._layout for e in l["entries"]]
+
     def _set_initial(self):
         """The model's parameters as the initial masters (a fresh start)."""
+        sync_in(self._entries)
         for g in range(len(self._layout)):
             for e, at, n, off in self._shard_pieces(g):
                 t = _flat(e["param"].detach())[at:at + n]
@@ -451,6 +464,7 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
             for e in l["entries"]:
                 _flat(e["param"]).copy_(
                     flat[e["offset"]:e["offset"] + e["numel"]])
+        sync_out(self._entries)
         self._note_versions()
 
     def _note_versions(self):
@@ -495,6 +509,9 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, Retention, Stepping,
                 "supported; pass every group to the constructor")
         check_group(self._mode, {**self.defaults, **param_group},
                     "mlpo.torch: add_param_group")
+        if self._engine is not None:
+            check_slots(self._engine.rule, {**self.defaults, **param_group},
+                        "mlpo.torch: add_param_group")
         groups, names = self._split_names([param_group])
         eng = self._require_engine()
         saved = None

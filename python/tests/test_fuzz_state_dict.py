@@ -129,7 +129,7 @@ def test_mutated_state_dicts_are_refused_cleanly(kind, tmp_path):
         # valid one, a key torch does not read): what it set must be sane.
         accepted += 1
         for g, group in enumerate(opt.param_groups):
-            _check_hyper(group, g)
+            _check_hyper(group, g, opt._mode)
         for p in model.parameters():
             assert bool(torch.isfinite(p).all()), f"case {case}"
         if kind == "torch":
