@@ -15,6 +15,7 @@
 #include "base/size_units.h"
 #include "nlohmann/json.hpp"
 #include "optimizer/adam_kernel.h"
+#include "optimizer/rule_kernels.h"
 #include "optimizer/state_format.h"
 #include "store/object_store.h"
 #include "store/store_options.h"
@@ -33,14 +34,19 @@ using json = nlohmann::json;
   throw CLI::RuntimeError(2);
 }
 
-// R_adam of one rank on this machine: the fused AdamW (fp16 gradients, bf16
-// parameters out) over 8M elements on `threads` threads, best of three.
-double MeasureAdam(int threads) {
+// R_adam of one rank on this machine (R of the rule): its fused update
+// (fp16 gradients, bf16 parameters out, fp32 state) over 8M elements on
+// `threads` threads, best of three.
+double MeasureRule(const RuleSpec& spec, int threads) {
   const size_t n = size_t{8} << 20;
-  std::vector<float> p(n, 0.1f), m(n, 0.f), v(n, 0.f);
+  const std::vector<StateSlot> slots = spec.Slots();
+  std::vector<float> p(n, 0.1f);
+  std::vector<std::vector<float>> sl(slots.size(), std::vector<float>(n, 0.f));
   std::vector<uint16_t> g(n, 0x2e66), out(n);
   RuleHyper h;
-  AdamStepConsts c = MakeStepConsts(h, 1, 1.0);
+  h.amsgrad = spec.amsgrad;
+  h.momentum = spec.momentum ? 0.9 : 0.0;
+  RuleConsts c = MakeRuleConsts(spec.kind, h, 2, 1.0);
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     absl::Time t0 = absl::Now();
@@ -48,16 +54,16 @@ double MeasureAdam(int threads) {
     for (int t = 0; t < threads; ++t)
       ts.emplace_back([&, t] {
         size_t lo = n * t / threads, hi = n * (t + 1) / threads;
-        AdamSlice s;
+        RuleSlice s;
         s.p = p.data() + lo;
-        s.m = m.data() + lo;
-        s.v = v.data() + lo;
         s.grad = g.data() + lo;
         s.grad_dtype = DType::kF16;
         s.out = out.data() + lo;
         s.out_dtype = DType::kBF16;
         s.n = hi - lo;
-        AdamUpdate(s, c);
+        s.slots = static_cast<int>(slots.size());
+        for (int k = 0; k < s.slots; ++k) s.slot[k] = sl[k].data() + lo;
+        RuleUpdate(s, c);
       });
     for (auto& t : ts) t.join();
     best = std::max(best, n / absl::ToDoubleSeconds(absl::Now() - t0));
@@ -109,6 +115,7 @@ void AddPlanCommand(CLI::App& app) {
     std::vector<std::string> paths;
     std::string from_profile;
     std::string state_format = "fp32";
+    std::string optimizer = "adam";
     double kernel_rate = 0;
     std::string subgroup = "8000000";
     bool tag = false;
@@ -136,11 +143,17 @@ void AddPlanCommand(CLI::App& app) {
                   "Take the paths from a store's recorded `mlpo profile "
                   "--store` figures");
   cmd->add_option("--kernel-rate", a->kernel_rate,
-                  "R_adam of one rank in params/s (default: measured here, "
+                  "R_adam (the rule's kernel rate) of one rank in params/s "
+                  "(default: measured here, "
                   "with this machine's cores shared by the ranks)");
   cmd->add_option("--state-format", a->state_format,
                   "How the store holds Adam's moments: fp32 (12 B/param), "
                   "bf16-moments (8), int8-moments (~6.03)")
+      ->capture_default_str();
+  cmd->add_option("--optimizer", a->optimizer,
+                  "The update rule and the state it keeps: adam (p, m, v), "
+                  "adam+amsgrad (and max_exp_avg_sq), lion (p, m), adagrad "
+                  "(p, sum), sgd+momentum (p, momentum_buffer), sgd (p)")
       ->capture_default_str();
   cmd->add_option("--subgroup", a->subgroup, "Elements per subgroup")
       ->capture_default_str();
@@ -171,7 +184,13 @@ void AddPlanCommand(CLI::App& app) {
                   << "\n";
         throw CLI::RuntimeError(2);
       }
-      in.state_bytes_per_param = StateBytesPerParam(*fmt);
+      auto rule = ParseRuleSpec(a->optimizer);
+      if (!rule.ok()) {
+        std::cerr << "mlpo plan: --optimizer: " << rule.status().message()
+                  << "\n";
+        throw CLI::RuntimeError(2);
+      }
+      in.state_bytes_per_param = RuleBytesPerParam(*rule, *fmt);
     }
     in.paper_ratio = a->paper_ratio;
     if (!a->from_profile.empty()) in.paths = FromProfile(a->from_profile);
@@ -186,7 +205,8 @@ void AddPlanCommand(CLI::App& app) {
     } else {
       int cores = static_cast<int>(std::thread::hardware_concurrency());
       in.kernel_params_per_s =
-          MeasureAdam(std::max(1, cores)) / std::max(1, a->ranks);
+          MeasureRule(*ParseRuleSpec(a->optimizer), std::max(1, cores)) /
+          std::max(1, a->ranks);
     }
     auto r = Plan(in);
     if (!r.ok()) Fail(std::string(r.status().message()));
@@ -195,6 +215,7 @@ void AddPlanCommand(CLI::App& app) {
     out["ranks"] = in.ranks;
     out["kernel_params_per_s"] = in.kernel_params_per_s;
     out["state_format"] = a->state_format;
+    out["optimizer"] = a->optimizer;
     out["state_bytes_per_param"] = in.state_bytes_per_param;
     out["state_bytes_per_rank"] = r->state_bytes_per_rank;
     out["grad_stage_bytes_per_rank"] = r->grad_stage_bytes_per_rank;
@@ -222,9 +243,12 @@ void AddPlanCommand(CLI::App& app) {
       return;
     }
     std::printf("%.3g parameters over %d rank(s): %s of optimizer state per "
-                "rank (fp32 p, m, v), %s gradient stage, %s buffers\n",
+                "rank (%s, %s: %.2f B/param), %s gradient stage, %s "
+                "buffers\n",
                 in.params, in.ranks,
                 FormatBytes(double(r->state_bytes_per_rank)).c_str(),
+                a->optimizer.c_str(), a->state_format.c_str(),
+                in.state_bytes_per_param,
                 FormatBytes(double(r->grad_stage_bytes_per_rank)).c_str(),
                 FormatBytes(double(r->inflight_bytes_per_rank)).c_str());
     if (!r->dram_fits)

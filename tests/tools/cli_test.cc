@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -347,6 +348,27 @@ TEST_F(CliTest, BadArgumentsAreNamedWithoutOutputOrHanging) {
   r = Mlpo("profile " + dir_.path() + "/nosuch");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.out, "");  // no table header before the error
+}
+
+// `mlpo plan --optimizer`: each rule's bytes per parameter (p and its
+// slots) set the state's size and the step's bytes; a typo is named.
+TEST_F(CliTest, PlanCountsEachRulesBytesPerParameter) {
+  std::map<std::string, double> want = {{"adam", 12}, {"adam+amsgrad", 16},
+                                        {"lion", 8},  {"adagrad", 8},
+                                        {"sgd", 4},   {"sgd+momentum", 8}};
+  for (const auto& [rule, bytes] : want) {
+    CliRun r = Mlpo("plan --params 1M --path nvme:1G/1G/1G --kernel-rate 1e9 "
+                    "--json --optimizer " + rule);
+    ASSERT_EQ(r.code, 0) << r.out;
+    auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+    EXPECT_EQ(j["state_bytes_per_param"].get<double>(), bytes) << rule;
+    EXPECT_EQ(j["optimizer"], rule);
+  }
+  CliRun r = Mlpo("plan --params 1M --path nvme:1G/1G/1G --kernel-rate 1e9 "
+                  "--optimizer adamw", true);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("unknown update rule 'adamw'"), std::string::npos)
+      << r.out;
 }
 
 // `mlpo profile --store` measures the store's paths and records the
