@@ -8,6 +8,10 @@ import torch
 
 from ._rules import RULES
 
+# torch.optim.Adagrad makes every parameter's state (step 0, the initial
+# sum) in its constructor; the others at a parameter's first step.
+_STATE_FROM_START = {"adagrad": True}
+
 from ._checkpoints import _shaped
 
 # Tensor methods that change their tensor in place besides those named
@@ -73,13 +77,14 @@ class StateView(Mapping):
         return opt
 
     def _stepped(self, param):
-        """Engine parameter index of `param` when it has taken a step,
-        else None."""
+        """Engine parameter index of `param` when it has taken a step (or
+        has state from the start, as torch.optim.Adagrad's), else None."""
         opt = self._opt
         if opt._layout is None or opt._engine is None:
             return None
         k = opt._piece_of.get(id(param))
-        if k is None or opt._engine.param_steps[k] == 0:
+        if k is None or (opt._engine.param_steps[k] == 0 and
+                         not _STATE_FROM_START.get(opt._mode)):
             return None
         return k
 
@@ -113,7 +118,7 @@ class StateView(Mapping):
             return
         steps = opt._engine.param_steps
         for k, (g, e, at, n, off) in enumerate(opt._pieces):
-            if steps[k] > 0:
+            if steps[k] > 0 or _STATE_FROM_START.get(opt._mode):
                 yield e["dparam"]
 
     def __len__(self):

@@ -1,4 +1,4 @@
-"""A stateful property test of mlpo.torch against torch.optim.AdamW: random
+"""A stateful property test of mlpo.torch against torch.optim: random
 sequences of what a user does (steps with random frozen parameters, lr
 changes, model edits, state_dict, loading any saved dict, rebuilding the
 optimizer, resuming, copying the store and training on in the copy)
@@ -16,9 +16,13 @@ the heads before one of its steps, or the newest tag when a step was cut
 short. A dropped checkpoint's dicts are refused from then on, also once a
 later checkpoint has taken its name.
 
+It runs for AdamW, and for AdamW with amsgrad, SGD with momentum and
+Adagrad (each rule's state compared key by key with torch's).
+
 MLPO_WORKFLOW_EXAMPLES sets the number of examples (default 12; the slow
-run, scripts/test.sh --slow, uses 1500); MLPO_WORKFLOW_KILLS the kills
-per example (default 1; each starts a Python process)."""
+run, scripts/test.sh --slow, uses 1500; a third of them for each other
+rule); MLPO_WORKFLOW_KILLS the kills per example (default 1; each starts a
+Python process)."""
 import copy
 import json
 import os
@@ -54,13 +58,13 @@ import sys
 sys.path[:0] = sys.argv[1:3]
 import mlpo.torch as mt
 from helpers import make_model, loss_of
+import json
 store, first, n = sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-lr, b1 = float(sys.argv[6]), float(sys.argv[7])
+cls, hyper = getattr(mt, sys.argv[6]), json.loads(sys.argv[7])
 durability, tag_at = sys.argv[8], int(sys.argv[9])
 model = make_model()
-opt = mt.AdamW(model.named_parameters(), lr=lr, betas=(b1, 0.999),
-               weight_decay=0.05, store=store, resume=True,
-               durability=durability)
+opt = cls(model.named_parameters(), **hyper, store=store, resume=True,
+          durability=durability)
 print("open", opt.step_count, flush=True)
 for k in range(n):
     opt.zero_grad(set_to_none=True)
@@ -76,16 +80,24 @@ def params_of(model):
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
+def current_hyper(group):
+    """The group's changeable options: lr, and betas where the rule has
+    them."""
+    return {k: group[k] for k in ("lr", "betas") if k in group}
+
+
 class Workflow(RuleBasedStateMachine):
+    OURS, THEIRS, HYPER = mt.AdamW, torch.optim.AdamW, HYPER
+
     @initialize()
     def start(self):
         self.dir = tempfile.mkdtemp(prefix="mlpo-workflow-")
         self.store = os.path.join(self.dir, "s")
         self.model = make_model()
         self.ref = copy.deepcopy(self.model)
-        self.opt = mt.AdamW(self.model.named_parameters(), **HYPER,
+        self.opt = self.OURS(self.model.named_parameters(), **self.HYPER,
                             store=self.store)
-        self.ropt = torch.optim.AdamW(self.ref.parameters(), **HYPER)
+        self.ropt = self.THEIRS(self.ref.parameters(), **self.HYPER)
         self.saved = []   # (our dict, model params, reference opt dict)
         # What the store's heads hold: nothing until the first step or
         # state_dict (which stores step 0's parameters).
@@ -112,9 +124,10 @@ class Workflow(RuleBasedStateMachine):
         if getattr(self, "other", None) is None:
             m = make_model(seed=9)
             r = copy.deepcopy(m)
-            o = mt.AdamW(m.parameters(), **HYPER, store=self.store)
+            o = self.OURS(m.parameters(), **self.HYPER, store=self.store)
             assert o.store_name != self.opt.store_name
-            self.other = (m, o, r, torch.optim.AdamW(r.parameters(), **HYPER))
+            self.other = (m, o, r,
+                          self.THEIRS(r.parameters(), **self.HYPER))
         m, o, r, ro = self.other
         self.batch += 1
         for mm, oo in ((m, o), (r, ro)):
@@ -149,7 +162,8 @@ class Workflow(RuleBasedStateMachine):
         for o in (self.opt, self.ropt):
             for g in o.param_groups:
                 g["lr"] = lr
-                g["betas"] = (beta1, g["betas"][1])
+                if "betas" in g:
+                    g["betas"] = (beta1, g["betas"][1])
 
     @rule(name=st.sampled_from(NAMES), how=st.sampled_from(
         ["clamp", "data", "load"]))
@@ -229,9 +243,9 @@ class Workflow(RuleBasedStateMachine):
     def rebuild(self):
         """A new optimizer on the same store: fresh, as torch's is."""
         self.opt.close()
-        self.opt = mt.AdamW(self.model.named_parameters(), **HYPER,
+        self.opt = self.OURS(self.model.named_parameters(), **self.HYPER,
                             store=self.store)
-        self.ropt = torch.optim.AdamW(self.ref.parameters(), **HYPER)
+        self.ropt = self.THEIRS(self.ref.parameters(), **self.HYPER)
         # Nothing is written until it steps or checkpoints: the heads still
         # hold the last run (a resume would continue it).
 
@@ -286,7 +300,8 @@ class Workflow(RuleBasedStateMachine):
         k = data.draw(st.integers(0, len(self.originals) - 1))
         root, stored = self.originals[k]
         m = make_model(seed=5)
-        o = mt.AdamW(m.named_parameters(), **HYPER, store=root, resume=True)
+        o = self.OURS(m.named_parameters(), **self.HYPER, store=root,
+                      resume=True)
         try:
             if stored is not None:
                 params = stored[0]
@@ -330,15 +345,16 @@ class Workflow(RuleBasedStateMachine):
         py = os.path.dirname(os.path.dirname(os.path.abspath(mt.__file__)))
         job = subprocess.Popen(
             [sys.executable, "-c", KILLED_JOB, py, tests, self.store,
-             str(first), str(KILL_STEPS), repr(g["lr"]),
-             repr(g["betas"][0]), durability, str(tag_at)],
+             str(first), str(KILL_STEPS), self.OURS.__name__,
+             json.dumps({**self.HYPER, **current_hyper(g)}), durability,
+             str(tag_at)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         opened = job.stdout.readline().split()
         assert opened and opened[0] == "open", job.stderr.read()
         time.sleep(delay)
         job.kill()
         job.wait()
-        self.opt = mt.AdamW(self.model.named_parameters(), **HYPER,
+        self.opt = self.OURS(self.model.named_parameters(), **self.HYPER,
                             store=self.store, resume=True)
         now = params_of(self.model)
 
@@ -348,7 +364,7 @@ class Workflow(RuleBasedStateMachine):
         # The reference's candidates: the heads after k of the job's steps.
         ref = copy.deepcopy(self.ref)
         ref.load_state_dict(params)
-        ropt = torch.optim.AdamW(ref.parameters(), **HYPER)
+        ropt = self.THEIRS(ref.parameters(), **self.HYPER)
         ropt.load_state_dict(copy.deepcopy(rsd))
         found, job_tag = None, None
         for k in range(KILL_STEPS + 1):
@@ -375,26 +391,26 @@ class Workflow(RuleBasedStateMachine):
                 f"after 0..{KILL_STEPS} of the killed job's steps (from "
                 f"step {opened[1]}) nor the newest tag")
         self.ref.load_state_dict(found[0])
-        self.ropt = torch.optim.AdamW(self.ref.parameters(), **HYPER)
+        self.ropt = self.THEIRS(self.ref.parameters(), **self.HYPER)
         self.ropt.load_state_dict(copy.deepcopy(found[1]))
         for g2, rg in zip(self.opt.param_groups, self.ropt.param_groups):
-            g2["lr"], g2["betas"] = rg["lr"], rg["betas"]
+            g2.update(current_hyper(rg))
         self.stored = found
 
     def reopen(self):
         """A new optimizer on self.store with resume=True, and the
         reference at what the heads hold."""
-        self.ropt = torch.optim.AdamW(self.ref.parameters(), **HYPER)
+        self.ropt = self.THEIRS(self.ref.parameters(), **self.HYPER)
         if self.stored is None:  # nothing stored: the model as it is
             self.ref.load_state_dict(params_of(self.model))
         else:
             params, rsd = self.stored
             self.ref.load_state_dict(params)
             self.ropt.load_state_dict(copy.deepcopy(rsd))
-        self.opt = mt.AdamW(self.model.named_parameters(), **HYPER,
+        self.opt = self.OURS(self.model.named_parameters(), **self.HYPER,
                             store=self.store, resume=True)
         for g, rg in zip(self.opt.param_groups, self.ropt.param_groups):
-            g["lr"], g["betas"] = rg["lr"], rg["betas"]
+            g.update(current_hyper(rg))
         if self.stored is None:
             assert self.opt.step_count == 0
 
@@ -412,8 +428,11 @@ class Workflow(RuleBasedStateMachine):
                 assert p not in self.opt.state
                 continue
             mine, theirs = self.opt.state[p], self.ropt.state[q]
-            assert float(mine["step"]) == float(theirs["step"])
-            for k in ("exp_avg", "exp_avg_sq"):
+            assert set(mine) == {k for k, v in theirs.items()
+                                 if v is not None}
+            if "step" in theirs:
+                assert float(mine["step"]) == float(theirs["step"])
+            for k in (k for k in mine if k != "step"):
                 assert (mine[k] - theirs[k]).abs().max() <= 1e-6, k
                 # The next operation starts from identical numbers: Debian's
                 # torch 1.13 rounds a few operations differently (FMA), and
@@ -427,7 +446,30 @@ class Workflow(RuleBasedStateMachine):
                 q.copy_(p)
 
 
+class WorkflowAmsgrad(Workflow):
+    OURS, THEIRS = mt.AdamW, torch.optim.AdamW
+    HYPER = dict(lr=1e-2, weight_decay=0.05, amsgrad=True)
+
+
+class WorkflowSGD(Workflow):
+    OURS, THEIRS = mt.SGD, torch.optim.SGD
+    HYPER = dict(lr=1e-2, momentum=0.9, weight_decay=0.05)
+
+
+class WorkflowAdagrad(Workflow):
+    OURS, THEIRS = mt.Adagrad, torch.optim.Adagrad
+    HYPER = dict(lr=1e-2, lr_decay=0.01, initial_accumulator_value=0.1)
+
+
 Workflow.TestCase.settings = settings(
     max_examples=EXAMPLES, stateful_step_count=25, deadline=None,
     suppress_health_check=list(HealthCheck), database=None)
 test_workflow = Workflow.TestCase
+for _cls in (WorkflowAmsgrad, WorkflowSGD, WorkflowAdagrad):
+    _cls.TestCase.settings = settings(
+        max_examples=max(2, EXAMPLES // 3), stateful_step_count=25,
+        deadline=None, suppress_health_check=list(HealthCheck),
+        database=None)
+test_workflow_amsgrad = WorkflowAmsgrad.TestCase
+test_workflow_sgd = WorkflowSGD.TestCase
+test_workflow_adagrad = WorkflowAdagrad.TestCase
