@@ -64,6 +64,22 @@ void Loop(KernelIsa isa, size_t n, float* p, float* s0, float* s1, float* s2,
   }
 }
 
+void Widen(KernelIsa isa, size_t n, const void* src, DType dt, float* dst) {
+  switch (isa) {
+    case KernelIsa::kAvx512: RuleWidenAvx512(n, src, dt, dst); break;
+    case KernelIsa::kAvx2: RuleWidenAvx2(n, src, dt, dst); break;
+    default: RuleWidenScalar(n, src, dt, dst); break;
+  }
+}
+
+void Cast(KernelIsa isa, size_t n, const float* p, void* out, DType dt) {
+  switch (isa) {
+    case KernelIsa::kAvx512: RuleCastAvx512(n, p, out, dt); break;
+    case KernelIsa::kAvx2: RuleCastAvx2(n, p, out, dt); break;
+    default: RuleCastScalar(n, p, out, dt); break;
+  }
+}
+
 // Slot k of `s` for elements [a, a + n) (one block) into fp32 `dst`.
 void DecodeSlot(const RuleSlice& s, int k, size_t a, size_t n, float* dst) {
   if (s.format == StateFormat::kBF16Moments) {
@@ -121,8 +137,8 @@ void GenericUpdate(const RuleSlice& s, const RuleConsts& c, KernelIsa isa) {
     if (s.grad_dtype == DType::kF32) {
       gp = static_cast<const float*>(s.grad) + a;
     } else {
-      const void* src = static_cast<const char*>(s.grad) + a * gsize;
-      for (size_t i = 0; i < n; ++i) g[i] = LoadAsFloat(src, s.grad_dtype, i);
+      Widen(isa, n, static_cast<const char*>(s.grad) + a * gsize,
+            s.grad_dtype, g);
       gp = g;
     }
     float* slot[kMaxRuleSlots] = {nullptr, nullptr, nullptr};
@@ -138,9 +154,9 @@ void GenericUpdate(const RuleSlice& s, const RuleConsts& c, KernelIsa isa) {
     if (!f32)
       for (int k = 0; k < s.slots; ++k) EncodeSlot(s, k, a, n, tmp[k]);
     if (s.out)
-      CastParams(s.p + a,
-                 static_cast<char*>(s.out) + a * DTypeSize(s.out_dtype),
-                 s.out_dtype, n);
+      Cast(isa, n, s.p + a,
+           static_cast<char*>(s.out) + a * DTypeSize(s.out_dtype),
+           s.out_dtype);
   }
 }
 

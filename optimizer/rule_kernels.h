@@ -94,6 +94,14 @@ void RuleLoopAvx2(size_t n, float* p, float* s0, float* s1, float* s2,
                   const float* g, const RuleConsts& c);
 void RuleLoopAvx512(size_t n, float* p, float* s0, float* s1, float* s2,
                     const float* g, const RuleConsts& c);
+// n gradient values of `dtype` widened to fp32 (exact), and n parameters
+// cast to `dtype` as CastParams does, per ISA.
+void RuleWidenScalar(size_t n, const void* src, DType dtype, float* dst);
+void RuleWidenAvx2(size_t n, const void* src, DType dtype, float* dst);
+void RuleWidenAvx512(size_t n, const void* src, DType dtype, float* dst);
+void RuleCastScalar(size_t n, const float* p, void* out, DType dtype);
+void RuleCastAvx2(size_t n, const float* p, void* out, DType dtype);
+void RuleCastAvx512(size_t n, const float* p, void* out, DType dtype);
 
 }  // namespace mlpo
 

@@ -1,7 +1,12 @@
 // The rules' fp32 loops for avx2 (flags in optimizer/CMakeLists.txt).
+#include <immintrin.h>
+
 #include <cstddef>
+#include <cstring>
 
 #include "optimizer/rule_kernels.h"
 
 #define MLPO_RULE_LOOP RuleLoopAvx2
+#define MLPO_RULE_WIDEN RuleWidenAvx2
+#define MLPO_RULE_CAST RuleCastAvx2
 #include "optimizer/rule_kernels_isa.inc"

@@ -1,7 +1,12 @@
 // The rules' fp32 loops for avx512 (flags in optimizer/CMakeLists.txt).
+#include <immintrin.h>
+
 #include <cstddef>
+#include <cstring>
 
 #include "optimizer/rule_kernels.h"
 
 #define MLPO_RULE_LOOP RuleLoopAvx512
+#define MLPO_RULE_WIDEN RuleWidenAvx512
+#define MLPO_RULE_CAST RuleCastAvx512
 #include "optimizer/rule_kernels_isa.inc"

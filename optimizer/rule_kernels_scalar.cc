@@ -1,7 +1,12 @@
 // The rules' fp32 loops for scalar (flags in optimizer/CMakeLists.txt).
+#include <immintrin.h>
+
 #include <cstddef>
+#include <cstring>
 
 #include "optimizer/rule_kernels.h"
 
 #define MLPO_RULE_LOOP RuleLoopScalar
+#define MLPO_RULE_WIDEN RuleWidenScalar
+#define MLPO_RULE_CAST RuleCastScalar
 #include "optimizer/rule_kernels_isa.inc"

@@ -212,6 +212,8 @@ TEST_P(RuleKernelTest, EveryIsaAgreesBitForBit) {
         return r;
       };
       Run ref = run(KernelIsa::kScalar);
+      for (size_t i = 0; i < n; ++i)  // the output is CastParams' bf16
+        ASSERT_EQ(ref.out[i], FloatToBF16(ref.p[i])) << i;
       for (KernelIsa isa : {KernelIsa::kAvx2, KernelIsa::kAvx512}) {
         if (!KernelIsaSupported(isa)) continue;
         Run r = run(isa);
