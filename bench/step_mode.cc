@@ -234,14 +234,18 @@ ModeRunner::ModeRunner(const ModeRun& run) : impl_(std::make_unique<Impl>()) {
   OptimizerOptions& o = m.o;
   o.state_format = format;
   o.rule = rule;
-  std::string store_name = absl::StrCat("step-", mode, "-", RuleKindName(rule),
-                                        "-", StateFormatName(format));
+  std::string store_name = absl::StrCat(
+      "step-", mode, "-",
+      rule == RuleKind::kAdam ? "" : absl::StrCat(RuleKindName(rule), "-"),
+      StateFormatName(format));
   for (char& ch : store_name)
     if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '-')
       ch = '-';
   o.store.name = store_name;
   o.store.extent_bytes = 4 << 20;
   o.store.durability = durability;
+  // The update phase is measured whole: each step's commits land in it.
+  o.store.write_behind = false;
   if (mc.cache &&
       !ParseCacheBudget(cache, &o.store.cache_bytes, &o.store.cache_percent)
            .ok())

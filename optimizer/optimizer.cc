@@ -18,6 +18,21 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Open(
   return o;
 }
 
+Optimizer::~Optimizer() { (void)Settle(); }
+
+absl::Status Optimizer::Settle() {
+  if (pipeline_ == nullptr) return absl::OkStatus();
+  absl::Status st = pipeline_->Settle();
+  if (pending_steps_) {
+    auto [t, steps] = std::move(*pending_steps_);
+    pending_steps_.reset();
+    if (st.ok())
+      st = Annotate(CommitParamSteps(t, steps),
+                    absl::StrCat("step ", t, "'s step counts (written behind)"));
+  }
+  return st;
+}
+
 absl::Status Optimizer::CheckRange(int group, uint64_t offset, uint64_t count,
                                    const char* what) const {
   if (group < 0 || group >= static_cast<int>(options_.groups.size()) ||
@@ -125,7 +140,10 @@ absl::Status Optimizer::Init() {
   } else {
     MLPO_RETURN_IF_ERROR(LoadStep());
   }
-  pipeline_ = std::make_unique<UpdatePipeline>(store_.get(), &subgroups_, po);
+  PipelineOptions pipe = po;
+  // The baseline mode is DeepSpeed's, which waits for its writes.
+  pipe.write_behind = options_.store.write_behind && !po.grad_offload;
+  pipeline_ = std::make_unique<UpdatePipeline>(store_.get(), &subgroups_, pipe);
   grads_ = std::make_unique<GradStage>(subgroups_, options_.grad_dtype,
                                        pipeline_->runner());
   if (options_.param_sink == nullptr) {
@@ -220,6 +238,7 @@ absl::Status Optimizer::OverrideMasters(int group, uint64_t offset,
 }
 
 absl::Status Optimizer::AdoptEdits(const std::vector<int>& params) {
+  MLPO_RETURN_IF_ERROR(Settle());
   // Nothing stored yet: the first step (or step 0's Tag) takes them.
   if (!state_stored()) return absl::OkStatus();
   for (int k : params)
@@ -351,6 +370,7 @@ GradStats Optimizer::LocalGradStats() {
 
 absl::Status Optimizer::ImportState(uint64_t t, const StateFill& fill,
                                     std::vector<uint64_t> param_steps) {
+  MLPO_RETURN_IF_ERROR(Settle());
   MLPO_RETURN_IF_ERROR(StartFresh());
   if (param_steps.empty()) param_steps.assign(params_.size(), t);
   if (param_steps.size() != params_.size())
@@ -416,6 +436,7 @@ absl::Status Optimizer::CopyParams(int group, uint64_t offset, void* dst,
 
 absl::StatusOr<StepReport> Optimizer::Step(double loss_scale,
                                            const GradStats* global) {
+  MLPO_RETURN_IF_ERROR(Settle());
   if (!(loss_scale > 0) || !std::isfinite(loss_scale))
     return absl::InvalidArgumentError(
         absl::StrCat("loss_scale ", loss_scale, " must be positive and finite"));
@@ -477,7 +498,9 @@ absl::StatusOr<StepReport> Optimizer::Step(double loss_scale,
   if (!r.ok()) return r.status();
   std::vector<uint64_t> steps = param_steps_;
   for (size_t k = 0; k < steps.size(); ++k) steps[k] += active[k] ? 1 : 0;
-  {
+  if (pipeline_->unsettled()) {  // written behind the state's commits
+    pending_steps_.emplace(t, steps);
+  } else {
     TraceSpan commit("step counts", "store", "optimizer");
     MLPO_RETURN_IF_ERROR(Annotate(CommitParamSteps(t, steps),
                                   absl::StrCat("step ", t)));
@@ -533,6 +556,7 @@ float Optimizer::InitialSlotValue(int group, int slot) const {
 
 absl::Status Optimizer::ReadRange(int group, uint64_t offset, uint64_t count,
                                   float* p, float* const* slots) {
+  MLPO_RETURN_IF_ERROR(Settle());
   MLPO_RETURN_IF_ERROR(CheckRange(group, offset, count, "state elements"));
   const int ns = static_cast<int>(rule_.Slots().size());
   for (const SubgroupSlice& sl :

@@ -85,6 +85,17 @@ class Optimizer {
  public:
   static absl::StatusOr<std::unique_ptr<Optimizer>> Open(
       OptimizerOptions options);
+  // Settles a write-behind step first (its error is lost: call Settle()).
+  ~Optimizer();
+
+  // Write-behind (StoreOptions::write_behind): Step returns once every
+  // parameter holds its new value; its last commits, then the step counts,
+  // are written until Settle(). Every call that reads or writes the state
+  // (Step, Tag, Restore, ReadRange, ImportState, AdoptEdits, Reset,
+  // ContinueHeads) settles first and returns the error of a step whose
+  // writes failed, naming it. A crash before they land leaves the store
+  // at the last completed commits, as a crash during a step does.
+  absl::Status Settle();
 
   // Hands in gradient elements [offset, offset+count) of `group`.
   absl::Status StageGrad(int group, uint64_t offset, const void* data,
@@ -278,6 +289,8 @@ class Optimizer {
   bool initial_stored_ = false;
   bool initial_failed_ = false;  // the last StoreInitialState failed
   bool grads_offloaded_ = false;
+  // A write-behind step's step counts, committed once its state is.
+  std::optional<std::pair<uint64_t, std::vector<uint64_t>>> pending_steps_;
 };
 
 }  // namespace mlpo

@@ -144,6 +144,7 @@ absl::Status Optimizer::CommitParamSteps(uint64_t t,
 }
 
 absl::Status Optimizer::Tag(const std::string& name) {
+  MLPO_RETURN_IF_ERROR(Settle());
   MLPO_RETURN_IF_ERROR(StartFresh());
   // A tag names stored versions: before the first step, the initial state
   // becomes step 0's, so that the tag gives these parameters back.
@@ -152,6 +153,7 @@ absl::Status Optimizer::Tag(const std::string& name) {
 }
 
 absl::Status Optimizer::ContinueHeads() {
+  MLPO_RETURN_IF_ERROR(Settle());
   if (!reset_pending_) return absl::OkStatus();
   absl::Status st = LoadStep();
   if (!st.ok()) {  // still the fresh start it was
@@ -168,6 +170,7 @@ std::string Optimizer::ParamStepsObject() const {
 }
 
 absl::Status Optimizer::Reset() {
+  MLPO_RETURN_IF_ERROR(Settle());
   MLPO_RETURN_IF_ERROR(store_->ResetHeads());
   reset_pending_ = false;
   initial_stored_ = initial_failed_ = false;
@@ -179,6 +182,7 @@ absl::Status Optimizer::Reset() {
 }
 
 absl::Status Optimizer::Restore(const std::string& name) {
+  MLPO_RETURN_IF_ERROR(Settle());
   MLPO_RETURN_IF_ERROR(store_->Restore(name));
   reset_pending_ = false;
   grads_->Reset();

@@ -11,11 +11,10 @@
 #include "base/trace.h"
 
 namespace mlpo {
-namespace {
 
 // Commits in flight: at most `limit`; keeps the first error and the time
 // spent waiting for them.
-class CommitWindow {
+class UpdatePipeline::CommitWindow {
  public:
   explicit CommitWindow(int limit) : limit_(std::max(1, limit)) {}
   void Push(std::future<absl::Status> f) {
@@ -45,7 +44,7 @@ class CommitWindow {
   double wait_s_ = 0;
 };
 
-}  // namespace
+using CommitWindow = UpdatePipeline::CommitWindow;
 
 void ApplyOverrides(const std::map<uint64_t, std::vector<float>>& overrides,
                     float* p) {
@@ -61,7 +60,21 @@ UpdatePipeline::UpdatePipeline(ObjectStore* store,
       options_(options),
       runner_(options.threads) {}
 
+UpdatePipeline::~UpdatePipeline() { (void)Settle(); }
+
+absl::Status UpdatePipeline::Settle() {
+  if (behind_ == nullptr) return absl::OkStatus();
+  absl::Time w = absl::Now();
+  absl::Status st = behind_->Drain();
+  Trace::Get()->Complete("write-behind drain", "wait", "pipeline", w,
+                         absl::Now());
+  behind_.reset();
+  return Annotate(st, absl::StrCat("step ", behind_step_,
+                                   "'s commits (written behind)"));
+}
+
 absl::Status UpdatePipeline::OffloadGrads(uint64_t t, const GradStage& grads) {
+  MLPO_RETURN_IF_ERROR(Settle());
   CommitWindow commits(options_.max_commits_in_flight);
   for (const Subgroup& s : *subgroups_) {
     auto lease = store_->Blank(GradObject(s));
@@ -86,6 +99,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
                                                 const StepPlan& plan,
                                                 const GradStage& grads,
                                                 ParamSink* sink) {
+  MLPO_RETURN_IF_ERROR(Settle());
   StepReport rep;
   rep.step = t;
   const int n = static_cast<int>(subgroups_->size());
@@ -125,7 +139,8 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
     fetches.push_back(std::move(f));
   };
   for (int k = 0; k < std::min(depth, n); ++k) issue(k);
-  CommitWindow commits(options_.max_commits_in_flight);
+  auto window = std::make_unique<CommitWindow>(options_.max_commits_in_flight);
+  CommitWindow& commits = *window;
   absl::Status error;
   int k = 0;
   for (; k < n && error.ok() && commits.first_error().ok(); ++k) {
@@ -276,8 +291,15 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
     f.state.wait();
     if (f.grad.valid()) f.grad.wait();
   }
-  absl::Status commit_error = commits.Drain();
-  if (error.ok()) error = commit_error;
+  // Write-behind: the last commits drain until Settle(); an error or a
+  // step cut short drains them now.
+  if (options_.write_behind && error.ok() && commits.first_error().ok()) {
+    behind_ = std::move(window);
+    behind_step_ = t;
+  } else {
+    absl::Status commit_error = commits.Drain();
+    if (error.ok()) error = commit_error;
+  }
   if (sink) {
     // The device end: every parameter copy started this step is done.
     absl::Status flushed = sink->Flush();

@@ -47,6 +47,12 @@ struct PipelineOptions {
   int threads = 0;                // kernel threads; 0 = hardware threads
   size_t tile_elems = size_t{1} << 16;
   bool grad_offload = false;      // baseline: fp32 grads via the store
+  // Write-behind: Step returns once every kernel ran and the sink has the
+  // new parameters; its last commits (at most max_commits_in_flight)
+  // drain until Settle(), which the next Step calls first (the next step's
+  // first checkouts are this step's last objects: they must not be read
+  // before their commits land).
+  bool write_behind = false;
   // Mixed read+write bandwidth U_k of each store path (bytes/s, in path
   // order) and the kernel's params/s (R_adam). When given, every report
   // carries the I/O lower bound of DESIGN.md and the ratio to it.
@@ -116,12 +122,20 @@ void ApplyOverrides(const std::map<uint64_t, std::vector<float>>& overrides,
 
 class UpdatePipeline {
  public:
+  class CommitWindow;  // commits in flight (update_pipeline.cc)
+
   UpdatePipeline(ObjectStore* store, const std::vector<Subgroup>* subgroups,
                  const PipelineOptions& options);
-  // Runs step t as `plan` says. On error some subgroups may hold step t and
-  // others t-1: restore a tag.
+  ~UpdatePipeline();
+  // Runs step t as `plan` says (after Settle()). On error some subgroups
+  // may hold step t and others t-1: restore a tag.
   absl::StatusOr<StepReport> Step(uint64_t t, const StepPlan& plan,
                                   const GradStage& grads, ParamSink* sink);
+  // Waits for the commits a write-behind step left in flight; the first
+  // error, naming the step. Ok when none are.
+  absl::Status Settle();
+  // A write-behind step's commits are in flight.
+  bool unsettled() const { return behind_ != nullptr; }
   // Baseline backward phase: writes the staged gradients as fp32 objects
   // "grad.<object>" at version t.
   absl::Status OffloadGrads(uint64_t t, const GradStage& grads);
@@ -134,6 +148,8 @@ class UpdatePipeline {
   const std::vector<Subgroup>* subgroups_;
   PipelineOptions options_;
   ParallelRunner runner_;
+  std::unique_ptr<CommitWindow> behind_;  // a write-behind step's commits
+  uint64_t behind_step_ = 0;
 };
 
 }  // namespace mlpo

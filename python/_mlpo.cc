@@ -386,8 +386,24 @@ class Engine {
     }
     Check(st);
   }
-  void DropTag(const std::string& name) { Check(opt()->store()->DropTag(name)); }
-  uint64_t Gc() { return Value(::mlpo::Gc(*opt()->store())); }
+  void DropTag(const std::string& name) {
+    Settle();
+    Check(opt()->store()->DropTag(name));
+  }
+  uint64_t Gc() {
+    Settle();
+    return Value(::mlpo::Gc(*opt()->store()));
+  }
+  // Waits for a write-behind step's writes; their error, naming the step.
+  void Settle() {
+    Optimizer* o = opt();
+    absl::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = o->Settle();
+    }
+    Check(st);
+  }
   std::vector<std::string> Tags() {
     std::vector<std::string> out;
     for (auto& [t, objs] : opt()->store()->Tags()) out.push_back(t);
@@ -431,6 +447,7 @@ class Engine {
     return TagsInWriteOrder(opt()->store()->Tags());
   }
   void SetAttribute(const std::string& k, const std::string& v) {
+    Settle();
     Check(opt()->store()->SetAttribute(k, v));
   }
   py::object GetAttribute(const std::string& k) {
@@ -455,7 +472,8 @@ class Engine {
     absl::Status st;
     {
       py::gil_scoped_release nogil;
-      if (opt_) st = opt_->store()->WriteBack();
+      if (opt_) st = opt_->Settle();
+      if (opt_ && st.ok()) st = opt_->store()->WriteBack();
       opt_.reset();
     }
     if (!st.ok())
@@ -624,6 +642,7 @@ PYBIND11_MODULE(_mlpo, m) {
       .def_property_readonly("store_uuid", &Engine::store_uuid)
       .def_property_readonly("meta_dir", &Engine::meta_dir)
       .def_property_readonly("store_dirs", &Engine::store_dirs)
+      .def("settle", &Engine::Settle)
       .def("close", &Engine::Close);
   py::class_<Reader>(m, "CheckpointReader")
       .def(py::init<const std::string&, const std::string&, const std::string&,

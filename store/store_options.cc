@@ -112,6 +112,10 @@ const std::vector<ConfigKey>& StoreConfigKeys() {
         {"cache", "size or `\"N%\"`", "0", "0", SizeText(kMaxSize),
          "the DRAM tier: a byte budget or a share of the declared state "
          "(`\"25%\"`, 0..100%); 0 = off"},
+        {"write_behind", "`true` or `false`", "true", "", "",
+         "a step returns once the parameters hold their new values; its "
+         "commits drain during the next forward and backward, and the "
+         "next step, checkpoint, state read or close waits for them"},
         {"adaptive", "`true` or `false`",
          "(on unless a path has a `fraction`)", "", "",
          "stripe fractions follow each path's observed rate every step; "
@@ -316,6 +320,11 @@ absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
     } else if (key == "extent_bytes") {
       MLPO_ASSIGN_OR_RETURN(o.extent_bytes,
                             SizeValue(v, key, 64 << 10, 64 << 20));
+    } else if (key == "write_behind") {
+      if (!v.is_boolean())
+        return absl::InvalidArgumentError(
+            "config key 'write_behind': expected true or false");
+      o.write_behind = *v.value<bool>();
     } else if (key == "adaptive") {
       if (!v.is_boolean())
         return absl::InvalidArgumentError(

@@ -8,6 +8,8 @@
 //   buffer_pool_bytes = "2G" # idle lease buffers kept for reuse
 //   cache = "25%"            # DRAM tier: a size ("4G") or a percentage of
 //                            # the declared state; 0 = off (the default)
+//   write_behind = true      # a step returns before its commits land;
+//                            # the next call that reads the state waits
 //   state_format = "fp32"    # how the optimizer holds Adam's moments: fp32 |
 //                            # bf16-moments | int8-moments (fixed when the
 //                            # store is created; optimizer/state_format.h)
@@ -83,6 +85,11 @@ struct StoreOptions {
   // explicit `fraction` (explicit fractions win); 0: off; 1: on, starting
   // from the explicit fractions. TOML `adaptive = true|false`.
   int adaptive = -1;
+  // The optimizer's write-behind (optimizer/update_pipeline.h): a step
+  // returns once every parameter holds its new value, and its commits
+  // drain until the next call that reads or writes the state. TOML
+  // `write_behind = true|false`; on by default (it changes no result).
+  bool write_behind = true;
   bool create_if_missing = true;
   // Open without the writer lock and without writing anything, e.g. to
   // inspect a store a training job holds. The view is the index as of open;
