@@ -140,6 +140,9 @@ PRESETS = {
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--cache", default="25%",
+                    help="the DRAM tier: a share of the optimizer state "
+                         "(\"25%%\") or a size (\"64M\"); 0 = off")
     ap.add_argument("--tiers", default="var/nvme,var/pfs",
                     help="store path roots, fastest first (default %(default)s)")
     ap.add_argument("--name", default="train_gpt", help="store name")
@@ -239,7 +242,13 @@ def make_optimizer(a, kind, model, tiers):
         return mlpo.torch.AdamW(
             [{"params": decay, "weight_decay": 0.1},
              {"params": other, "weight_decay": 0.0}],
-            lr=a.lr, betas=(0.9, 0.95), store=tiers, name=a.name,
+            lr=a.lr, betas=(0.9, 0.95), name=a.name,
+            # The DRAM tier capped below the state, so that every step
+            # reads and writes both directories (write-behind drains the
+            # writes during the next forward and backward).
+            store={"path": [{"root": t, "kind": "nvme" if i == 0 else "pfs"}
+                            for i, t in enumerate(tiers)],
+                   "cache": a.cache},
             subgroup_numel=1 << 19 if a.preset == "small" else 1 << 24,
             max_grad_norm=1.0,
             # A new run starts fresh in the same store (as torch.optim
@@ -305,7 +314,7 @@ def train(a, kind, ids, chars, tiers):
     sync = (lambda: torch.cuda.synchronize(a.device)) if cuda else (lambda: None)
 
     t0 = time.time()
-    losses, step_s, opt_s = [], [], []
+    losses, step_s, opt_s, wait_s = [], [], [], []
     tier_bytes = {}
     # A time-bounded run has no known total: count steps without a bar.
     bar = tqdm(itertools.count(start), initial=start,
@@ -345,6 +354,9 @@ def train(a, kind, ids, chars, tiers):
                 f"opt {(te - to) * 1e3:.0f}ms")
         if kind == "mlpo":
             rep = opt.last_report
+            # Waiting for the state: the step's time beyond its kernel (the
+            # reads it waited for, the writes it could not leave behind).
+            wait_s.append(max(0.0, (te - to) - rep.get("compute_s", 0.0)))
             dram = tier_bytes.setdefault("DRAM tier", {"read": 0,
                                                        "written": 0})
             dram["read"] += rep["cache_hit_bytes"]  # checkouts it served
@@ -381,6 +393,8 @@ def train(a, kind, ids, chars, tiers):
                opt_share=sum(opt_s[timed]) / max(sum(step_s[timed]), 1e-12),
                losses=losses, tiers=tier_bytes)
     if kind == "mlpo":
+        out["wait_share"] = sum(wait_s[timed]) / max(sum(step_s[timed]),
+                                                     1e-12)
         out["state_format"] = a.state_format
         out["store"] = os.path.join(tiers[0], a.name, "rank-0")
     if n:
@@ -388,7 +402,9 @@ def train(a, kind, ids, chars, tiers):
               f"{out['tokens_per_s']:.0f} tokens/s, step "
               f"{out['step_s_mean'] * 1e3:.0f} ms of which the optimizer "
               f"{out['opt_s_mean'] * 1e3:.0f} ms ({out['opt_share']:.0%}); "
-              f"loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+              f"loss {losses[0]:.3f} -> {losses[-1]:.3f}" +
+              (f"; waiting for the state {out['wait_share']:.0%} of the "
+               "iteration" if kind == "mlpo" else ""))
         for root, t in tier_bytes.items():
             if root == "DRAM tier":
                 print(f"train_gpt: {kind}: DRAM tier: served "

@@ -69,6 +69,14 @@ absl::Status UpdatePipeline::Settle() {
   Trace::Get()->Complete("write-behind drain", "wait", "pipeline", w,
                          absl::Now());
   behind_.reset();
+  // What the commits moved after the step returned goes into the next
+  // step's report.
+  std::vector<PathCounters> now = store_->PathTraffic();
+  carried_.assign(now.size(), PathBytes());
+  for (size_t p = 0; p < now.size() && p < behind_from_.size(); ++p) {
+    carried_[p].read = now[p].bytes_read - behind_from_[p].bytes_read;
+    carried_[p].written = now[p].bytes_written - behind_from_[p].bytes_written;
+  }
   return Annotate(st, absl::StrCat("step ", behind_step_,
                                    "'s commits (written behind)"));
 }
@@ -310,13 +318,17 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
   std::vector<PathCounters> after = store_->PathTraffic();
   for (size_t p = 0; p < after.size(); ++p) {
     const PathCounters& c = after[p];
+    // (with the bytes the last step's commits wrote after it returned)
+    const PathBytes carried = p < carried_.size() ? carried_[p] : PathBytes();
     PathBytes b{store_->options().paths[p].path.root,
-                c.bytes_read - before[p].bytes_read,
-                c.bytes_written - before[p].bytes_written};
+                c.bytes_read - before[p].bytes_read + carried.read,
+                c.bytes_written - before[p].bytes_written + carried.written};
     rep.bytes_read += b.read;
     rep.bytes_written += b.written;
     rep.paths.push_back(b);
   }
+  carried_.clear();
+  if (behind_ != nullptr) behind_from_ = after;
   rep.fractions = options_.adaptive_placement ? store_->AdaptPlacement()
                                              : store_->placement()->fractions();
   CacheStats cache_after = store_->cache_stats();

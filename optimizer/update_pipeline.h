@@ -65,6 +65,8 @@ struct PathBytes {
   uint64_t read = 0, written = 0;
 };
 
+// With write-behind, a step's bytes (paths, bytes_read, bytes_written)
+// include what the previous step's commits wrote after it returned.
 struct StepReport {
   uint64_t step = 0;  // the step number t these updates produced
   bool skipped = false;
@@ -150,6 +152,10 @@ class UpdatePipeline {
   ParallelRunner runner_;
   std::unique_ptr<CommitWindow> behind_;  // a write-behind step's commits
   uint64_t behind_step_ = 0;
+  // The paths' counters when that step returned, and what its commits
+  // moved after that (Settle), counted in the next step's report.
+  std::vector<PathCounters> behind_from_;
+  std::vector<PathBytes> carried_;
 };
 
 }  // namespace mlpo

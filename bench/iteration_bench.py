@@ -1,0 +1,192 @@
+"""The iteration benchmark: a GPT-shaped model whose optimizer state does
+not fit the DRAM tier (about 100M parameters, tier 25% of the state)
+trains a few iterations three ways, interleaved iteration by iteration so
+that the disk's drift falls on all of them alike:
+
+  overlap   mlpo.torch.AdamW, write-behind on (the default): a step
+            returns once the parameters hold their new values and its last
+            commits land during the next forward and backward
+  no-overlap  the same with write_behind = false: every byte of the update
+            inside step()
+  torch     torch.optim.AdamW with its state in RAM
+
+and prints, from that one run: each one's iteration time (forward+backward
+plus step), forward+backward time, step time; the update's I/O time (the
+no-overlap step, which is all I/O and kernel); and the ratios the issue
+asks for (overlap against torch, and against max(forward+backward,
+update)). Also the bytes each store path moved a step.
+
+    .venv/bin/python bench/iteration_bench.py [--layers 12 --d-model 768]
+        [--iters 5] [--cache 25%] [--dir var/bench-iter] [--json]
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+import time
+
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:
+    sys.exit(f"iteration_bench: needs PyTorch ({e}); run it with mlpo's "
+             "venv (.venv/bin/python)")
+try:
+    import mlpo.torch
+except ImportError as e:
+    sys.exit(f"iteration_bench: cannot import mlpo ({e}); build it "
+             "(scripts/build.sh) and run with PYTHONPATH=build/python")
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, ctx, d, layers, heads):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(ctx, d)
+        self.blocks = nn.ModuleList(
+            nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0,
+                                       batch_first=True, norm_first=True)
+            for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(ctx))
+
+    def forward(self, x):
+        h = self.tok(x) + self.pos(torch.arange(x.shape[1]))
+        for b in self.blocks:
+            h = b(h, src_mask=self.mask[:x.shape[1], :x.shape[1]],
+                  is_causal=True)
+        return self.head(self.ln(h))
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--d-model", type=int, default=768)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--ctx", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=5,
+                    help="timed iterations of each (after one untimed)")
+    ap.add_argument("--cache", default="25%",
+                    help="the DRAM tier: a share of the state or a size")
+    ap.add_argument("--dir", default="var/bench-iter",
+                    help="where the two store paths go (nvme/, pfs/)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads (0: every core)")
+    ap.add_argument("--json", action="store_true",
+                    help="print one JSON object")
+    a = ap.parse_args(argv)
+    for k in ("layers", "d_model", "heads", "vocab", "ctx", "batch", "iters"):
+        if getattr(a, k) < 1:
+            ap.error(f"--{k.replace('_', '-')} must be at least 1")
+    if a.d_model % a.heads:
+        ap.error("--d-model must be a multiple of --heads")
+    return a
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    parent = os.path.dirname(os.path.abspath(a.dir))
+    if not os.path.isdir(parent):
+        sys.exit(f"iteration_bench: --dir {a.dir}: {parent} does not exist")
+    shutil.rmtree(a.dir, ignore_errors=True)
+    runs = {}
+    torch.manual_seed(0)
+    base = GPT(a.vocab, a.ctx, a.d_model, a.layers, a.heads)
+    nparams = sum(p.numel() for p in base.parameters())
+    for kind in ("overlap", "no-overlap", "torch"):
+        m = GPT(a.vocab, a.ctx, a.d_model, a.layers, a.heads)
+        m.load_state_dict(base.state_dict())
+        if kind == "torch":
+            opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+        else:
+            paths = [os.path.join(a.dir, kind, t) for t in ("nvme", "pfs")]
+            for p in paths:
+                os.makedirs(p, exist_ok=True)
+            store = {"path": [{"root": paths[0], "kind": "nvme"},
+                              {"root": paths[1], "kind": "pfs"}],
+                     "cache": a.cache, "write_behind": kind == "overlap"}
+            opt = mlpo.torch.AdamW(m.parameters(), lr=1e-4, store=store,
+                                   subgroup_numel=1 << 22)
+        runs[kind] = dict(model=m, opt=opt, fb=[], step=[], io={})
+    g = torch.Generator().manual_seed(1)
+    print(f"iteration_bench: {nparams / 1e6:.1f}M parameters, "
+          f"{a.batch}x{a.ctx} tokens an iteration, DRAM tier {a.cache} of "
+          f"{12 * nparams / 2**30:.2f} GiB of state; {a.iters} timed "
+          "iterations each, interleaved", file=sys.stderr)
+    for it in range(a.iters + 1):
+        x = torch.randint(0, a.vocab, (a.batch, a.ctx), generator=g)
+        y = torch.randint(0, a.vocab, (a.batch, a.ctx), generator=g)
+        order = list(runs)
+        order = order[it % 3:] + order[:it % 3]
+        for kind in order:
+            r = runs[kind]
+            t0 = time.perf_counter()
+            r["opt"].zero_grad(set_to_none=True)
+            loss = F.cross_entropy(r["model"](x).view(-1, a.vocab),
+                                   y.view(-1))
+            loss.backward()
+            t1 = time.perf_counter()
+            r["opt"].step()
+            t2 = time.perf_counter()
+            if it == 0:
+                continue  # the untimed one: creates the state
+            r["fb"].append(t1 - t0)
+            r["step"].append(t2 - t1)
+            rep = getattr(r["opt"], "last_report", None)
+            if rep:
+                for p in rep["paths"]:
+                    io = r["io"].setdefault(os.path.basename(p["root"]), 0)
+                    r["io"][os.path.basename(p["root"])] = io + p["read"] + \
+                        p["written"]
+            print(f"  iteration {it} {kind:>10}: forward+backward "
+                  f"{t1 - t0:6.2f} s, step {t2 - t1:6.2f} s", file=sys.stderr)
+    out = dict(params=nparams, iters=a.iters, cache=a.cache,
+               tokens_per_iteration=a.batch * a.ctx, runs={})
+    for kind, r in runs.items():
+        fb, st = statistics.median(r["fb"]), statistics.median(r["step"])
+        out["runs"][kind] = dict(
+            forward_backward_s=fb, step_s=st, iteration_s=fb + st,
+            path_bytes_per_step={k: v / a.iters for k, v in r["io"].items()})
+        if kind != "torch":
+            r["opt"].close()
+    ov, no, tq = (out["runs"][k] for k in ("overlap", "no-overlap", "torch"))
+    update_s = no["step_s"]  # the whole update: I/O and kernel
+    out["update_s"] = update_s
+    out["overlap_vs_torch"] = ov["iteration_s"] / tq["iteration_s"]
+    out["no_overlap_vs_torch"] = no["iteration_s"] / tq["iteration_s"]
+    out["overlap_vs_bound"] = ov["iteration_s"] / max(
+        ov["forward_backward_s"], update_s)
+    out["hidden_share"] = 1 - (ov["step_s"] / update_s) if update_s else 0
+    out["waiting_share"] = ov["step_s"] / ov["iteration_s"]
+    if a.json:
+        print(json.dumps(out, indent=2))
+        return
+    print(f"{'':12} {'iteration s':>12} {'fwd+bwd s':>10} {'step s':>8}")
+    for kind, r in out["runs"].items():
+        print(f"{kind:12} {r['iteration_s']:12.2f} "
+              f"{r['forward_backward_s']:10.2f} {r['step_s']:8.2f}")
+    print(f"update (all of it, no overlap): {update_s:.2f} s; with overlap "
+          f"the step takes {ov['step_s']:.2f} s ({out['hidden_share']:.0%} "
+          "hidden under forward+backward)")
+    print(f"iteration with overlap: {out['overlap_vs_torch']:.2f}x "
+          f"torch.optim.AdamW in RAM; {out['overlap_vs_bound']:.2f}x "
+          "max(forward+backward, update); without overlap: "
+          f"{out['no_overlap_vs_torch']:.2f}x torch")
+    for kind in ("overlap", "no-overlap"):
+        b = out["runs"][kind]["path_bytes_per_step"]
+        print(f"{kind}: per step " + ", ".join(
+            f"{k} {v / 2**30:.2f} GiB" for k, v in b.items()))
+
+
+if __name__ == "__main__":
+    main()
