@@ -78,12 +78,20 @@ def parse_args(argv):
                     help="the DRAM tier: a share of the state or a size")
     ap.add_argument("--dir", default="var/bench-iter",
                     help="where the two store paths go (nvme/, pfs/)")
+    ap.add_argument("--commits", type=int, default=2,
+                    help="mlpo's commits in flight (a write-behind step "
+                         "leaves up to this many behind)")
+    ap.add_argument("--prefetch", type=int, default=2,
+                    help="mlpo's checkouts in flight ahead")
+    ap.add_argument("--subgroup", type=int, default=1 << 22,
+                    help="elements per subgroup")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads (0: every core)")
     ap.add_argument("--json", action="store_true",
                     help="print one JSON object")
     a = ap.parse_args(argv)
-    for k in ("layers", "d_model", "heads", "vocab", "ctx", "batch", "iters"):
+    for k in ("layers", "d_model", "heads", "vocab", "ctx", "batch", "iters",
+              "commits", "prefetch", "subgroup"):
         if getattr(a, k) < 1:
             ap.error(f"--{k.replace('_', '-')} must be at least 1")
     if a.d_model % a.heads:
@@ -116,7 +124,8 @@ def main(argv=None):
                               {"root": paths[1], "kind": "pfs"}],
                      "cache": a.cache, "write_behind": kind == "overlap"}
             opt = mlpo.torch.AdamW(m.parameters(), lr=1e-4, store=store,
-                                   subgroup_numel=1 << 22)
+                                   subgroup_numel=a.subgroup,
+                                   commits=a.commits, prefetch=a.prefetch)
         runs[kind] = dict(model=m, opt=opt, fb=[], step=[], io={})
     g = torch.Generator().manual_seed(1)
     print(f"iteration_bench: {nparams / 1e6:.1f}M parameters, "

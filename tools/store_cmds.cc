@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
+#include "optimizer/update_rule.h"
 #include "store/admin/gc.h"
 #include "store/admin/relocate.h"  // CopiedFrom
 #include "store/admin/verify.h"
@@ -67,6 +68,13 @@ std::unique_ptr<ObjectStore> OpenTarget(const std::string& cmd,
 std::string StateFormatOf(const StoreView& s) {
   auto f = s.GetAttribute(kStateFormatAttribute);
   return f.ok() ? *f : "fp32";
+}
+
+// The update rule and its state slots (optimizer/update_rule.h); a store
+// from before rules holds Adam's.
+std::string UpdateRuleOf(const StoreView& s) {
+  auto r = s.GetAttribute(kUpdateRuleAttribute);
+  return r.ok() ? *r : "adam";
 }
 
 nlohmann::json ExtentsJson(const StoreView& s,
@@ -222,6 +230,7 @@ void AddStoreCommands(CLI::App& app) {
                 {"copied_from", copied_from},
                 {"durability", o.durability == Durability::kStep ? "step" : "tag"},
                 {"state_format", StateFormatOf(*s)},
+                {"update_rule", UpdateRuleOf(*s)},
                 {"objects", st.objects},
                 {"objects_with_head", st.objects_with_head},
                 {"versions", st.versions},
@@ -236,10 +245,11 @@ void AddStoreCommands(CLI::App& app) {
         return;
       }
       std::printf("store %s rank %d  (index %s, durability %s, state format "
-                  "%s)\n",
+                  "%s, update rule %s)\n",
                   o.name.c_str(), o.rank, o.meta_dir.c_str(),
                   j["durability"].get<std::string>().c_str(),
-                  j["state_format"].get<std::string>().c_str());
+                  j["state_format"].get<std::string>().c_str(),
+                  j["update_rule"].get<std::string>().c_str());
       std::string lineage;  // newest original first
       for (auto u = copied_from.rbegin(); u != copied_from.rend(); ++u)
         absl::StrAppend(&lineage, lineage.empty() ? ", a copy of store "
