@@ -378,7 +378,7 @@ void AddStepBench(CLI::App& app) {
           mode_of[row] = m;
           rule_of[row] = rule;
         }
-    if (formats.size() > 1 || rules.size() > 1) modes = rows;
+    modes = rows;  // (one format and adam: the rows are the modes)
     if (!a->trace.empty()) Trace::Get()->Start();
     // A mode's rows (its formats) run together, a step at a time: each
     // opens its store and takes the step that creates its state; the disk

@@ -153,6 +153,43 @@ TEST(StepBenchTest, TheBaselineIsComparedWithTheFp32RowsOfSeveralFormats) {
         << row;
 }
 
+// --optimizer: each rule's rows (adam's keep the mode's name), each
+// moving its own bytes (Lion: p and one moment, 16 B a parameter against
+// Adam's 24), with its params/s against adam's; one rule alone prints its
+// table; an unknown rule is refused before any work.
+TEST(StepBenchTest, RulesTakeTurnsAndAreComparedWithAdam) {
+  TempDir dir;
+  const std::string base = std::string(MLPO_BENCH) +
+                           " step --params 4194304 --subgroup 1048576 "
+                           "--steps 1 --modes mlpo --probe-seconds 0.1 "
+                           "--paths " + dir.Sub("nvme") + " --dir " +
+                           dir.path();
+  CommandResult r = RunCommand(base + " --optimizer adam,lion,sgd --json "
+                               "2>/dev/null");
+  ASSERT_EQ(r.code, 0) << r.out;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["mode_order"].get<std::vector<std::string>>(),
+            (std::vector<std::string>{"mlpo", "mlpo/lion", "mlpo/sgd"}));
+  const json& modes = j["modes"];
+  EXPECT_EQ(modes["mlpo/lion"]["optimizer"], "lion");
+  EXPECT_DOUBLE_EQ(modes["mlpo"]["bytes_per_param"].get<double>(), 24.0);
+  EXPECT_DOUBLE_EQ(modes["mlpo/lion"]["bytes_per_param"].get<double>(), 16.0);
+  EXPECT_DOUBLE_EQ(modes["mlpo/sgd"]["bytes_per_param"].get<double>(), 16.0);
+  for (const char* row : {"mlpo/lion", "mlpo/sgd"})
+    EXPECT_NEAR(modes[row]["ratio_to_adam"].get<double>(),
+                modes[row]["params_per_s"].get<double>() /
+                    modes["mlpo"]["params_per_s"].get<double>(),
+                1e-9)
+        << row;
+  r = RunCommand(base + " --optimizer lion 2>&1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("mlpo/lion "), std::string::npos) << r.out;
+  r = RunCommand(base + " --optimizer adamw 2>&1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("unknown update rule 'adamw'"), std::string::npos)
+      << r.out;
+}
+
 // scripts/bench.sh keeps the mlpo store and inspects it: the store must be
 // where the script looks (it looked under the name from before the state
 // format joined the store's name, and the script failed).
