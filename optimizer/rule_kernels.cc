@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "optimizer/rules/all.h"
+
 namespace mlpo {
 
 RuleConsts MakeRuleConsts(RuleKind kind, const RuleHyper& h, uint64_t t,
@@ -13,43 +15,9 @@ RuleConsts MakeRuleConsts(RuleKind kind, const RuleHyper& h, uint64_t t,
   RuleConsts c;
   c.kind = kind;
   c.grad_scale = static_cast<float>(h.maximize ? -grad_scale : grad_scale);
-  const double td = static_cast<double>(t);
-  switch (kind) {
-    case RuleKind::kAdam: {
-      c.adam = MakeStepConsts(h, t, grad_scale);
-      c.amsgrad = h.amsgrad;
-      c.decay = c.adam.decay;
-      c.l2 = c.adam.l2;
-      c.one_minus_b1 = c.adam.one_minus_b1;
-      c.b2 = c.adam.b2;
-      c.one_minus_b2 = c.adam.one_minus_b2;
-      c.bc2_sqrt = c.adam.bc2_sqrt;
-      c.eps = c.adam.eps;
-      c.neg_step = c.adam.neg_step;
-      break;
-    }
-    case RuleKind::kLion:
-      c.decay = static_cast<float>(1.0 - h.lr * h.weight_decay);
-      c.b1 = static_cast<float>(h.beta1);
-      c.one_minus_b1 = static_cast<float>(1.0 - h.beta1);
-      c.b2 = static_cast<float>(h.beta2);
-      c.one_minus_b2 = static_cast<float>(1.0 - h.beta2);
-      c.neg_step = static_cast<float>(-h.lr);
-      break;
-    case RuleKind::kAdagrad:
-      c.l2 = static_cast<float>(h.weight_decay);
-      c.eps = static_cast<float>(h.eps);
-      c.neg_step = static_cast<float>(-(h.lr / (1.0 + (td - 1) * h.lr_decay)));
-      break;
-    case RuleKind::kSgd:
-      c.l2 = static_cast<float>(h.weight_decay);
-      c.momentum = static_cast<float>(h.momentum);
-      c.one_minus_damp = static_cast<float>(1.0 - h.dampening);
-      c.nesterov = h.nesterov;
-      c.first = t == 1;
-      c.neg_step = static_cast<float>(-h.lr);
-      break;
-  }
+  rules::WithRule(kind, [&]<typename Rule>() {
+    Rule::Consts(h, t, grad_scale, &c);
+  });
   return c;
 }
 

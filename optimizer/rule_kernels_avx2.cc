@@ -5,8 +5,10 @@
 #include <cstring>
 
 #include "optimizer/rule_kernels.h"
+#include "optimizer/rules/all.h"
 
 #define MLPO_RULE_LOOP RuleLoopAvx2
 #define MLPO_RULE_WIDEN RuleWidenAvx2
 #define MLPO_RULE_CAST RuleCastAvx2
+#define MLPO_RULE_ISA KernelIsa::kAvx2
 #include "optimizer/rule_kernels_isa.inc"

@@ -5,8 +5,10 @@
 #include <cstring>
 
 #include "optimizer/rule_kernels.h"
+#include "optimizer/rules/all.h"
 
 #define MLPO_RULE_LOOP RuleLoopAvx512
 #define MLPO_RULE_WIDEN RuleWidenAvx512
 #define MLPO_RULE_CAST RuleCastAvx512
+#define MLPO_RULE_ISA KernelIsa::kAvx512
 #include "optimizer/rule_kernels_isa.inc"

@@ -5,8 +5,10 @@
 #include <cstring>
 
 #include "optimizer/rule_kernels.h"
+#include "optimizer/rules/all.h"
 
 #define MLPO_RULE_LOOP RuleLoopScalar
 #define MLPO_RULE_WIDEN RuleWidenScalar
 #define MLPO_RULE_CAST RuleCastScalar
+#define MLPO_RULE_ISA KernelIsa::kScalar
 #include "optimizer/rule_kernels_isa.inc"

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "optimizer/rules/all.h"
 
 namespace mlpo {
 
@@ -50,21 +51,9 @@ absl::Status CheckRuleHyper(RuleKind k, int group, const RuleHyper& h) {
 }
 
 std::vector<StateSlot> RuleSpec::Slots() const {
-  switch (kind) {
-    case RuleKind::kLion:
-      return {{"m", "exp_avg", false}};
-    case RuleKind::kAdagrad:
-      return {{"v", "sum", true}};
-    case RuleKind::kSgd:
-      if (!momentum) return {};
-      return {{"m", "momentum_buffer", false}};
-    default:
-      if (amsgrad)
-        return {{"m", "exp_avg", false},
-                {"v", "exp_avg_sq", true},
-                {"vmax", "max_exp_avg_sq", true}};
-      return {{"m", "exp_avg", false}, {"v", "exp_avg_sq", true}};
-  }
+  return rules::WithRule(kind, [&]<typename Rule>() {
+    return Rule::Slots(*this);
+  });
 }
 
 int RuleSpec::SlotOf(absl::string_view section) const {

@@ -1,8 +1,10 @@
-// Update rules (DESIGN.md "Update rules"): what an optimizer does to the
-// state of one element, and which state it keeps. A rule declares its state
-// sections ("slots": one value per parameter element besides the fp32
-// master p), how each is coded in a compact state format, and its kernel
-// (rule_kernels.h). The store, the DRAM tier, placement and the pipeline see
+// Update rules (docs/design.md "Update rules"): what an optimizer does to
+// the state of one element, and which state it keeps. Each rule is one
+// file, optimizer/rules/<rule>.h (rules/rule_parts.h says what it
+// defines): its state sections ("slots": one value per parameter element
+// besides the fp32 master p, each coded in a compact state format as
+// StateSlot::nonneg says), its per-step constants and its fp32 loop
+// (run by rule_kernels.h). The store, the DRAM tier, placement and the pipeline see
 // only objects of sections: none of them knows which rule runs.
 //
 //   rule      slots (torch.optim state name)           bytes/param, fp32

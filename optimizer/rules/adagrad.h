@@ -1,0 +1,45 @@
+// Adagrad as torch.optim.Adagrad: the state v (torch's sum), starting at
+// initial_accumulator_value.
+#ifndef MLPO_OPTIMIZER_RULES_ADAGRAD_H_
+#define MLPO_OPTIMIZER_RULES_ADAGRAD_H_
+
+#include <cstddef>
+#include <vector>
+
+#include "optimizer/rules/rule_parts.h"
+
+namespace mlpo::rules {
+
+struct Adagrad {
+  static std::vector<StateSlot> Slots(const RuleSpec&) {
+    return {{"v", "sum", true}};
+  }
+  static void Consts(const RuleHyper& h, uint64_t t, double, RuleConsts* c) {
+    c->l2 = static_cast<float>(h.weight_decay);
+    c->eps = static_cast<float>(h.eps);
+    const double td = static_cast<double>(t);
+    c->neg_step = static_cast<float>(-(h.lr / (1.0 + (td - 1) * h.lr_decay)));
+  }
+  // g = g + wd*p; s = s + g*g; p = p + ((-clr) * g) / (sqrt(s) + eps),
+  // clr = lr / (1 + (t-1) lr_decay) (addcdiv's order)
+  template <KernelIsa kIsa>
+  static void Loop(size_t n, float* __restrict p, float* __restrict s0,
+                   float* __restrict, float* __restrict,
+                   const float* __restrict g, const RuleConsts& c) {
+    const float gs = c.grad_scale, l2 = c.l2, eps = c.eps,
+                step = c.neg_step;
+    for (size_t i = 0; i < n; ++i) {
+      float gi = g[i] * gs;
+      float pi = p[i];
+      gi = gi + l2 * pi;
+      float sum = s0[i] + gi * gi;
+      float sd = __builtin_sqrtf(sum) + eps;
+      p[i] = pi + (step * gi) / sd;
+      s0[i] = sum;
+    }
+  }
+};
+
+}  // namespace mlpo::rules
+
+#endif  // MLPO_OPTIMIZER_RULES_ADAGRAD_H_

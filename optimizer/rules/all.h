@@ -1,0 +1,26 @@
+// Every update rule, and the one dispatch from a RuleKind to its part
+// (rules/rule_parts.h says what a part defines).
+#ifndef MLPO_OPTIMIZER_RULES_ALL_H_
+#define MLPO_OPTIMIZER_RULES_ALL_H_
+
+#include "optimizer/rules/adagrad.h"
+#include "optimizer/rules/adam.h"
+#include "optimizer/rules/lion.h"
+#include "optimizer/rules/sgd.h"
+
+namespace mlpo::rules {
+
+// fn.template operator()<Part>() for the part of `kind`.
+template <typename Fn>
+decltype(auto) WithRule(RuleKind kind, Fn&& fn) {
+  switch (kind) {
+    case RuleKind::kLion: return fn.template operator()<Lion>();
+    case RuleKind::kAdagrad: return fn.template operator()<Adagrad>();
+    case RuleKind::kSgd: return fn.template operator()<Sgd>();
+    default: return fn.template operator()<Adam>();
+  }
+}
+
+}  // namespace mlpo::rules
+
+#endif  // MLPO_OPTIMIZER_RULES_ALL_H_

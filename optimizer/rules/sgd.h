@@ -1,0 +1,67 @@
+// SGD as torch.optim.SGD (momentum, dampening, nesterov, weight decay):
+// the state m (momentum_buffer), none at momentum 0.
+#ifndef MLPO_OPTIMIZER_RULES_SGD_H_
+#define MLPO_OPTIMIZER_RULES_SGD_H_
+
+#include <cstddef>
+#include <vector>
+
+#include "optimizer/rules/rule_parts.h"
+
+namespace mlpo::rules {
+
+struct Sgd {
+  static std::vector<StateSlot> Slots(const RuleSpec& spec) {
+    if (!spec.momentum) return {};
+    return {{"m", "momentum_buffer", false}};
+  }
+  static void Consts(const RuleHyper& h, uint64_t t, double, RuleConsts* c) {
+    c->l2 = static_cast<float>(h.weight_decay);
+    c->momentum = static_cast<float>(h.momentum);
+    c->one_minus_damp = static_cast<float>(1.0 - h.dampening);
+    c->nesterov = h.nesterov;
+    c->first = t == 1;
+    c->neg_step = static_cast<float>(-h.lr);
+  }
+  // g = g + wd*p; b = (first step) g, else b*mu + (1-d)*g;
+  // g = nesterov ? g + mu*b : b; p = p + (-lr)*g
+  template <KernelIsa kIsa>
+  static void Loop(size_t n, float* __restrict p, float* __restrict s0,
+                   float* __restrict, float* __restrict,
+                   const float* __restrict g, const RuleConsts& c) {
+    const float gs = c.grad_scale, l2 = c.l2, step = c.neg_step;
+    const float mu = c.momentum, omd = c.one_minus_damp;
+    if (s0 == nullptr) {  // no momentum buffer
+      for (size_t i = 0; i < n; ++i) {
+        float gi = g[i] * gs;
+        float pi = p[i];
+        gi = gi + l2 * pi;
+        p[i] = pi + step * gi;
+      }
+    } else if (c.first) {  // the buffer starts as the gradient
+      for (size_t i = 0; i < n; ++i) {
+        float gi = g[i] * gs;
+        float pi = p[i];
+        gi = gi + l2 * pi;
+        float b = gi;
+        float d = c.nesterov ? gi + mu * b : b;
+        p[i] = pi + step * d;
+        s0[i] = b;
+      }
+    } else {
+      for (size_t i = 0; i < n; ++i) {
+        float gi = g[i] * gs;
+        float pi = p[i];
+        gi = gi + l2 * pi;
+        float b = s0[i] * mu + omd * gi;
+        float d = c.nesterov ? gi + mu * b : b;
+        p[i] = pi + step * d;
+        s0[i] = b;
+      }
+    }
+  }
+};
+
+}  // namespace mlpo::rules
+
+#endif  // MLPO_OPTIMIZER_RULES_SGD_H_
