@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "optimizer/rules/all.h"
+#include "optimizer/rules.h"
 
 namespace mlpo {
 

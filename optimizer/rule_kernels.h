@@ -5,7 +5,7 @@
 //
 // Adam without amsgrad runs the hand-vectorised kernels of adam_kernel.h.
 // Every other rule (and Adam with amsgrad) runs its own fp32 loop, written
-// once in its file (optimizer/rules/<rule>.h) and compiled three times
+// once in its file (optimizer/rule_<rule>.h) and compiled three times
 // (rule_kernels_isa.inc in rule_kernels_{scalar,avx2,avx512}.cc): plain
 // (scalar, no vectorisation), -mavx2 and -mavx512f. The loops use only
 // IEEE-rounded operations (+ - * / sqrt, comparisons) with no FMA

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "optimizer/rule_kernels.h"
-#include "optimizer/rules/all.h"
+#include "optimizer/rules.h"
 
 #define MLPO_RULE_LOOP RuleLoopAvx2
 #define MLPO_RULE_WIDEN RuleWidenAvx2

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "optimizer/rule_kernels.h"
-#include "optimizer/rules/all.h"
+#include "optimizer/rules.h"
 
 #define MLPO_RULE_LOOP RuleLoopScalar
 #define MLPO_RULE_WIDEN RuleWidenScalar

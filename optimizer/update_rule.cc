@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "optimizer/rules/all.h"
+#include "optimizer/rules.h"
 
 namespace mlpo {
 

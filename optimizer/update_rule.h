@@ -1,6 +1,6 @@
 // Update rules (docs/design.md "Update rules"): what an optimizer does to
 // the state of one element, and which state it keeps. Each rule is one
-// file, optimizer/rules/<rule>.h (rules/rule_parts.h says what it
+// file, optimizer/rule_<rule>.h (rule_parts.h says what it
 // defines): its state sections ("slots": one value per parameter element
 // besides the fp32 master p, each coded in a compact state format as
 // StateSlot::nonneg says), its per-step constants and its fp32 loop

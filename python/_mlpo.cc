@@ -49,6 +49,14 @@ py::array_t<float> FloatArray(std::vector<float>&& v) {
   return py::array_t<float>({heap->size()}, {sizeof(float)}, heap->data(), owner);
 }
 
+// [(section, torch.optim state name, never negative)] of a rule.
+py::list SlotList(const RuleSpec& rule) {
+  py::list out;
+  for (const StateSlot& s : rule.Slots())
+    out.append(py::make_tuple(s.section, s.torch, s.nonneg));
+  return out;
+}
+
 // {section: values} of a rule's slots.
 py::dict SlotDict(const std::vector<StateSlot>& slots,
                   std::vector<std::vector<float>>* vals) {
@@ -236,13 +244,7 @@ class Engine {
     return py::make_tuple(FloatArray(std::move(p)), SlotDict(slots, &vals));
   }
 
-  // [(section, torch.optim state name, never negative)] of the rule.
-  py::list Slots() const {
-    py::list out;
-    for (const StateSlot& s : opt()->rule().Slots())
-      out.append(py::make_tuple(s.section, s.torch, s.nonneg));
-    return out;
-  }
+  py::list Slots() const { return SlotList(opt()->rule()); }
 
   void StageGrad(int group, uint64_t offset, uintptr_t ptr,
                  const std::string& dtype, uint64_t count) {
@@ -544,13 +546,7 @@ class Reader {
     Check(st);
     return py::make_tuple(FloatArray(std::move(p)), SlotDict(slots, &vals));
   }
-  // [(section, torch.optim state name, never negative)] of the rule.
-  py::list Slots() const {
-    py::list out;
-    for (const StateSlot& s : r_->rule().Slots())
-      out.append(py::make_tuple(s.section, s.torch, s.nonneg));
-    return out;
-  }
+  py::list Slots() const { return SlotList(r_->rule()); }
   std::string rule() const { return r_->rule().Name(); }
 
  private:

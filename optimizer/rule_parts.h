@@ -1,5 +1,5 @@
-// What a rule's file (optimizer/rules/<rule>.h) defines, one struct per
-// rule:
+// What a rule's file (optimizer/rule_<rule>.h) defines, one struct per
+// rule (in namespace mlpo::rules):
 //   static std::vector<StateSlot> Slots(const RuleSpec&)   its state
 //   static void Consts(const RuleHyper&, uint64_t t, double grad_scale,
 //                      RuleConsts*)                          its per-step
@@ -11,12 +11,13 @@
 //       own KernelIsa, so the three compilations are distinct functions
 //       and the compiler vectorises each for its ISA; every one rounds as
 //       the scalar one does.
-// The registry is RULE_KINDS in rules/all.h: adding a rule is a file here,
-// a line there, and its adapter class (python/mlpo/_rules.py, torch.py).
-#ifndef MLPO_OPTIMIZER_RULES_RULE_PARTS_H_
-#define MLPO_OPTIMIZER_RULES_RULE_PARTS_H_
+// The registry is WithRule in rules.h: adding a rule is a file
+// rule_<rule>.h, a line there, and its adapter class
+// (python/mlpo/_rules.py, torch.py).
+#ifndef MLPO_OPTIMIZER_RULE_PARTS_H_
+#define MLPO_OPTIMIZER_RULE_PARTS_H_
 
 #include "optimizer/rule_kernels.h"
 #include "optimizer/update_rule.h"
 
-#endif  // MLPO_OPTIMIZER_RULES_RULE_PARTS_H_
+#endif  // MLPO_OPTIMIZER_RULE_PARTS_H_

@@ -1,13 +1,13 @@
 // Lion (Chen et al., "Symbolic Discovery of Optimization Algorithms",
 // 2023, Algorithm 2), with lion-pytorch's state: m (exp_avg). One moment:
 // 8 bytes a parameter in fp32 with the master, against Adam's 12.
-#ifndef MLPO_OPTIMIZER_RULES_LION_H_
-#define MLPO_OPTIMIZER_RULES_LION_H_
+#ifndef MLPO_OPTIMIZER_RULE_LION_H_
+#define MLPO_OPTIMIZER_RULE_LION_H_
 
 #include <cstddef>
 #include <vector>
 
-#include "optimizer/rules/rule_parts.h"
+#include "optimizer/rule_parts.h"
 
 namespace mlpo::rules {
 
@@ -49,4 +49,4 @@ struct Lion {
 
 }  // namespace mlpo::rules
 
-#endif  // MLPO_OPTIMIZER_RULES_LION_H_
+#endif  // MLPO_OPTIMIZER_RULE_LION_H_

@@ -1,12 +1,12 @@
 // Every update rule, and the one dispatch from a RuleKind to its part
-// (rules/rule_parts.h says what a part defines).
-#ifndef MLPO_OPTIMIZER_RULES_ALL_H_
-#define MLPO_OPTIMIZER_RULES_ALL_H_
+// (rule_parts.h says what a part defines).
+#ifndef MLPO_OPTIMIZER_RULES_H_
+#define MLPO_OPTIMIZER_RULES_H_
 
-#include "optimizer/rules/adagrad.h"
-#include "optimizer/rules/adam.h"
-#include "optimizer/rules/lion.h"
-#include "optimizer/rules/sgd.h"
+#include "optimizer/rule_adagrad.h"
+#include "optimizer/rule_adam.h"
+#include "optimizer/rule_lion.h"
+#include "optimizer/rule_sgd.h"
 
 namespace mlpo::rules {
 
@@ -23,4 +23,4 @@ decltype(auto) WithRule(RuleKind kind, Fn&& fn) {
 
 }  // namespace mlpo::rules
 
-#endif  // MLPO_OPTIMIZER_RULES_ALL_H_
+#endif  // MLPO_OPTIMIZER_RULES_H_

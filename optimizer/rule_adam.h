@@ -3,13 +3,13 @@
 // Without amsgrad the step runs the hand-vectorised kernels of
 // optimizer/adam_kernel.h; this loop is amsgrad's (and, with it off, the
 // same arithmetic, tested equal to them).
-#ifndef MLPO_OPTIMIZER_RULES_ADAM_H_
-#define MLPO_OPTIMIZER_RULES_ADAM_H_
+#ifndef MLPO_OPTIMIZER_RULE_ADAM_H_
+#define MLPO_OPTIMIZER_RULE_ADAM_H_
 
 #include <cstddef>
 #include <vector>
 
-#include "optimizer/rules/rule_parts.h"
+#include "optimizer/rule_parts.h"
 
 namespace mlpo::rules {
 
@@ -41,28 +41,24 @@ struct Adam {
   static void Loop(size_t n, float* __restrict p, float* __restrict s0,
                    float* __restrict s1, float* __restrict s2,
                    const float* __restrict g, const RuleConsts& c) {
+    if (c.amsgrad)
+      Run<kIsa, true>(n, p, s0, s1, s2, g, c);
+    else
+      Run<kIsa, false>(n, p, s0, s1, s2, g, c);
+  }
+
+ private:
+  // One loop per option, so that no branch is left inside it; a template
+  // on the ISA too, so that each ISA's unit has its own (one definition
+  // of it compiled with other flags in each unit would break the
+  // one-definition rule).
+  template <KernelIsa kIsa, bool kAmsgrad>
+  static void Run(size_t n, float* __restrict p, float* __restrict s0,
+                  float* __restrict s1, float* __restrict s2,
+                  const float* __restrict g, const RuleConsts& c) {
     const float gs = c.grad_scale, decay = c.decay, l2 = c.l2;
     const float omb1 = c.one_minus_b1, b2 = c.b2, omb2 = c.one_minus_b2;
     const float bc2 = c.bc2_sqrt, eps = c.eps, step = c.neg_step;
-    if (c.amsgrad) {
-      for (size_t i = 0; i < n; ++i) {
-        float gi = g[i] * gs;
-        float pi = p[i] * decay;
-        gi = gi + l2 * pi;
-        float m = s0[i];
-        m = m + omb1 * (gi - m);
-        float v = s1[i] * b2;
-        v = v + (omb2 * gi) * gi;
-        float vm = s2[i];
-        vm = vm < v ? v : vm;
-        float denom = __builtin_sqrtf(vm) / bc2 + eps;
-        p[i] = pi + step * (m / denom);
-        s0[i] = m;
-        s1[i] = v;
-        s2[i] = vm;
-      }
-      return;
-    }
     for (size_t i = 0; i < n; ++i) {
       float gi = g[i] * gs;
       float pi = p[i] * decay;
@@ -71,7 +67,14 @@ struct Adam {
       m = m + omb1 * (gi - m);
       float v = s1[i] * b2;
       v = v + (omb2 * gi) * gi;
-      float denom = __builtin_sqrtf(v) / bc2 + eps;
+      float r = v;
+      if constexpr (kAmsgrad) {
+        float vm = s2[i];
+        vm = vm < v ? v : vm;
+        s2[i] = vm;
+        r = vm;
+      }
+      float denom = __builtin_sqrtf(r) / bc2 + eps;
       p[i] = pi + step * (m / denom);
       s0[i] = m;
       s1[i] = v;
@@ -81,4 +84,4 @@ struct Adam {
 
 }  // namespace mlpo::rules
 
-#endif  // MLPO_OPTIMIZER_RULES_ADAM_H_
+#endif  // MLPO_OPTIMIZER_RULE_ADAM_H_
