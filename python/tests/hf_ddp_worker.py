@@ -47,3 +47,13 @@ if int(os.environ.get("RANK", "0")) == 0:
     with open(a.out, "w") as f:
         json.dump({n: p.detach().reshape(-1).tolist()
                    for n, p in model.named_parameters()}, f)
+# A deterministic end: the optimizer's store closed, then the process
+# group taken down after every rank got here (gloo's threads left to the
+# interpreter's exit aborted now and then with "terminate called without
+# an active exception", in the torch.optim runs as well).
+opt = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
+if hasattr(opt, "close"):
+    opt.close()
+if torch.distributed.is_available() and torch.distributed.is_initialized():
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
