@@ -548,10 +548,8 @@ absl::Status Optimizer::ReadRange(int group, uint64_t offset, uint64_t count,
 }
 
 float Optimizer::InitialSlotValue(int group, int slot) const {
-  if (rule_.kind == RuleKind::kAdagrad && slot == 0)
-    return static_cast<float>(
-        options_.groups[group].hyper.initial_accumulator_value);
-  return 0.f;
+  return mlpo::InitialSlotValue(rule_.kind, options_.groups[group].hyper,
+                                slot);
 }
 
 absl::Status Optimizer::ReadRange(int group, uint64_t offset, uint64_t count,

@@ -14,6 +14,10 @@ struct Adagrad {
   static std::vector<StateSlot> Slots(const RuleSpec&) {
     return {{"v", "sum", true}};
   }
+  // The sum starts at initial_accumulator_value.
+  static float Initial(const RuleHyper& h, int) {
+    return static_cast<float>(h.initial_accumulator_value);
+  }
   static void Consts(const RuleHyper& h, uint64_t t, double, RuleConsts* c) {
     c->l2 = static_cast<float>(h.weight_decay);
     c->eps = static_cast<float>(h.eps);

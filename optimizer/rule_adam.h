@@ -21,6 +21,7 @@ struct Adam {
               {"vmax", "max_exp_avg_sq", true}};
     return {{"m", "exp_avg", false}, {"v", "exp_avg_sq", true}};
   }
+  static float Initial(const RuleHyper&, int) { return 0.f; }
   static void Consts(const RuleHyper& h, uint64_t t, double grad_scale,
                      RuleConsts* c) {
     c->adam = MakeStepConsts(h, t, grad_scale);

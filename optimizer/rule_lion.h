@@ -15,6 +15,7 @@ struct Lion {
   static std::vector<StateSlot> Slots(const RuleSpec&) {
     return {{"m", "exp_avg", false}};
   }
+  static float Initial(const RuleHyper&, int) { return 0.f; }
   static void Consts(const RuleHyper& h, uint64_t, double, RuleConsts* c) {
     c->decay = static_cast<float>(1.0 - h.lr * h.weight_decay);
     c->b1 = static_cast<float>(h.beta1);

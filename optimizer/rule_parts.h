@@ -1,6 +1,8 @@
 // What a rule's file (optimizer/rule_<rule>.h) defines, one struct per
 // rule (in namespace mlpo::rules):
 //   static std::vector<StateSlot> Slots(const RuleSpec&)   its state
+//   static float Initial(const RuleHyper&, int slot)       a slot's value
+//                                                          before step 1
 //   static void Consts(const RuleHyper&, uint64_t t, double grad_scale,
 //                      RuleConsts*)                          its per-step
 //                                                            constants

@@ -15,6 +15,7 @@ struct Sgd {
     if (!spec.momentum) return {};
     return {{"m", "momentum_buffer", false}};
   }
+  static float Initial(const RuleHyper&, int) { return 0.f; }
   static void Consts(const RuleHyper& h, uint64_t t, double, RuleConsts* c) {
     c->l2 = static_cast<float>(h.weight_decay);
     c->momentum = static_cast<float>(h.momentum);

@@ -56,6 +56,12 @@ std::vector<StateSlot> RuleSpec::Slots() const {
   });
 }
 
+float InitialSlotValue(RuleKind kind, const RuleHyper& h, int slot) {
+  return rules::WithRule(kind, [&]<typename Rule>() {
+    return Rule::Initial(h, slot);
+  });
+}
+
 int RuleSpec::SlotOf(absl::string_view section) const {
   std::vector<StateSlot> s = Slots();
   for (size_t i = 0; i < s.size(); ++i)

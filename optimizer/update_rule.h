@@ -93,6 +93,9 @@ absl::StatusOr<RuleSpec> ParseRuleSpec(absl::string_view s);
 // The spec a new store takes for `kind` and its groups' hyperparameters:
 // amsgrad when any group sets it, momentum when any group's is non-zero.
 RuleSpec SpecFor(RuleKind kind, const std::vector<RuleHyper>& groups);
+// Slot `slot`'s value before the first step (adagrad's sum starts at
+// initial_accumulator_value; the rest at 0).
+float InitialSlotValue(RuleKind kind, const RuleHyper& h, int slot);
 // FailedPrecondition when a group asks for a slot the store lacks.
 absl::Status CheckSpecCovers(const RuleSpec& spec, int group,
                              const RuleHyper& h);

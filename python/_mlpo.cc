@@ -20,7 +20,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "optimizer/checkpoint_reader.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/param_sink.h"
 #include "python/binding_util.h"
@@ -33,38 +32,6 @@ namespace mlpo {
 namespace {
 
 DType DTypeArg(const std::string& s) { return Value(ParseDType(s)); }
-
-StoreOptions StoreArg(const std::string& toml, const std::string& base_dir,
-                      const std::string& name, int rank) {
-  StoreOptions o = Value(ParseStoreOptions(toml, base_dir));
-  if (!name.empty()) o.name = name;
-  o.rank = rank;
-  Check(ValidateStoreOptions(o));
-  return o;
-}
-
-py::array_t<float> FloatArray(std::vector<float>&& v) {
-  auto* heap = new std::vector<float>(std::move(v));
-  py::capsule owner(heap, [](void* p) { delete static_cast<std::vector<float>*>(p); });
-  return py::array_t<float>({heap->size()}, {sizeof(float)}, heap->data(), owner);
-}
-
-// [(section, torch.optim state name, never negative)] of a rule.
-py::list SlotList(const RuleSpec& rule) {
-  py::list out;
-  for (const StateSlot& s : rule.Slots())
-    out.append(py::make_tuple(s.section, s.torch, s.nonneg));
-  return out;
-}
-
-// {section: values} of a rule's slots.
-py::dict SlotDict(const std::vector<StateSlot>& slots,
-                  std::vector<std::vector<float>>* vals) {
-  py::dict d;
-  for (size_t k = 0; k < slots.size(); ++k)
-    d[slots[k].section] = FloatArray(std::move((*vals)[k]));
-  return d;
-}
 
 // The Optimizer with the initial parameters it needs before its first step
 // (copied in at construction: the model's own tensors may change before
@@ -497,69 +464,12 @@ class Engine {
   std::unique_ptr<Optimizer> opt_;
 };
 
-class Reader {
- public:
-  // `target`: a store directory (STORE descriptor) or TOML config text
-  // (with base_dir), plus name and rank for the latter.
-  Reader(const std::string& toml, const std::string& base_dir,
-         const std::string& name, const std::string& tag) {
-    StoreOptions o = StoreArg(toml, base_dir, name, 0);
-    absl::StatusOr<std::unique_ptr<CheckpointReader>> opened;
-    {
-      py::gil_scoped_release nogil;
-      opened = CheckpointReader::Open(o, tag);
-    }
-    r_ = Value(std::move(opened));
-  }
-  std::string manifest() const { return r_->manifest().dump(); }
-  std::string state_format() const {
-    return StateFormatName(r_->state_format());
-  }
-  int world() const { return r_->world(); }
-  uint64_t step() const { return r_->step(); }
-  std::vector<std::string> store_uuids() const { return r_->store_uuids(); }
-  py::dict TagVersions(int k) const {
-    if (k < 0 || k >= r_->world()) throw py::index_error("no such rank");
-    py::dict out;
-    for (auto& [o, v] : r_->tag_versions(k)) out[py::str(o)] = v;
-    return out;
-  }
-  py::object GetAttribute(int k, const std::string& key) const {
-    if (k < 0 || k >= r_->world()) throw py::index_error("no such rank");
-    auto v = r_->attribute(k, key);
-    if (absl::IsNotFound(v.status())) return py::none();
-    return py::str(Value(std::move(v)));
-  }
-  std::vector<uint64_t> ParamSteps() { return Value(r_->ParamSteps()); }
-  // (p, {slot section: values}).
-  py::tuple Read(int g, uint64_t start, uint64_t n) {
-    const std::vector<StateSlot> slots = r_->rule().Slots();
-    std::vector<float> p(n);
-    std::vector<std::vector<float>> vals(slots.size(), std::vector<float>(n));
-    float* ptrs[kMaxRuleSlots] = {};
-    for (size_t k = 0; k < slots.size(); ++k) ptrs[k] = vals[k].data();
-    absl::Status st;
-    {
-      py::gil_scoped_release nogil;
-      st = r_->Read(g, start, n, p.data(), ptrs);
-    }
-    Check(st);
-    return py::make_tuple(FloatArray(std::move(p)), SlotDict(slots, &vals));
-  }
-  py::list Slots() const { return SlotList(r_->rule()); }
-  std::string rule() const { return r_->rule().Name(); }
-
- private:
-  std::unique_ptr<CheckpointReader> r_;
-};
-
 }  // namespace
 }  // namespace mlpo
 
 PYBIND11_MODULE(_mlpo, m) {
   mlpo::DefineCodecBindings(m);
   using mlpo::Engine;
-  using mlpo::Reader;
   m.doc() = "mlpo: optimizer state in a tiered object store (C++ engine)";
   m.def("read_store_attribute",
         [](const std::string& toml, const std::string& base_dir,
@@ -640,18 +550,5 @@ PYBIND11_MODULE(_mlpo, m) {
       .def_property_readonly("store_dirs", &Engine::store_dirs)
       .def("settle", &Engine::Settle)
       .def("close", &Engine::Close);
-  py::class_<Reader>(m, "CheckpointReader")
-      .def(py::init<const std::string&, const std::string&, const std::string&,
-                    const std::string&>())
-      .def("manifest", &Reader::manifest)
-      .def_property_readonly("world", &Reader::world)
-      .def_property_readonly("step", &Reader::step)
-      .def_property_readonly("state_format", &Reader::state_format)
-      .def_property_readonly("store_uuids", &Reader::store_uuids)
-      .def("param_steps", &Reader::ParamSteps)
-      .def("tag_versions", &Reader::TagVersions)
-      .def("get_attribute", &Reader::GetAttribute)
-      .def("read", &Reader::Read)
-      .def_property_readonly("slots", &Reader::Slots)
-      .def_property_readonly("rule", &Reader::rule);
+  mlpo::DefineReaderBindings(m);
 }

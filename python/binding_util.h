@@ -3,14 +3,18 @@
 #ifndef MLPO_PYTHON_BINDING_UTIL_H_
 #define MLPO_PYTHON_BINDING_UTIL_H_
 
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "optimizer/adam_kernel.h"
+#include "optimizer/update_rule.h"
+#include "store/store_options.h"
 
 namespace mlpo {
 
@@ -80,8 +84,44 @@ inline RuleHyper HyperArg(const py::dict& g) {
 }
 
 
+// A store's options from TOML text (its paths relative to base_dir), with
+// the name and rank the adapter gives.
+inline StoreOptions StoreArg(const std::string& toml, const std::string& base_dir,
+                      const std::string& name, int rank) {
+  StoreOptions o = Value(ParseStoreOptions(toml, base_dir));
+  if (!name.empty()) o.name = name;
+  o.rank = rank;
+  Check(ValidateStoreOptions(o));
+  return o;
+}
+
+inline py::array_t<float> FloatArray(std::vector<float>&& v) {
+  auto* heap = new std::vector<float>(std::move(v));
+  py::capsule owner(heap, [](void* p) { delete static_cast<std::vector<float>*>(p); });
+  return py::array_t<float>({heap->size()}, {sizeof(float)}, heap->data(), owner);
+}
+
+// [(section, torch.optim state name, never negative)] of a rule.
+inline py::list SlotList(const RuleSpec& rule) {
+  py::list out;
+  for (const StateSlot& s : rule.Slots())
+    out.append(py::make_tuple(s.section, s.torch, s.nonneg));
+  return out;
+}
+
+// {section: values} of a rule's slots.
+inline py::dict SlotDict(const std::vector<StateSlot>& slots,
+                  std::vector<std::vector<float>>* vals) {
+  py::dict d;
+  for (size_t k = 0; k < slots.size(); ++k)
+    d[slots[k].section] = FloatArray(std::move((*vals)[k]));
+  return d;
+}
+
 // codec_encode, codec_decode, kernel_step (python/codec_bindings.cc).
 void DefineCodecBindings(py::module_& m);
+// CheckpointReader (python/reader_bindings.cc).
+void DefineReaderBindings(py::module_& m);
 
 }  // namespace mlpo
 
