@@ -93,7 +93,7 @@ class TorchImport:
                 # export_state_dict's fp32 masters when the dict has them
                 # (a bf16 model's own weights are the masters rounded).
                 src = [masters.get(e["name"], p)]
-                for g_, (_, k, _) in enumerate(slots):
+                for _, k, _ in slots:
                     x = s.get(k)
                     src.append(x.to(p.device) if x is not None else
                                torch.full_like(p, self._initial_slot(
