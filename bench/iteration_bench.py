@@ -3,11 +3,14 @@ not fit the DRAM tier (about 100M parameters, tier 25% of the state)
 trains a few iterations three ways, interleaved iteration by iteration so
 that the disk's drift falls on all of them alike:
 
-  overlap   mlpo.torch.AdamW, write-behind on (the default): a step
-            returns once the parameters hold their new values and its last
-            commits land during the next forward and backward
-  no-overlap  the same with write_behind = false: every byte of the update
-            inside step()
+  overlap   mlpo.torch.AdamW as it comes (write-behind and read-ahead
+            on): a step returns once the parameters hold their new values,
+            its last commits land during the next forward and backward,
+            and the next step's first reads start as it returns
+  in-backward  the same with update_in_backward=True: each subgroup is
+            updated during backward once its gradients are final
+  no-overlap  write_behind = false, read_ahead = false: every byte of the
+            update inside step()
   torch     torch.optim.AdamW with its state in RAM
 
 and prints, from that one run: each one's iteration time (forward+backward
@@ -40,6 +43,9 @@ try:
 except ImportError as e:
     sys.exit(f"iteration_bench: cannot import mlpo ({e}); build it "
              "(scripts/build.sh) and run with PYTHONPATH=build/python")
+
+
+KINDS = ("overlap", "in-backward", "no-overlap", "torch")
 
 
 class GPT(nn.Module):
@@ -111,7 +117,7 @@ def main(argv=None):
     torch.manual_seed(0)
     base = GPT(a.vocab, a.ctx, a.d_model, a.layers, a.heads)
     nparams = sum(p.numel() for p in base.parameters())
-    for kind in ("overlap", "no-overlap", "torch"):
+    for kind in KINDS:
         m = GPT(a.vocab, a.ctx, a.d_model, a.layers, a.heads)
         m.load_state_dict(base.state_dict())
         if kind == "torch":
@@ -122,10 +128,13 @@ def main(argv=None):
                 os.makedirs(p, exist_ok=True)
             store = {"path": [{"root": paths[0], "kind": "nvme"},
                               {"root": paths[1], "kind": "pfs"}],
-                     "cache": a.cache, "write_behind": kind == "overlap"}
+                     "cache": a.cache,
+                     "write_behind": kind != "no-overlap",
+                     "read_ahead": kind != "no-overlap"}
             opt = mlpo.torch.AdamW(m.parameters(), lr=1e-4, store=store,
                                    subgroup_numel=a.subgroup,
-                                   commits=a.commits, prefetch=a.prefetch)
+                                   commits=a.commits, prefetch=a.prefetch,
+                                   update_in_backward=kind == "in-backward")
         runs[kind] = dict(model=m, opt=opt, fb=[], step=[], io={})
     g = torch.Generator().manual_seed(1)
     print(f"iteration_bench: {nparams / 1e6:.1f}M parameters, "
@@ -136,7 +145,7 @@ def main(argv=None):
         x = torch.randint(0, a.vocab, (a.batch, a.ctx), generator=g)
         y = torch.randint(0, a.vocab, (a.batch, a.ctx), generator=g)
         order = list(runs)
-        order = order[it % 3:] + order[:it % 3]
+        order = order[it % len(order):] + order[:it % len(order)]
         for kind in order:
             r = runs[kind]
             t0 = time.perf_counter()
@@ -168,7 +177,7 @@ def main(argv=None):
             path_bytes_per_step={k: v / a.iters for k, v in r["io"].items()})
         if kind != "torch":
             r["opt"].close()
-    ov, no, tq = (out["runs"][k] for k in ("overlap", "no-overlap", "torch"))
+    ov, ib, no, tq = (out["runs"][k] for k in KINDS)
     update_s = no["step_s"]  # the whole update: I/O and kernel
     out["update_s"] = update_s
     out["overlap_vs_torch"] = ov["iteration_s"] / tq["iteration_s"]
@@ -177,6 +186,9 @@ def main(argv=None):
         ov["forward_backward_s"], update_s)
     out["hidden_share"] = 1 - (ov["step_s"] / update_s) if update_s else 0
     out["waiting_share"] = ov["step_s"] / ov["iteration_s"]
+    out["in_backward_vs_torch"] = ib["iteration_s"] / tq["iteration_s"]
+    out["in_backward_vs_bound"] = ib["iteration_s"] / max(
+        tq["forward_backward_s"], update_s)
     if a.json:
         print(json.dumps(out, indent=2))
         return
@@ -191,7 +203,10 @@ def main(argv=None):
           f"torch.optim.AdamW in RAM; {out['overlap_vs_bound']:.2f}x "
           "max(forward+backward, update); without overlap: "
           f"{out['no_overlap_vs_torch']:.2f}x torch")
-    for kind in ("overlap", "no-overlap"):
+    print(f"update in backward: {out['in_backward_vs_torch']:.2f}x torch; "
+          f"{out['in_backward_vs_bound']:.2f}x max(torch's forward+backward, "
+          "update)")
+    for kind in ("overlap", "in-backward", "no-overlap"):
         b = out["runs"][kind]["path_bytes_per_step"]
         print(f"{kind}: per step " + ", ".join(
             f"{k} {v / 2**30:.2f} GiB" for k, v in b.items()))

@@ -20,9 +20,15 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Open(
 
 Optimizer::~Optimizer() { (void)Settle(); }
 
-absl::Status Optimizer::Settle() {
+absl::Status Optimizer::Settle() { return SettleWrites(false); }
+
+absl::Status Optimizer::SettleWrites(bool keep_read_ahead) {
   if (pipeline_ == nullptr) return absl::OkStatus();
-  absl::Status st = pipeline_->Settle();
+  if (backward_ != nullptr) {
+    absl::StatusOr<StepReport> r = FinishStep();
+    if (!r.ok()) return r.status();
+  }
+  absl::Status st = pipeline_->Settle(keep_read_ahead);
   if (pending_steps_) {
     auto [t, steps] = std::move(*pending_steps_);
     pending_steps_.reset();
@@ -143,6 +149,10 @@ absl::Status Optimizer::Init() {
   PipelineOptions pipe = po;
   // The baseline mode is DeepSpeed's, which waits for its writes.
   pipe.write_behind = options_.store.write_behind && !po.grad_offload;
+  pipe.read_ahead = po.grad_offload ? 0
+                    : options_.store.read_ahead < 0
+                        ? std::max(1, po.prefetch_depth)
+                        : options_.store.read_ahead;
   pipeline_ = std::make_unique<UpdatePipeline>(store_.get(), &subgroups_, pipe);
   grads_ = std::make_unique<GradStage>(subgroups_, options_.grad_dtype,
                                        pipeline_->runner());
@@ -436,7 +446,7 @@ absl::Status Optimizer::CopyParams(int group, uint64_t offset, void* dst,
 
 absl::StatusOr<StepReport> Optimizer::Step(double loss_scale,
                                            const GradStats* global) {
-  MLPO_RETURN_IF_ERROR(Settle());
+  MLPO_RETURN_IF_ERROR(SettleWrites(/*keep_read_ahead=*/true));
   if (!(loss_scale > 0) || !std::isfinite(loss_scale))
     return absl::InvalidArgumentError(
         absl::StrCat("loss_scale ", loss_scale, " must be positive and finite"));
@@ -492,6 +502,16 @@ absl::StatusOr<StepReport> Optimizer::Step(double loss_scale,
   auto r = pipeline_->Step(t, plan, *grads_,
                            sink_ ? static_cast<ParamSink*>(sink_.get())
                                  : options_.param_sink);
+  if (r.ok()) {
+    r->grad_norm = rep.grad_norm;
+    r->clip_coef = rep.clip_coef;
+  }
+  return EndStep(t, active, std::move(r));
+}
+
+absl::StatusOr<StepReport> Optimizer::EndStep(uint64_t t,
+                                              const std::vector<bool>& active,
+                                              absl::StatusOr<StepReport> r) {
   grads_->Reset();
   grads_offloaded_ = false;
   for (auto& o : overrides_) o.clear();
@@ -506,8 +526,6 @@ absl::StatusOr<StepReport> Optimizer::Step(double loss_scale,
                                   absl::StrCat("step ", t)));
   }
   param_steps_ = std::move(steps);
-  r->grad_norm = rep.grad_norm;
-  r->clip_coef = rep.clip_coef;
   step_ = t;
   return r;
 }

@@ -118,6 +118,22 @@ class Optimizer {
   // the global norm); default: this rank's own, LocalGradStats().
   absl::StatusOr<StepReport> Step(double loss_scale = 1.0,
                                   const GradStats* global = nullptr);
+  // Update during backward (optimizer_backward.cc): BeginStep starts the
+  // step on a thread of its own; each parameter's gradient is then staged
+  // or borrowed and marked with GradReady(param) as backward makes it
+  // final; a subgroup is updated once every parameter in it is ready, in
+  // the order they come (the next step's reads are issued in the order
+  // this one took). FinishStep: the parameters not ready have no
+  // gradient; waits and reports as Step() does, with the same result bit
+  // for bit. Refused (FailedPrecondition) with max_grad_norm (the global
+  // norm needs every gradient first) and the grad_offload baseline. A
+  // non-finite gradient stops the step with an error naming the parameter
+  // (a step part of which is applied cannot be skipped: restore a tag).
+  // Every other call on the state finishes a running one first.
+  absl::Status BeginStep(double loss_scale = 1.0);
+  absl::Status GradReady(int param);
+  absl::StatusOr<StepReport> FinishStep();
+  bool stepping_in_backward() const { return backward_ != nullptr; }
   // The same without a copy: the step reads `data` itself, which must stay
   // valid and unchanged until Step returns.
   absl::Status BorrowGrad(int group, uint64_t offset, const void* data,
@@ -252,6 +268,14 @@ class Optimizer {
   // Slot `slot`'s value before the first step (adagrad's
   // initial_accumulator_value; else 0).
   float InitialSlotValue(int group, int slot) const;
+  // Settle(), keeping the read-ahead for the step about to run.
+  absl::Status SettleWrites(bool keep_read_ahead);
+  // After the pipeline ran step t: the gradients forgotten, each active
+  // parameter's step count advanced (committed now, or after the state's
+  // commits with write-behind).
+  absl::StatusOr<StepReport> EndStep(uint64_t t,
+                                     const std::vector<bool>& active,
+                                     absl::StatusOr<StepReport> r);
   // The step's work per subgroup; false in `active` skips a parameter.
   StepPlan MakePlan(uint64_t t, double grad_scale,
                     const std::vector<bool>& active) const;
@@ -291,6 +315,12 @@ class Optimizer {
   bool grads_offloaded_ = false;
   // A write-behind step's step counts, committed once its state is.
   std::optional<std::pair<uint64_t, std::vector<uint64_t>>> pending_steps_;
+  class BackwardStep;  // a step running during backward
+  struct BackwardStepDeleter {
+    void operator()(BackwardStep* b) const;  // (a complete type there)
+  };
+  std::unique_ptr<BackwardStep, BackwardStepDeleter> backward_;
+  std::vector<int> backward_order_;  // the order the last one took
 };
 
 }  // namespace mlpo

@@ -62,23 +62,67 @@ UpdatePipeline::UpdatePipeline(ObjectStore* store,
 
 UpdatePipeline::~UpdatePipeline() { (void)Settle(); }
 
-absl::Status UpdatePipeline::Settle() {
-  if (behind_ == nullptr) return absl::OkStatus();
-  absl::Time w = absl::Now();
-  absl::Status st = behind_->Drain();
-  Trace::Get()->Complete("write-behind drain", "wait", "pipeline", w,
-                         absl::Now());
-  behind_.reset();
-  // What the commits moved after the step returned goes into the next
-  // step's report.
-  std::vector<PathCounters> now = store_->PathTraffic();
-  carried_.assign(now.size(), PathBytes());
-  for (size_t p = 0; p < now.size() && p < behind_from_.size(); ++p) {
-    carried_[p].read = now[p].bytes_read - behind_from_[p].bytes_read;
-    carried_[p].written = now[p].bytes_written - behind_from_[p].bytes_written;
+absl::Status UpdatePipeline::Settle(bool keep_read_ahead) {
+  if (!keep_read_ahead) DropReadAhead();
+  absl::Status st;
+  if (behind_ != nullptr) {
+    absl::Time w = absl::Now();
+    st = behind_->Drain();
+    Trace::Get()->Complete("write-behind drain", "wait", "pipeline", w,
+                           absl::Now());
+    behind_.reset();
+  }
+  if (!behind_from_.empty()) {
+    // What the commits and read-ahead moved after the step returned goes
+    // into the next step's report.
+    std::vector<PathCounters> now = store_->PathTraffic();
+    carried_.assign(now.size(), PathBytes());
+    for (size_t p = 0; p < now.size() && p < behind_from_.size(); ++p) {
+      carried_[p].read = now[p].bytes_read - behind_from_[p].bytes_read;
+      carried_[p].written =
+          now[p].bytes_written - behind_from_[p].bytes_written;
+    }
+    behind_from_.clear();
   }
   return Annotate(st, absl::StrCat("step ", behind_step_,
                                    "'s commits (written behind)"));
+}
+
+std::vector<int> UpdatePipeline::OrderOf(uint64_t t) const {
+  const int n = static_cast<int>(subgroups_->size());
+  std::vector<int> order;
+  for (int k = 0; k < n; ++k)
+    order.push_back(options_.alternate_order && (t % 2 == 0) ? n - 1 - k : k);
+  return order;
+}
+
+void UpdatePipeline::ReadAhead(uint64_t t, const std::vector<int>& order,
+                               const std::vector<int>& next, int in_flight) {
+  DropReadAhead();
+  if (options_.read_ahead <= 0 || options_.grad_offload) return;
+  // The objects whose commits may still be in flight must not be read
+  // before they land; the ones the DRAM tier holds need no read.
+  std::vector<bool> skip(subgroups_->size(), false);
+  for (int k = std::max(0, static_cast<int>(order.size()) - in_flight);
+       k < static_cast<int>(order.size()); ++k)
+    skip[order[k]] = true;
+  ahead_step_ = t + 1;
+  for (int i : next) {
+    if (static_cast<int>(ahead_.size()) >= options_.read_ahead) break;
+    const Subgroup& s = (*subgroups_)[i];
+    if (skip[i] || store_->Resident(s.object)) continue;
+    TraceSpan span("read-ahead call", "store", "pipeline");
+    ahead_.push_back({i, store_->Checkout(s.object, /*for_update=*/true)});
+  }
+}
+
+void UpdatePipeline::DropReadAhead() {
+  for (Ahead& a : ahead_) {
+    absl::StatusOr<Lease> l = a.state.get();
+    // Unused: back to the DRAM tier when it is still the clean head.
+    if (l.ok()) store_->Return(std::move(*l));
+  }
+  ahead_.clear();
 }
 
 absl::Status UpdatePipeline::OffloadGrads(uint64_t t, const GradStage& grads) {
@@ -107,61 +151,108 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
                                                 const StepPlan& plan,
                                                 const GradStage& grads,
                                                 ParamSink* sink) {
-  MLPO_RETURN_IF_ERROR(Settle());
+  MLPO_RETURN_IF_ERROR(Settle(/*keep_read_ahead=*/true));
   StepReport rep;
   rep.step = t;
   const int n = static_cast<int>(subgroups_->size());
-  for (int k = 0; k < n; ++k)
-    rep.order.push_back(options_.alternate_order && (t % 2 == 0) ? n - 1 - k
-                                                                  : k);
+  // The order expected (a gate may hand the subgroups out in another);
+  // rep.order becomes the order taken.
+  const std::vector<int> expected = plan.order.empty() ? OrderOf(t) : plan.order;
+  const std::vector<int> next_order =
+      plan.order.empty() ? OrderOf(t + 1) : plan.order;
+  // The previous step's read-ahead, by subgroup; stale ones are dropped.
+  std::map<int, std::future<absl::StatusOr<Lease>>> ahead;
+  if (ahead_step_ != t) DropReadAhead();
+  for (Ahead& a : ahead_) ahead.emplace(a.subgroup, std::move(a.state));
+  ahead_.clear();
   if (options_.declare_order) {
     // This step's order, then the next step's: the DRAM tier keeps what is
     // used soonest (with the alternating order, the subgroups updated last
     // now are the first of the next step).
     std::vector<std::string> coming;
-    for (int k = 0; k < n; ++k) {
-      const Subgroup& s = (*subgroups_)[rep.order[k]];
+    for (int i : expected) {
+      const Subgroup& s = (*subgroups_)[i];
       if (options_.grad_offload) coming.push_back(GradObject(s));
       coming.push_back(s.object);
     }
-    for (int k = 0; k < n; ++k) {
-      int next = options_.alternate_order && ((t + 1) % 2 == 0) ? n - 1 - k : k;
-      coming.push_back((*subgroups_)[next].object);
-    }
+    for (int i : next_order) coming.push_back((*subgroups_)[i].object);
     store_->DeclareAccessOrder(coming);
   }
   CacheStats cache_before = store_->cache_stats();
   std::vector<PathCounters> before = store_->PathTraffic();
   absl::Time start = absl::Now();
-  const int depth = std::max(1, options_.prefetch_depth);
+  const size_t depth = std::max(1, options_.prefetch_depth);
   struct Fetch {
     std::future<absl::StatusOr<Lease>> state, grad;
   };
-  std::deque<Fetch> fetches;
-  auto issue = [&](int k) {
+  std::map<int, Fetch> fetches;  // by subgroup, at most `depth`
+  std::vector<bool> taken(n, false);
+  size_t cursor = 0;  // the next of `expected` to issue
+  auto issue = [&](int i) {
     TraceSpan span("checkout call", "store", "pipeline");
-    const Subgroup& s = (*subgroups_)[rep.order[k]];
-    Fetch f;
+    const Subgroup& s = (*subgroups_)[i];
+    Fetch& f = fetches[i];
     if (options_.grad_offload) f.grad = store_->Checkout(GradObject(s));
+    auto a = ahead.find(i);
+    if (a != ahead.end()) {
+      // Read ahead: used when it read what is still the newest version
+      // (a reset or an initial state written since makes it stale).
+      absl::StatusOr<Lease> l = a->second.get();
+      ahead.erase(a);
+      if (l.ok() && (*l)->version() == store_->NewestVersion(s.object)) {
+        std::promise<absl::StatusOr<Lease>> done;
+        done.set_value(std::move(l));
+        f.state = done.get_future();
+        ++rep.read_ahead_used;
+        return;
+      }
+    }
     f.state = store_->Checkout(s.object, /*for_update=*/true);
-    fetches.push_back(std::move(f));
   };
-  for (int k = 0; k < std::min(depth, n); ++k) issue(k);
+  auto top_up = [&] {
+    while (fetches.size() < depth && cursor < expected.size()) {
+      int i = expected[cursor++];
+      if (!taken[i] && !fetches.count(i)) issue(i);
+    }
+  };
+  top_up();
   auto window = std::make_unique<CommitWindow>(options_.max_commits_in_flight);
   CommitWindow& commits = *window;
   absl::Status error;
+  std::vector<int> order;  // as taken
   int k = 0;
   for (; k < n && error.ok() && commits.first_error().ok(); ++k) {
-    const Subgroup& s = (*subgroups_)[rep.order[k]];
+    int i = expected[k];
+    if (plan.gate != nullptr) {
+      absl::Time w = absl::Now();
+      absl::StatusOr<int> ready = plan.gate->Next();
+      absl::Time got = absl::Now();
+      rep.grad_wait_s += absl::ToDoubleSeconds(got - w);
+      Trace::Get()->Complete("gradient wait", "wait", "pipeline", w, got);
+      if (!ready.ok()) {
+        error = ready.status();
+        break;
+      }
+      i = *ready;
+      if (i < 0 || i >= n || taken[i]) {
+        error = absl::InternalError(absl::StrCat("gate gave subgroup ", i));
+        break;
+      }
+    }
+    const Subgroup& s = (*subgroups_)[i];
+    taken[i] = true;
+    order.push_back(i);
+    if (!fetches.count(i)) issue(i);
+    Fetch fetch = std::move(fetches[i]);
+    fetches.erase(i);
     absl::Time w = absl::Now();
-    absl::StatusOr<Lease> state = fetches.front().state.get();
+    absl::StatusOr<Lease> state = fetch.state.get();
     absl::StatusOr<Lease> glease = absl::UnknownError("unused");
-    if (options_.grad_offload) glease = fetches.front().grad.get();
+    if (options_.grad_offload) glease = fetch.grad.get();
     absl::Time got = absl::Now();
     rep.read_wait_s += absl::ToDoubleSeconds(got - w);
     Trace::Get()->Complete("read wait", "wait", "pipeline", w, got);
-    fetches.pop_front();
-    if (k + depth < n) issue(k + depth);
+    top_up();
     if (!state.ok()) {
       error = state.status();
       break;
@@ -295,9 +386,14 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
     rep.params += s.numel;
   }
   // Never leave reads or writes behind: they borrow buffers.
-  for (auto& f : fetches) {
+  for (auto& [i, f] : fetches) {
     f.state.wait();
     if (f.grad.valid()) f.grad.wait();
+  }
+  rep.order = order;
+  for (auto& [i, f] : ahead) {  // (a step cut short)
+    absl::StatusOr<Lease> l = f.get();
+    if (l.ok()) store_->Return(std::move(*l));
   }
   // Write-behind: the last commits drain until Settle(); an error or a
   // step cut short drains them now.
@@ -328,7 +424,10 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
     rep.paths.push_back(b);
   }
   carried_.clear();
-  if (behind_ != nullptr) behind_from_ = after;
+  if (error.ok())
+    ReadAhead(t, rep.order, plan.order.empty() ? OrderOf(t + 1) : rep.order,
+              behind_ != nullptr ? options_.max_commits_in_flight : 0);
+  if (behind_ != nullptr || !ahead_.empty()) behind_from_ = after;
   rep.fractions = options_.adaptive_placement ? store_->AdaptPlacement()
                                              : store_->placement()->fractions();
   CacheStats cache_after = store_->cache_stats();

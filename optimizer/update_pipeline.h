@@ -53,6 +53,13 @@ struct PipelineOptions {
   // first checkouts are this step's last objects: they must not be read
   // before their commits land).
   bool write_behind = false;
+  // Read-ahead: once a step's kernels are done, the next step's first
+  // subgroups that the DRAM tier does not hold (at most this many, in the
+  // order the next step takes them) are checked out into buffers of their
+  // own, so that the next Step finds their reads done. Used only when the
+  // object is still at the version read; any other call on the state
+  // (Settle()) gives them back. 0: off.
+  int read_ahead = 0;
   // Mixed read+write bandwidth U_k of each store path (bytes/s, in path
   // order) and the kernel's params/s (R_adam). When given, every report
   // carries the I/O lower bound of DESIGN.md and the ratio to it.
@@ -83,10 +90,23 @@ struct StepReport {
   uint64_t cache_hits = 0, cache_hit_bytes = 0;
   std::vector<PathBytes> paths;
   std::vector<int> order;  // subgroups in the order they were updated
+  // Subgroups whose checkout the previous step's read-ahead had done.
+  int read_ahead_used = 0;
+  // Update during backward: time the step waited for gradients (the gate).
+  double grad_wait_s = 0;
   double achieved_bps = 0;  // (bytes_read + bytes_written) / total_s
   // max(bytes moved / sum U_k, params / R_adam); 0 when unknown.
   double lower_bound_s = 0;
   double bound_efficiency = 0;  // lower_bound_s / total_s (1 = at the bound)
+};
+
+// Update during backward: which subgroup the step takes next.
+class ReadyGate {
+ public:
+  virtual ~ReadyGate() = default;
+  // Blocks until a subgroup not yet taken has all its gradients in (its
+  // runs in the plan then final) and returns it; an error stops the step.
+  virtual absl::StatusOr<int> Next() = 0;
 };
 
 // What one step does to each subgroup. A run is one parameter's part of a
@@ -116,6 +136,12 @@ struct StepPlan {
   // element offset within the subgroup.
   const std::vector<std::map<uint64_t, std::vector<float>>>* overrides =
       nullptr;
+  // Update during backward: subgroups are taken as `gate` hands them out;
+  // `order` is the order expected (reads are issued in it, and the DRAM
+  // tier and the read-ahead take it for the next step's too). Without a
+  // gate: `order` when given, else the plain (alternating) one.
+  ReadyGate* gate = nullptr;
+  std::vector<int> order;
 };
 
 // Puts pending master values (by element offset) into a subgroup's p.
@@ -134,8 +160,11 @@ class UpdatePipeline {
   absl::StatusOr<StepReport> Step(uint64_t t, const StepPlan& plan,
                                   const GradStage& grads, ParamSink* sink);
   // Waits for the commits a write-behind step left in flight; the first
-  // error, naming the step. Ok when none are.
-  absl::Status Settle();
+  // error, naming the step. Ok when none are. Gives back the read-ahead
+  // checkouts unless `keep_read_ahead` (the next Step's own call).
+  absl::Status Settle(bool keep_read_ahead = false);
+  // Read-ahead checkouts held for the next step.
+  int read_ahead_held() const { return static_cast<int>(ahead_.size()); }
   // A write-behind step's commits are in flight.
   bool unsettled() const { return behind_ != nullptr; }
   // Baseline backward phase: writes the staged gradients as fp32 objects
@@ -150,10 +179,24 @@ class UpdatePipeline {
   const std::vector<Subgroup>* subgroups_;
   PipelineOptions options_;
   ParallelRunner runner_;
+  // Issues the read-ahead for the step after `t`, whose commits of the
+  // last `in_flight` subgroups of `order` may still be in flight.
+  void ReadAhead(uint64_t t, const std::vector<int>& order,
+                 const std::vector<int>& next, int in_flight);
+  void DropReadAhead();
+  std::vector<int> OrderOf(uint64_t t) const;
+
+  struct Ahead {
+    int subgroup = -1;
+    std::future<absl::StatusOr<Lease>> state;
+  };
+  std::vector<Ahead> ahead_;  // for step ahead_step_
+  uint64_t ahead_step_ = 0;
   std::unique_ptr<CommitWindow> behind_;  // a write-behind step's commits
   uint64_t behind_step_ = 0;
   // The paths' counters when that step returned, and what its commits
-  // moved after that (Settle), counted in the next step's report.
+  // and read-ahead moved after that (Settle), counted in the next step's
+  // report (empty: nothing was left running).
   std::vector<PathCounters> behind_from_;
   std::vector<PathBytes> carried_;
 };

@@ -251,7 +251,33 @@ class Engine {
       py::gil_scoped_release nogil;
       stepped = o->Step(loss_scale, global);
     }
-    StepReport r = Value(std::move(stepped));
+    return ReportDict(Value(std::move(stepped)));
+  }
+
+  // Update during backward (Optimizer::BeginStep): the step runs while
+  // backward hands in each parameter's gradient (borrow_grad, grad_ready).
+  void BeginStep(double loss_scale) {
+    Optimizer* o = opt();
+    absl::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = o->BeginStep(loss_scale);
+    }
+    Check(st);
+  }
+  void GradReady(int param) { Check(opt()->GradReady(param)); }
+  bool stepping_in_backward() { return opt()->stepping_in_backward(); }
+  py::dict FinishStep() {
+    Optimizer* o = opt();
+    absl::StatusOr<StepReport> stepped;
+    {
+      py::gil_scoped_release nogil;
+      stepped = o->FinishStep();
+    }
+    return ReportDict(Value(std::move(stepped)));
+  }
+
+  py::dict ReportDict(const StepReport& r) {
     if (!r.skipped) DropInitial();  // the store holds every object now
     py::dict d;
     d["step"] = opt()->step();
@@ -268,6 +294,8 @@ class Engine {
     d["cache_hit_bytes"] = r.cache_hit_bytes;
     d["fractions"] = r.fractions;
     d["bytes_written"] = r.bytes_written;
+    d["read_ahead_used"] = r.read_ahead_used;
+    d["grad_wait_s"] = r.grad_wait_s;
     py::list paths;
     for (auto& p : r.paths) {
       py::dict pd;
@@ -549,6 +577,11 @@ PYBIND11_MODULE(_mlpo, m) {
       .def_property_readonly("meta_dir", &Engine::meta_dir)
       .def_property_readonly("store_dirs", &Engine::store_dirs)
       .def("settle", &Engine::Settle)
+      .def("begin_step", &Engine::BeginStep, py::arg("loss_scale") = 1.0)
+      .def("grad_ready", &Engine::GradReady)
+      .def("finish_step", &Engine::FinishStep)
+      .def_property_readonly("stepping_in_backward",
+                             &Engine::stepping_in_backward)
       .def("close", &Engine::Close);
   mlpo::DefineReaderBindings(m);
 }

@@ -185,6 +185,11 @@ class ObjectStore final : public StoreMaintenance {
   // and the next step's): the DRAM tier keeps the blobs used soonest. A
   // no-op when the tier is off.
   void DeclareAccessOrder(const std::vector<std::string>& objects);
+  // The object's newest version (a dirty one in the DRAM tier, else the
+  // head); 0 when it has none or is not declared.
+  uint64_t NewestVersion(const std::string& object) const;
+  // The DRAM tier holds the object's newest version (a checkout is a hit).
+  bool Resident(const std::string& object) const;
 
   absl::Status Tag(const std::string& name);
   // Moves every head back to the tag's versions, all or nothing: every

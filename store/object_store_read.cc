@@ -46,6 +46,19 @@ ExtentCheck CheckExtent(const ExtentRef& e, const char* dst,
 
 }  // namespace
 
+uint64_t ObjectStore::NewestVersion(const std::string& object) const {
+  MutexLock l(&mu_);
+  auto it = objects_.find(object);
+  if (it == objects_.end()) return 0;
+  if (it->second.dirty != 0) return it->second.dirty;
+  return it->second.has_head ? it->second.head : 0;
+}
+
+bool ObjectStore::Resident(const std::string& object) const {
+  uint64_t v = NewestVersion(object);
+  return cache_ != nullptr && v != 0 && cache_->Contains(object, v);
+}
+
 absl::Status BadExtentStatus(const BadExtent& b) {
   std::string msg = absl::StrCat("object ", b.object, " step ", b.step,
                                  " (version ", b.version, "): path ", b.path, " file ", b.file,

@@ -116,6 +116,11 @@ const std::vector<ConfigKey>& StoreConfigKeys() {
          "a step returns once the parameters hold their new values; its "
          "commits drain during the next forward and backward, and the "
          "next step, checkpoint, state read or close waits for them"},
+        {"read_ahead", "`true`, `false` or a count", "true", "0", "64",
+         "once a step's kernels are done, the next step's first subgroups "
+         "the DRAM tier does not hold are read into buffers of their own "
+         "(`true`: as many as the step keeps in flight; a count: that "
+         "many), so the next step starts with those reads done"},
         {"adaptive", "`true` or `false`",
          "(on unless a path has a `fraction`)", "", "",
          "stripe fractions follow each path's observed rate every step; "
@@ -325,6 +330,17 @@ absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
         return absl::InvalidArgumentError(
             "config key 'write_behind': expected true or false");
       o.write_behind = *v.value<bool>();
+    } else if (key == "read_ahead") {
+      if (v.is_boolean()) {
+        o.read_ahead = *v.value<bool>() ? -1 : 0;
+      } else if (v.is_integer() && *v.value<int64_t>() >= 0 &&
+                 *v.value<int64_t>() <= 64) {
+        o.read_ahead = static_cast<int>(*v.value<int64_t>());
+      } else {
+        return absl::InvalidArgumentError(
+            "config key 'read_ahead': expected true, false or a count of "
+            "subgroups 0..64");
+      }
     } else if (key == "adaptive") {
       if (!v.is_boolean())
         return absl::InvalidArgumentError(

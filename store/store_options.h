@@ -10,6 +10,8 @@
 //                            # the declared state; 0 = off (the default)
 //   write_behind = true      # a step returns before its commits land;
 //                            # the next call that reads the state waits
+//   read_ahead = true        # the next step's first reads start as a
+//                            # step returns (a count: that many subgroups)
 //   state_format = "fp32"    # how the optimizer holds Adam's moments: fp32 |
 //                            # bf16-moments | int8-moments (fixed when the
 //                            # store is created; optimizer/state_format.h)
@@ -90,6 +92,10 @@ struct StoreOptions {
   // drain until the next call that reads or writes the state. TOML
   // `write_behind = true|false`; on by default (it changes no result).
   bool write_behind = true;
+  // Read-ahead (optimizer/update_pipeline.h): subgroups of the next step
+  // checked out as a step returns. -1: the pipeline's prefetch depth (TOML
+  // `read_ahead = true`, the default); 0: off; else that many (0..64).
+  int read_ahead = -1;
   bool create_if_missing = true;
   // Open without the writer lock and without writing anything, e.g. to
   // inspect a store a training job holds. The view is the index as of open;

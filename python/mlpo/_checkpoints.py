@@ -122,8 +122,16 @@ class CheckpointMixin:
     def close(self):
         """Waits for commits in flight and releases the store."""
         self._forget_prepared()
+        late = None  # a step run in backward that failed: raised last
+        if self._engine is not None and self._engine.stepping_in_backward:
+            try:
+                self._finish_in_backward(self._engine)
+            except (RuntimeError, OSError) as e:
+                late = e
         eng, self._engine = self._engine, None
         failed, self._failed_step = self._failed_step, None
+        if failed is None:  # (a reopen after a failed step hooks again)
+            self._remove_backward_hooks()
         if eng is not None:
             try:
                 eng.close()
@@ -132,6 +140,8 @@ class CheckpointMixin:
                     raise
                 # The failed step raised already; what the store holds is
                 # what a reopen continues from.
+        if late is not None:
+            raise late
 
     def __enter__(self):
         return self

@@ -100,7 +100,11 @@ class Stepping:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        eng = self._require_engine()
+        eng = self._require_engine()  # (a step run in backward finishes)
+        if self._bwd_done:
+            self._bwd_done = False
+            return loss
+        self._bwd_counts = {}  # fewer backwards than accumulation_steps
         self._check_groups()
         self._forget_prepared()  # a prepared dict is of the state before
         for g, group in enumerate(self.param_groups):
@@ -181,10 +185,10 @@ class Stepping:
         try:
             return getattr(eng, call)(*args)
         except (RuntimeError, OSError) as e:
-            if self._world == 1 and (call == "step" or (
+            if self._world == 1 and (call.endswith("step") or (
                     isinstance(e, RuntimeError) and not _refused(str(e)))):
                 # (a failed step leaves the step count where it was)
-                what = f"step {eng.step_count + 1}" if call == "step" \
+                what = f"step {eng.step_count + 1}" if call.endswith("step") \
                     else f"{call} {args[0]!r}"
                 self._failed_step = (what, str(e).split("\n")[0])
             raise
@@ -201,6 +205,8 @@ class Stepping:
         self._failed_step = failed  # until the reopen works
         self._open(ns=self._ns, resume=True)
         self._failed_step = None
+        if self.update_in_backward:
+            self._hook_params()
         if not self._engine.state_stored:
             raise RuntimeError(
                 f"mlpo.torch: {what} failed ({why}) before the store held "

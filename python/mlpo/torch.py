@@ -63,6 +63,7 @@ from ._export import export_state_dict
 from ._opening import _DTYPES, StoreOpening
 from ._retention import Retention
 from ._stepping import Stepping
+from ._backward import BackwardUpdate
 from ._rules import check_group, check_slots, manifest_hyper
 from ._stand_in import sync_in, sync_out
 from ._unsupported import refuse_unsupported
@@ -80,7 +81,7 @@ def _world(process_group):
 
 
 class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
-                     Retention, Stepping,
+                     Retention, BackwardUpdate, Stepping,
                      torch.optim.Optimizer):
     _mode = "adamw"
 
@@ -88,7 +89,8 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
                  durability=None, resume=False, subgroup_numel=1 << 22,
                  max_grad_norm=0.0, loss_scale=1.0, prefetch=2, commits=2,
                  threads=0, restore_tag=None, keep_checkpoints=0,
-                 process_group=None, device_backend=None, state_format=None):
+                 process_group=None, device_backend=None, state_format=None,
+                 update_in_backward=False, accumulation_steps=1):
         cls = type(self).__name__
         check_group(self._mode, defaults, f"mlpo.torch.{cls}()")
         for g, group in enumerate(params if params and isinstance(
@@ -124,6 +126,8 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
         self._layout = None
         self._engine = None
         self._failed_step = None  # (step, error) of a step that failed
+        self._bwd_done = False  # a step ran in backward; step() is done
+        self.update_in_backward = False
         self._prepared = None  # (step, dict) of prepare_state_dict()
         self._last_handed = None  # the tag state_dict() handed out last
         super().__init__(params, defaults)
@@ -176,6 +180,8 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
                 # opening: tell them, so they stop too.
                 self._agree_open(None, e)
             raise
+        self._setup_backward(update_in_backward, accumulation_steps,
+                             max_grad_norm, loss_scale)
         if self._world > 1:
             self._agree_steps(self._agree_open(
                 (self._engine.step_count, self._engine.tag_order()), None))
@@ -289,6 +295,8 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
             self._recover_failed_step()
         if self._engine is None:
             raise RuntimeError("mlpo.torch: the optimizer is closed")
+        if self._engine.stepping_in_backward:  # (update_in_backward)
+            self._finish_in_backward(self._engine)
         return self._engine
 
     def add_param_group(self, param_group):
@@ -324,6 +332,8 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
         eng.close()
         self._engine = None
         self._open(ns=self._ns, check_model=False)  # the model grew
+        if self.update_in_backward:
+            self._hook_params()
         if saved is None or saved[2] == 0:
             return
         states, steps, t = saved

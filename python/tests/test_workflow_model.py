@@ -16,8 +16,9 @@ the heads before one of its steps, or the newest tag when a step was cut
 short. A dropped checkpoint's dicts are refused from then on, also once a
 later checkpoint has taken its name.
 
-It runs for AdamW, and for AdamW with amsgrad, SGD with momentum and
-Adagrad (each rule's state compared key by key with torch's).
+It runs for AdamW (plain, and with the update run during backward:
+update_in_backward=True), and for AdamW with amsgrad, SGD with momentum
+and Adagrad (each rule's state compared key by key with torch's).
 
 MLPO_WORKFLOW_EXAMPLES sets the number of examples (default 12; the slow
 run, scripts/test.sh --slow, uses 1500; a third of them for each other
@@ -88,6 +89,7 @@ def current_hyper(group):
 
 class Workflow(RuleBasedStateMachine):
     OURS, THEIRS, HYPER = mt.AdamW, torch.optim.AdamW, HYPER
+    OURS_KW = {}  # options of ours alone (update_in_backward)
 
     @initialize()
     def start(self):
@@ -96,6 +98,7 @@ class Workflow(RuleBasedStateMachine):
         self.model = make_model()
         self.ref = copy.deepcopy(self.model)
         self.opt = self.OURS(self.model.named_parameters(), **self.HYPER,
+            **self.OURS_KW,
                             store=self.store)
         self.ropt = self.THEIRS(self.ref.parameters(), **self.HYPER)
         self.saved = []   # (our dict, model params, reference opt dict)
@@ -124,7 +127,8 @@ class Workflow(RuleBasedStateMachine):
         if getattr(self, "other", None) is None:
             m = make_model(seed=9)
             r = copy.deepcopy(m)
-            o = self.OURS(m.parameters(), **self.HYPER, store=self.store)
+            o = self.OURS(m.parameters(), **self.HYPER,
+                **self.OURS_KW, store=self.store)
             assert o.store_name != self.opt.store_name
             self.other = (m, o, r,
                           self.THEIRS(r.parameters(), **self.HYPER))
@@ -146,12 +150,18 @@ class Workflow(RuleBasedStateMachine):
     @rule(frozen=st.sets(st.sampled_from(NAMES)))
     def step(self, frozen):
         self.batch += 1
+        in_bwd = self.OURS_KW.get("update_in_backward", False)
         for m, o in ((self.model, self.opt), (self.ref, self.ropt)):
             o.zero_grad(set_to_none=True)
-            loss_of(m, self.batch).backward()
+            if in_bwd:  # (frozen before backward: its hooks hand them in)
+                for n, p in m.named_parameters():
+                    p.requires_grad_(n not in frozen)
+            if not in_bwd or len(frozen) < len(NAMES):
+                loss_of(m, self.batch).backward()
             for n, p in m.named_parameters():
                 if n in frozen:
                     p.grad = None
+                p.requires_grad_(True)
             o.step()
         if len(frozen) < len(NAMES):
             self.stored = self.snapshot()
@@ -244,6 +254,7 @@ class Workflow(RuleBasedStateMachine):
         """A new optimizer on the same store: fresh, as torch's is."""
         self.opt.close()
         self.opt = self.OURS(self.model.named_parameters(), **self.HYPER,
+            **self.OURS_KW,
                             store=self.store)
         self.ropt = self.THEIRS(self.ref.parameters(), **self.HYPER)
         # Nothing is written until it steps or checkpoints: the heads still
@@ -300,7 +311,8 @@ class Workflow(RuleBasedStateMachine):
         k = data.draw(st.integers(0, len(self.originals) - 1))
         root, stored = self.originals[k]
         m = make_model(seed=5)
-        o = self.OURS(m.named_parameters(), **self.HYPER, store=root,
+        o = self.OURS(m.named_parameters(), **self.HYPER,
+            **self.OURS_KW, store=root,
                       resume=True)
         try:
             if stored is not None:
@@ -346,7 +358,8 @@ class Workflow(RuleBasedStateMachine):
         job = subprocess.Popen(
             [sys.executable, "-c", KILLED_JOB, py, tests, self.store,
              str(first), str(KILL_STEPS), self.OURS.__name__,
-             json.dumps({**self.HYPER, **current_hyper(g)}), durability,
+             json.dumps({**self.HYPER, **self.OURS_KW,
+                         **current_hyper(g)}), durability,
              str(tag_at)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         opened = job.stdout.readline().split()
@@ -355,6 +368,7 @@ class Workflow(RuleBasedStateMachine):
         job.kill()
         job.wait()
         self.opt = self.OURS(self.model.named_parameters(), **self.HYPER,
+            **self.OURS_KW,
                             store=self.store, resume=True)
         now = params_of(self.model)
 
@@ -408,6 +422,7 @@ class Workflow(RuleBasedStateMachine):
             self.ref.load_state_dict(params)
             self.ropt.load_state_dict(copy.deepcopy(rsd))
         self.opt = self.OURS(self.model.named_parameters(), **self.HYPER,
+            **self.OURS_KW,
                             store=self.store, resume=True)
         for g, rg in zip(self.opt.param_groups, self.ropt.param_groups):
             g.update(current_hyper(rg))
@@ -446,6 +461,11 @@ class Workflow(RuleBasedStateMachine):
                 q.copy_(p)
 
 
+class WorkflowInBackward(Workflow):
+    """The same with the update run during backward."""
+    OURS_KW = dict(update_in_backward=True)
+
+
 class WorkflowAmsgrad(Workflow):
     OURS, THEIRS = mt.AdamW, torch.optim.AdamW
     HYPER = dict(lr=1e-2, weight_decay=0.05, amsgrad=True)
@@ -465,11 +485,13 @@ Workflow.TestCase.settings = settings(
     max_examples=EXAMPLES, stateful_step_count=25, deadline=None,
     suppress_health_check=list(HealthCheck), database=None)
 test_workflow = Workflow.TestCase
-for _cls in (WorkflowAmsgrad, WorkflowSGD, WorkflowAdagrad):
+for _cls in (WorkflowInBackward, WorkflowAmsgrad, WorkflowSGD,
+             WorkflowAdagrad):
     _cls.TestCase.settings = settings(
         max_examples=max(2, EXAMPLES // 3), stateful_step_count=25,
         deadline=None, suppress_health_check=list(HealthCheck),
         database=None)
+test_workflow_in_backward = WorkflowInBackward.TestCase
 test_workflow_amsgrad = WorkflowAmsgrad.TestCase
 test_workflow_sgd = WorkflowSGD.TestCase
 test_workflow_adagrad = WorkflowAdagrad.TestCase

@@ -1,0 +1,163 @@
+// Read-ahead (StoreOptions::read_ahead, UpdatePipeline::ReadAhead): as a step
+// returns, the next step's first subgroups the DRAM tier does not hold are
+// checked out. Results equal a run without it bit for bit; a read-ahead
+// that read a version since replaced (a restore, a reset, an import) is
+// not used; one whose read failed is read again by the step, so a fault
+// between steps loses nothing.
+#include <cerrno>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+#include "optimizer/optimizer.h"
+#include "store/fs/fault_injection_fs.h"
+#include "tests/optimizer/optimizer_test_util.h"
+
+namespace mlpo {
+namespace {
+
+// 12000 parameters in subgroups of 2048: six subgroups.
+OptimizerOptions Options(const TempDir& dir, bool ahead, double cache_pct) {
+  OptimizerOptions o = TestOptimizerOptions(dir, {9000, 3000}, 2048);
+  o.store.write_behind = ahead;
+  o.store.read_ahead = ahead ? -1 : 0;
+  o.store.cache_percent = cache_pct;
+  return o;
+}
+
+absl::Status StageStep(Optimizer* opt, uint64_t t) {
+  for (int g = 0; g < 2; ++g) {
+    uint64_t n = opt->options().groups[g].numel;
+    std::vector<uint16_t> grad(n);
+    for (uint64_t i = 0; i < n; ++i) grad[i] = GradValue(t, g, i);
+    absl::Status st = opt->StageGrad(g, 0, grad.data(), DType::kBF16, n);
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+void ExpectSameState(Optimizer* a, Optimizer* b) {
+  for (int g = 0; g < 2; ++g) {
+    std::vector<float> p1, m1, v1, p2, m2, v2;
+    ASSERT_TRUE(a->ReadState(g, &p1, &m1, &v1).ok());
+    ASSERT_TRUE(b->ReadState(g, &p2, &m2, &v2).ok());
+    EXPECT_EQ(p1, p2) << "group " << g;
+    EXPECT_EQ(m1, m2) << "group " << g;
+    EXPECT_EQ(v1, v2) << "group " << g;
+  }
+}
+
+class ReadAheadTest : public ::testing::TestWithParam<double> {};
+
+TEST_P(ReadAheadTest, EqualsARunWithoutItAndIsUsed) {
+  TempDir a, b;
+  auto on = Optimizer::Open(Options(a, true, GetParam()));
+  auto off = Optimizer::Open(Options(b, false, 0));
+  ASSERT_TRUE(on.ok() && off.ok());
+  int used = 0;
+  for (uint64_t t = 1; t <= 7; ++t) {
+    for (auto* o : {on->get(), off->get()}) {
+      ASSERT_TRUE(StageStep(o, t).ok());
+      auto r = o->Step(1024.0);
+      ASSERT_TRUE(r.ok()) << r.status();
+      if (o == on->get() && t > 1) used += r->read_ahead_used;
+      if (o == off->get()) {
+        EXPECT_EQ(r->read_ahead_used, 0);
+      }
+    }
+    for (int g = 0; g < 2; ++g) {
+      uint64_t n = (*on)->options().groups[g].numel;
+      EXPECT_EQ(std::memcmp((*on)->Params(g), (*off)->Params(g), n * 2), 0);
+    }
+  }
+  // Two per step (the prefetch depth) from the second step on.
+  EXPECT_EQ(used, 2 * 6);
+  ExpectSameState(on->get(), off->get());
+}
+
+INSTANTIATE_TEST_SUITE_P(Tier, ReadAheadTest,
+                         ::testing::Values(0.0, 34.0));
+
+// A restore and a reset between steps replace what was read ahead: the
+// next step reads the versions now current and equals a reference that
+// never read ahead.
+TEST(ReadAheadCases, ARestoreOrResetBetweenStepsIsNeverMissed) {
+  TempDir a, b;
+  auto on = Optimizer::Open(Options(a, true, 0));
+  auto off = Optimizer::Open(Options(b, false, 0));
+  ASSERT_TRUE(on.ok() && off.ok());
+  for (uint64_t t = 1; t <= 2; ++t)
+    for (auto* o : {on->get(), off->get()}) {
+      ASSERT_TRUE(StageStep(o, t).ok());
+      ASSERT_TRUE(o->Step(1024.0).ok());
+      if (t == 1) {
+        ASSERT_TRUE(o->Tag("one").ok());
+      }
+    }
+  for (auto* o : {on->get(), off->get()}) {
+    ASSERT_TRUE(o->Restore("one").ok());
+    ASSERT_TRUE(StageStep(o, 9).ok());
+    auto r = o->Step(1024.0);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->read_ahead_used, 0);  // given back by the restore
+    EXPECT_EQ(r->step, 2u);
+  }
+  ExpectSameState(on->get(), off->get());
+  for (auto* o : {on->get(), off->get()}) {
+    ASSERT_TRUE(o->Reset().ok());  // a fresh run in the same store
+    ASSERT_TRUE(StageStep(o, 5).ok());
+    auto r = o->Step(1024.0);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->step, 1u);
+  }
+  ExpectSameState(on->get(), off->get());
+}
+
+// Every read that completes from the moment a step returns until just
+// before the next fails: whichever of its read-ahead reads the fault
+// caught (a timing matter), the next step reads those subgroups itself
+// and loses nothing.
+TEST(ReadAheadCases, AFailedReadAheadIsReadAgainByTheStep) {
+  TempDir a, b;
+  FaultInjectionFileSystem fsys;
+  OptimizerOptions o = Options(a, true, 0);
+  o.store.fs = &fsys;
+  auto on = Optimizer::Open(o);
+  auto off = Optimizer::Open(Options(b, false, 0));
+  ASSERT_TRUE(on.ok() && off.ok());
+  for (uint64_t t = 1; t <= 5; ++t) {
+    for (auto* opt : {on->get(), off->get()}) {
+      ASSERT_TRUE(StageStep(opt, t).ok());
+      auto r = opt->Step(1024.0);
+      ASSERT_TRUE(r.ok()) << "step " << t << ": " << r.status();
+      if (opt == on->get() && t % 2 == 1)
+        fsys.FailWhile(FaultInjectionFileSystem::Op::kRead, EIO, a.path());
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+    fsys.ClearFaults();
+  }
+  ExpectSameState(on->get(), off->get());
+}
+
+TEST(ReadAheadCases, TheStoreConfigKeyTakesABooleanOrACount) {
+  auto off = ParseStoreOptions(
+      "read_ahead = false\n[[path]]\nroot = \"x\"\n", "/tmp");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->read_ahead, 0);
+  auto four = ParseStoreOptions(
+      "read_ahead = 4\n[[path]]\nroot = \"x\"\n", "/tmp");
+  ASSERT_TRUE(four.ok()) << four.status();
+  EXPECT_EQ(four->read_ahead, 4);
+  for (const char* bad : {"read_ahead = \"yes\"", "read_ahead = 65",
+                          "read_ahead = -1"}) {
+    auto r = ParseStoreOptions(std::string(bad) + "\n[[path]]\nroot = \"x\"\n",
+                               "/tmp");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("read_ahead"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace mlpo
