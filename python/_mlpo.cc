@@ -584,4 +584,5 @@ PYBIND11_MODULE(_mlpo, m) {
                              &Engine::stepping_in_backward)
       .def("close", &Engine::Close);
   mlpo::DefineReaderBindings(m);
+  mlpo::DefineAioBindings(m);
 }

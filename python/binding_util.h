@@ -122,6 +122,8 @@ inline py::dict SlotDict(const std::vector<StateSlot>& slots,
 void DefineCodecBindings(py::module_& m);
 // CheckpointReader (python/reader_bindings.cc).
 void DefineReaderBindings(py::module_& m);
+// python/aio_bindings.cc
+void DefineAioBindings(py::module_& m);
 
 }  // namespace mlpo
 

@@ -58,6 +58,8 @@ if [ $slow -eq 1 ]; then
   # State formats against fp32 on the example's own model, two seeds
   # (python/tests/test_state_formats.py).
   export MLPO_FORMAT_STEPS=${MLPO_FORMAT_STEPS:-300}
+  # DeepSpeed against torch.optim.AdamW (python/tests/test_vs_deepspeed.py).
+  export MLPO_SLOW=1
 fi
 status=0
 echo "== [${SECONDS}s] tests (Release)"

@@ -84,6 +84,7 @@ class BackwardUpdate:
         if c < self.accumulation_steps:
             return
         if c > self.accumulation_steps:
+            self._bwd_overrun = True  # (said here: not again at step())
             raise RuntimeError(
                 f"mlpo.torch: parameter {e['name']} got a gradient in "
                 f"backward {c} since the last step(); with "
@@ -99,7 +100,8 @@ class BackwardUpdate:
         grad = self._grad_of(e)
         if grad is None:
             return
-        self._bwd_keep.append(grad)  # read in place by the step
+        # Read in place by the step; its version tells a change after this.
+        self._bwd_keep.append((e["name"], grad, grad._version))
         for k in self._pieces_of.get(id(e), ()):
             g, _, at, n, off = self._pieces[k]
             eng.borrow_grad(g, off, grad.data_ptr() + at * grad.element_size(),
@@ -128,11 +130,24 @@ class BackwardUpdate:
         try:
             self.last_report = self._guarded(eng, "finish_step")
             self._bwd_done = True
+            changed = [n for n, g, v in self._bwd_keep if g._version != v]
+            if getattr(self, "_bwd_overrun", False):
+                changed = []
         finally:
+            self._bwd_overrun = False
             self._bwd_keep = []
             self._bwd_counts = {}
             sync_out(self._entries)
             self._note_versions()
+        if changed:
+            raise RuntimeError(
+                f"mlpo.torch: the gradient of {changed[0]} (and "
+                f"{len(changed) - 1} more) was changed in place after "
+                "backward handed it to the update (gradient clipping or "
+                "unscaling after backward?); with update_in_backward=True "
+                "the step already ran with the gradients as backward made "
+                "them. Turn the clipping off (Trainer: max_grad_norm=0) or "
+                "use the plain step")
 
     def zero_grad(self, set_to_none=True):
         """As torch.optim's; with update_in_backward, a step still running

@@ -196,3 +196,15 @@ def test_a_non_finite_gradient_stops_the_step_and_a_checkpoint_restores(
     assert_same(a, ours, b, plain)
     ours.close()
     plain.close()
+
+
+def test_gradients_changed_after_backward_are_reported(tmp_path):
+    """Clipping after backward (as Trainer does by default) comes too late
+    for an update run during backward: step() says so."""
+    (a, ours), _ = pair(tmp_path)
+    loss_of(a, 1).backward()
+    torch.nn.utils.clip_grad_norm_(a.parameters(), 1e-3)
+    with pytest.raises(RuntimeError, match="changed in place after backward"):
+        ours.step()
+    assert ours.step_count == 1  # the step ran, with backward's gradients
+    ours.close()

@@ -1,0 +1,437 @@
+"""DeepSpeed's own NVMe optimizer-state swapper side by side with mlpo's
+update step, in one run on the same disk, interleaved step by step.
+
+DeepSpeed side: ZeRO-3's offload step as stage3.py runs it, with its
+PipelinedOptimizerSwapper (pipelined read and write, 12 buffers) and
+DeepSpeedCPUAdam over flat fp32 subgroups: every subgroup's fp32 gradient
+swapped out as backward would (its gradient swap path), then per subgroup
+swap in (the next one's read started), step, swap out. mlpo side:
+mlpo.torch.AdamW over the same subgroups and gradients, one store path in
+the same directory, write-behind and read-ahead off (the whole update is
+measured), durability "tag" (neither side syncs each step), in the modes
+fp32, fp32 with a 25% DRAM tier, and int8 moments with the tier.
+
+Before timing, the DeepSpeed side is checked once against
+torch.optim.AdamW (a small run of three steps: parameters and both
+moments), so that the baseline does the real work.
+
+On a machine without a GPU DeepSpeed's CPU accelerator has no async-I/O
+op and no page-locked memory. This bench supplies, at run time, from
+mlpo's own code: an aio handle (_mlpo.AioHandle: mlpo's I/O engine,
+io_uring with O_DIRECT) in place of AsyncIOBuilder's, and 4 KiB-aligned
+host tensors in place of page-locked ones; it says so in its output. No
+DeepSpeed code is copied.
+
+    .venv/bin/python bench/vs_deepspeed.py [--params 500M] [--subgroup 8388608]
+        [--steps 3] [--warmup 1] [--modes fp32,fp32+tier,int8+tier]
+        [--cache 25%] [--probe-seconds 6]
+        [--dir var/bench-ds] [--json]
+    .venv/bin/python bench/vs_deepspeed.py --validate-only
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")  # (no GPU needed)
+try:
+    import torch
+except ImportError as e:
+    sys.exit(f"vs_deepspeed: needs PyTorch ({e}); run it with mlpo's venv")
+try:
+    import mlpo.torch as mt
+    from mlpo import _mlpo
+except ImportError as e:
+    sys.exit(f"vs_deepspeed: cannot import mlpo ({e}); build it "
+             "(scripts/build.sh) and run with PYTHONPATH=build/python")
+
+MODES = {"fp32": ("fp32", None), "fp32+tier": ("fp32", "cache"),
+         "int8+tier": ("int8-moments", "cache")}
+HYPER = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+
+
+def count(text):
+    t = str(text).strip().upper()
+    mult = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9}.get(t[-1:], 1)
+    return int(float(t[:-1] if mult > 1 else t) * mult)
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--params", default="500M",
+                    help="parameters (500M, 0.5B, 64M, ...; default 500M)")
+    ap.add_argument("--subgroup", default="8388608",
+                    help="elements per subgroup, both sides, a multiple of "
+                         "1024 (O_DIRECT sizes; default 8388608, 8 Mi)")
+    ap.add_argument("--steps", type=int, default=3,
+                    help="timed steps each (default 3)")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="untimed steps each after the first, which creates "
+                         "the state (default 1): DeepSpeed's first rewrite "
+                         "of its files ran 3x its steady state here")
+    ap.add_argument("--probe-seconds", type=float, default=6.0,
+                    help="seconds of each mixed-bandwidth probe (default 6)")
+    ap.add_argument("--modes", default="fp32,fp32+tier,int8+tier",
+                    help="mlpo's modes: " + ", ".join(MODES))
+    ap.add_argument("--cache", default="25%",
+                    help="the DRAM tier of the +tier modes (default 25%%)")
+    ap.add_argument("--buffers", type=int, default=12,
+                    help="DeepSpeed's swap buffer_count (default 12)")
+    ap.add_argument("--queue-depth", type=int, default=32,
+                    help="I/O requests in flight, both sides (default 32)")
+    ap.add_argument("--dir", default="var/bench-ds",
+                    help="the disk directory both sides use")
+    ap.add_argument("--validate-only", action="store_true",
+                    help="only check DeepSpeed against torch.optim.AdamW")
+    ap.add_argument("--json", action="store_true",
+                    help="print one JSON object on stdout")
+    a = ap.parse_args(argv)
+    try:
+        a.params, a.subgroup = count(a.params), count(a.subgroup)
+    except ValueError:
+        ap.error("--params and --subgroup take counts such as 500M or 8M")
+    a.modes = [m for m in a.modes.split(",") if m]
+    bad = [m for m in a.modes if m not in MODES]
+    if bad:
+        ap.error(f"--modes: unknown {', '.join(bad)} (choose from "
+                 f"{', '.join(MODES)})")
+    if a.subgroup < 1024 or a.subgroup % 1024:
+        ap.error("--subgroup must be a multiple of 1024 (O_DIRECT sizes)")
+    if a.params < a.subgroup:
+        ap.error("--params must be at least one --subgroup")
+    if a.steps < 1 or a.warmup < 0 or a.buffers < 4 or a.queue_depth < 1 \
+            or not 0.1 <= a.probe_seconds <= 600:
+        ap.error("--steps >= 1, --warmup >= 0, --buffers >= 4, "
+                 "--queue-depth >= 1, --probe-seconds 0.1..600")
+    return a
+
+
+def say(*args):
+    print(*args, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- DeepSpeed
+
+class ProjectAio:
+    """The aio handle DeepSpeed's swappers call, on mlpo's I/O engine."""
+
+    def __init__(self, block_size=1 << 20, queue_depth=32, **_):
+        self._h = _mlpo.AioHandle(block_size, queue_depth)
+        self._locked = {}  # data_ptr -> (tensor, bytes)
+
+    @staticmethod
+    def _span(t):
+        return t.data_ptr(), t.numel() * t.element_size()
+
+    def async_pread(self, buffer, path, offset=0):
+        return self._h.pread(*self._span(buffer), str(path), offset)
+
+    def async_pwrite(self, buffer, path, offset=0):
+        return self._h.pwrite(*self._span(buffer), str(path), offset)
+
+    def wait(self):
+        return self._h.wait()
+
+    def new_cpu_locked_tensor(self, num_elems, example):
+        """A 4 KiB-aligned host tensor (no device: nothing to page-lock)."""
+        es = example.element_size()
+        raw = torch.empty(num_elems + 4096 // es, dtype=example.dtype)
+        skip = (-raw.data_ptr() % 4096) // es
+        t = raw.narrow(0, skip, num_elems)
+        self._locked[t.data_ptr()] = (raw, num_elems * es)
+        return t
+
+    def free_cpu_locked_tensor(self, t):
+        self._locked.pop(t.data_ptr(), None)
+
+    def is_pinned(self, t):
+        p = t.data_ptr()
+        return any(b <= p < b + n for b, (_, n) in self._locked.items())
+
+
+class ProjectAioBuilder:
+    """Stands in for DeepSpeed's AsyncIOBuilder: load() gives a module
+    whose aio_handle is ProjectAio."""
+
+    def load(self, *_, **__):
+        return type("project_aio", (), {"aio_handle": ProjectAio})
+
+
+def deepspeed_setup():
+    """Imports DeepSpeed on the CPU accelerator, with the stand-ins."""
+    try:
+        import deepspeed
+        import deepspeed.comm as ds_dist
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+        from deepspeed.runtime.swap_tensor import pipelined_optimizer_swapper
+        from deepspeed.runtime.swap_tensor.constants import (
+            AIO_BLOCK_SIZE, AIO_QUEUE_DEPTH, AIO_SINGLE_SUBMIT,
+            AIO_OVERLAP_EVENTS, AIO_INTRA_OP_PARALLELISM)
+        from deepspeed.runtime.zero.offload_config import \
+            DeepSpeedZeroOffloadOptimizerConfig
+    except ImportError as e:
+        sys.exit(f"vs_deepspeed: DeepSpeed is not importable ({e}); "
+                 "scripts/venv.sh installs the pinned one")
+    pipelined_optimizer_swapper.AsyncIOBuilder = ProjectAioBuilder
+    if not ds_dist.is_initialized():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        ds_dist.init_distributed(
+            dist_backend="gloo", auto_mpi_discovery=False, verbose=False,
+            init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+
+    def make(folder, n_sub, numel, buffers, queue_depth):
+        cfg = DeepSpeedZeroOffloadOptimizerConfig(
+            device="nvme", nvme_path=folder, buffer_count=buffers,
+            pipeline_read=True, pipeline_write=True)
+        aio = {AIO_BLOCK_SIZE: 1 << 20, AIO_QUEUE_DEPTH: queue_depth,
+               AIO_SINGLE_SUBMIT: False, AIO_OVERLAP_EVENTS: True,
+               AIO_INTRA_OP_PARALLELISM: 1}
+        params = []
+        for i in range(n_sub):
+            p = torch.nn.Parameter(torch.empty(numel))
+            p.ds_id = str(i)  # (stage3's flat groups' ids are strings)
+            params.append(p)
+        opt = DeepSpeedCPUAdam(params, adamw_mode=True, **HYPER)
+        for g in opt.param_groups:
+            g["params"] = []
+        swapper = pipelined_optimizer_swapper.PipelinedOptimizerSwapper(
+            swap_config=cfg, aio_config=aio, base_folder=folder,
+            optimizer=opt, largest_numel=numel, device="cpu",
+            dtype=torch.float32, timers=None)
+        return DeepSpeedRun(params, opt, swapper)
+
+    return deepspeed.__version__, make
+
+
+class DeepSpeedRun:
+    """ZeRO-3's offload step (stage3.py) over flat fp32 subgroups."""
+
+    def __init__(self, params, opt, swapper):
+        self.params, self.opt, self.swapper = params, opt, swapper
+
+    def init(self, values):
+        self.swapper.initialize_parameters(parameters=self.params,
+                                           src_tensors=values)
+        for p in self.params:
+            p.data = torch.empty(0)  # swapped out: no host copy kept
+
+    def step(self, grads):
+        """Backward's gradient swap-out, then the step loop."""
+        sw, ps = self.swapper, self.params
+        for p, g in zip(ps, grads):
+            sw.swap_out_gradients(parameter=p, gradient_offsets=[0],
+                                  gradient_tensors=[g])
+        sw.flush_gradients()
+        for i, p in enumerate(ps):
+            nxt = ps[i + 1] if i + 1 < len(ps) else None
+            sw.swap_in_optimizer_state(parameter=p, async_parameter=nxt)
+            self.opt.param_groups[0]["params"] = [p]
+            self.opt.step()
+            self.opt.param_groups[0]["params"] = []
+            sw.swap_out_optimizer_state(parameter=p,
+                                        async_swap=nxt is not None)
+            p.grad = None
+
+    def read(self, i):
+        """Subgroup i's (param, exp_avg, exp_avg_sq), swapped in and back."""
+        p = self.params[i]
+        self.swapper.swap_in_optimizer_state(parameter=p, async_parameter=None)
+        st = self.opt.state[p]
+        out = (p.data.clone(), st["exp_avg"].clone(), st["exp_avg_sq"].clone())
+        self.swapper.release_swap_buffers(parameter=p)
+        p.grad = None
+        return out
+
+
+def validate(make, folder):
+    """DeepSpeed's swapper and CPU Adam after three steps against
+    torch.optim.AdamW on the same gradients: the largest differences."""
+    n_sub, numel = 3, 1 << 19  # (above DeepSpeed's 1 MB: swapped)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    gen = torch.Generator().manual_seed(5)
+    init = [torch.randn(numel, generator=gen) for _ in range(n_sub)]
+    ds = make(folder, n_sub, numel, 12, 8)
+    ds.init([t.clone() for t in init])
+    ref = [torch.nn.Parameter(t.clone()) for t in init]
+    ropt = torch.optim.AdamW(ref, **HYPER)
+    for _ in range(3):
+        grads = [torch.randn(numel, generator=gen) for _ in range(n_sub)]
+        ds.step(grads)
+        for p, g in zip(ref, grads):
+            p.grad = g.clone()
+        ropt.step()
+    worst = {"param": 0.0, "exp_avg": 0.0, "exp_avg_sq": 0.0}
+    for i, p in enumerate(ref):
+        got = ds.read(i)
+        st = ropt.state[p]
+        for k, a, b in zip(worst, got, (p.detach(), st["exp_avg"],
+                                         st["exp_avg_sq"])):
+            worst[k] = max(worst[k], ((a - b).abs() /
+                                      (b.abs() + 1e-12)).max().item()
+                           if k == "exp_avg_sq" else (a - b).abs().max().item())
+    shutil.rmtree(folder, ignore_errors=True)
+    return worst
+
+
+# -------------------------------------------------------------- the disk
+
+def probe_mixed(folder, seconds, chunk=4 << 20, depth=16):
+    """The directory's mixed read+write bandwidth (bytes/s): a file read
+    while another is written, O_DIRECT through mlpo's I/O engine, for
+    about `seconds`."""
+    os.makedirs(folder, exist_ok=True)
+    src, dst = (os.path.join(folder, f"probe-{k}") for k in ("r", "w"))
+    aio = ProjectAio(queue_depth=depth * 2)
+    buf = [aio.new_cpu_locked_tensor(chunk // 4, torch.empty(0))
+           for _ in range(2 * depth)]
+    for b in buf:
+        b.fill_(1.0)
+    size = 256 * chunk
+    for k in range(0, size, chunk):  # the file read
+        aio.async_pwrite(buf[0], src, k)
+    aio.wait()
+    moved, t0, k = 0, time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds:
+        for j in range(depth):
+            off = ((k + j) * chunk) % size
+            aio.async_pread(buf[j], src, off)
+            aio.async_pwrite(buf[depth + j], dst, off)
+        aio.wait()
+        moved += 2 * depth * chunk
+        k += depth
+    rate = moved / (time.perf_counter() - t0)
+    for f in (src, dst):
+        os.unlink(f)
+    return rate
+
+
+# ------------------------------------------------------------------ mlpo
+
+class MlpoRun:
+    def __init__(self, folder, mode, n_sub, numel, values, cache, depth):
+        fmt, tier = MODES[mode]
+        os.makedirs(folder, exist_ok=True)
+        self.params = [torch.nn.Parameter(v.clone()) for v in values]
+        store = {"path": [{"root": folder, "kind": "nvme",
+                           "queue_depth": depth}],
+                 "cache": cache if tier else 0, "durability": "tag",
+                 "write_behind": False, "read_ahead": False}
+        self.opt = mt.AdamW(self.params, **HYPER, store=store,
+                            subgroup_numel=numel, state_format=fmt)
+
+    def step(self, grads):
+        for p, g in zip(self.params, grads):
+            p.grad = g
+        self.opt.step()
+        rep = self.opt.last_report
+        return rep["bytes_read"] + rep["bytes_written"]
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    version, make = deepspeed_setup()
+    root = os.path.abspath(a.dir)
+    if not os.path.isdir(os.path.dirname(root)):
+        sys.exit(f"vs_deepspeed: --dir {a.dir}: {os.path.dirname(root)} "
+                 "does not exist")
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    worst = validate(make, os.path.join(root, "validate"))
+    ok = worst["param"] < 1e-5 and worst["exp_avg"] < 1e-5 and \
+        worst["exp_avg_sq"] < 1e-4
+    say(f"vs_deepspeed: DeepSpeed {version} against torch.optim.AdamW, 3 "
+        f"steps: largest difference param {worst['param']:.1e}, exp_avg "
+        f"{worst['exp_avg']:.1e}, exp_avg_sq {worst['exp_avg_sq']:.1e} "
+        f"(relative) -> {'the same' if ok else 'DIFFERENT'}")
+    if not ok:
+        sys.exit("vs_deepspeed: DeepSpeed's swapper does not compute "
+                 "torch's AdamW here; no comparison")
+    if a.validate_only:
+        return
+    say("vs_deepspeed: supplied at run time for DeepSpeed's CPU "
+        "accelerator (it has no async-I/O op, no page-locked memory): its "
+        "aio handle is mlpo's I/O engine (_mlpo.AioHandle, "
+        f"{_mlpo.AioHandle().kind}, O_DIRECT), its pinned buffers 4 KiB-"
+        "aligned host tensors")
+    n_sub = -(-a.params // a.subgroup)
+    numel = a.subgroup
+    n = n_sub * numel
+    gen = torch.Generator().manual_seed(1)
+    values = [torch.randn(numel, generator=gen) * 0.02 for _ in range(n_sub)]
+    say(f"vs_deepspeed: {n / 1e9:.2f}B parameters in {n_sub} subgroups of "
+        f"{numel / 1e6:.1f}M, one path ({root}); probing the disk")
+    rate_before = probe_mixed(os.path.join(root, "probe"), a.probe_seconds)
+    runs = {}
+    ds = make(os.path.join(root, "deepspeed"), n_sub, numel, a.buffers,
+              a.queue_depth)
+    ds.init(values)
+    runs["deepspeed"] = ds
+    for m in a.modes:
+        runs[f"mlpo {m}"] = MlpoRun(os.path.join(root, m.replace("+", "-")),
+                                    m, n_sub, numel, values, a.cache,
+                                    a.queue_depth)
+    del values
+    times = {k: [] for k in runs}
+    moved = {k: 0 for k in runs}
+    names = list(runs)
+    untimed = 1 + a.warmup
+    for s in range(untimed + a.steps):
+        grads = [torch.randn(numel, generator=gen) * 1e-3
+                 for _ in range(n_sub)]
+        order = names[s % len(names):] + names[:s % len(names)]
+        for k in order:
+            t0 = time.perf_counter()
+            if k == "deepspeed":
+                runs[k].step(grads)
+                b = 32 * n  # grads out, then p, m, v, g in and p, m, v out
+            else:
+                b = runs[k].step(grads)
+            dt = time.perf_counter() - t0
+            say(f"  step {s} {k:>16}: {dt:6.2f} s "
+                f"({n / dt / 1e6:6.1f} M params/s)"
+                f"{'' if s >= untimed else ' untimed'}")
+            if s >= untimed:
+                times[k].append(dt)
+                moved[k] += b
+    rate_after = probe_mixed(os.path.join(root, "probe"), a.probe_seconds)
+    u = max(rate_before, rate_after)
+    out = dict(deepspeed=version, params=n, subgroups=n_sub,
+               subgroup=numel, steps=a.steps, mixed_bps=u,
+               validation=worst, runs={})
+    for k in runs:
+        st = sorted(times[k])[len(times[k]) // 2]
+        per_step = moved[k] / len(times[k])
+        bound = per_step / u
+        out["runs"][k] = dict(step_s=st, params_per_s=n / st,
+                              bytes_per_step=per_step, bound_s=bound,
+                              of_bound=bound / st)
+    base = out["runs"]["deepspeed"]["params_per_s"]
+    for r in out["runs"].values():
+        r["vs_deepspeed"] = r["params_per_s"] / base
+    for k in runs:
+        if k != "deepspeed":
+            runs[k].opt.close()
+    shutil.rmtree(root, ignore_errors=True)
+    if a.json:
+        print(json.dumps(out, indent=2))
+        return
+    print(f"DeepSpeed {version} PipelinedOptimizerSwapper + DeepSpeedCPUAdam "
+          f"vs mlpo, {n / 1e9:.2f}B params, one path, mixed "
+          f"{u / 1e9:.2f} GB/s (median of {a.steps} steps each)")
+    print(f"{'':18}{'M params/s':>11}{'step s':>8}{'GiB/step':>9}"
+          f"{'bound s':>8}{'of bound':>9}{'vs DS':>7}")
+    for k, r in out["runs"].items():
+        print(f"{k:18}{r['params_per_s'] / 1e6:11.1f}{r['step_s']:8.2f}"
+              f"{r['bytes_per_step'] / 2**30:9.2f}{r['bound_s']:8.2f}"
+              f"{r['of_bound']:9.2f}{r['vs_deepspeed']:7.2f}")
+
+
+if __name__ == "__main__":
+    main()
