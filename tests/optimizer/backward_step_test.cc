@@ -49,18 +49,6 @@ std::vector<uint16_t> Grad(uint64_t t, const ParamRef& p, float poison) {
   return g;
 }
 
-void ExpectSameState(Optimizer* a, Optimizer* b) {
-  for (int g = 0; g < 2; ++g) {
-    std::vector<float> p1, m1, v1, p2, m2, v2;
-    ASSERT_TRUE(a->ReadState(g, &p1, &m1, &v1).ok());
-    ASSERT_TRUE(b->ReadState(g, &p2, &m2, &v2).ok());
-    EXPECT_EQ(p1, p2) << "group " << g;
-    EXPECT_EQ(m1, m2) << "group " << g;
-    EXPECT_EQ(v1, v2) << "group " << g;
-  }
-  EXPECT_EQ(a->param_steps(), b->param_steps());
-}
-
 TEST(BackwardStepTest, EqualsThePlainStepWhateverOrderGradientsCome) {
   TempDir a, b;
   auto ours = Optimizer::Open(Options(a));

@@ -77,6 +77,20 @@ inline absl::Status StageAll(Optimizer* opt, uint64_t t) {
   return absl::OkStatus();
 }
 
+// Every group's p, m, v and every parameter's step count are the same in
+// both (bit for bit).
+inline void ExpectSameState(Optimizer* a, Optimizer* b) {
+  for (int g = 0; g < static_cast<int>(a->options().groups.size()); ++g) {
+    std::vector<float> p1, m1, v1, p2, m2, v2;
+    ASSERT_TRUE(a->ReadState(g, &p1, &m1, &v1).ok());
+    ASSERT_TRUE(b->ReadState(g, &p2, &m2, &v2).ok());
+    EXPECT_EQ(p1, p2) << "group " << g;
+    EXPECT_EQ(m1, m2) << "group " << g;
+    EXPECT_EQ(v1, v2) << "group " << g;
+  }
+  EXPECT_EQ(a->param_steps(), b->param_steps());
+}
+
 // Whole-array reference: the same kernel, no store, no pipeline.
 struct InMemoryRef {
   std::vector<std::vector<float>> p, m, v;

@@ -27,28 +27,6 @@ OptimizerOptions Options(const TempDir& dir, bool ahead, double cache_pct) {
   return o;
 }
 
-absl::Status StageStep(Optimizer* opt, uint64_t t) {
-  for (int g = 0; g < 2; ++g) {
-    uint64_t n = opt->options().groups[g].numel;
-    std::vector<uint16_t> grad(n);
-    for (uint64_t i = 0; i < n; ++i) grad[i] = GradValue(t, g, i);
-    absl::Status st = opt->StageGrad(g, 0, grad.data(), DType::kBF16, n);
-    if (!st.ok()) return st;
-  }
-  return absl::OkStatus();
-}
-
-void ExpectSameState(Optimizer* a, Optimizer* b) {
-  for (int g = 0; g < 2; ++g) {
-    std::vector<float> p1, m1, v1, p2, m2, v2;
-    ASSERT_TRUE(a->ReadState(g, &p1, &m1, &v1).ok());
-    ASSERT_TRUE(b->ReadState(g, &p2, &m2, &v2).ok());
-    EXPECT_EQ(p1, p2) << "group " << g;
-    EXPECT_EQ(m1, m2) << "group " << g;
-    EXPECT_EQ(v1, v2) << "group " << g;
-  }
-}
-
 class ReadAheadTest : public ::testing::TestWithParam<double> {};
 
 TEST_P(ReadAheadTest, EqualsARunWithoutItAndIsUsed) {
@@ -59,7 +37,7 @@ TEST_P(ReadAheadTest, EqualsARunWithoutItAndIsUsed) {
   int used = 0;
   for (uint64_t t = 1; t <= 7; ++t) {
     for (auto* o : {on->get(), off->get()}) {
-      ASSERT_TRUE(StageStep(o, t).ok());
+      ASSERT_TRUE(StageAll(o, t).ok());
       auto r = o->Step(1024.0);
       ASSERT_TRUE(r.ok()) << r.status();
       if (o == on->get() && t > 1) used += r->read_ahead_used;
@@ -90,7 +68,7 @@ TEST(ReadAheadCases, ARestoreOrResetBetweenStepsIsNeverMissed) {
   ASSERT_TRUE(on.ok() && off.ok());
   for (uint64_t t = 1; t <= 2; ++t)
     for (auto* o : {on->get(), off->get()}) {
-      ASSERT_TRUE(StageStep(o, t).ok());
+      ASSERT_TRUE(StageAll(o, t).ok());
       ASSERT_TRUE(o->Step(1024.0).ok());
       if (t == 1) {
         ASSERT_TRUE(o->Tag("one").ok());
@@ -98,7 +76,7 @@ TEST(ReadAheadCases, ARestoreOrResetBetweenStepsIsNeverMissed) {
     }
   for (auto* o : {on->get(), off->get()}) {
     ASSERT_TRUE(o->Restore("one").ok());
-    ASSERT_TRUE(StageStep(o, 9).ok());
+    ASSERT_TRUE(StageAll(o, 9).ok());
     auto r = o->Step(1024.0);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->read_ahead_used, 0);  // given back by the restore
@@ -107,7 +85,7 @@ TEST(ReadAheadCases, ARestoreOrResetBetweenStepsIsNeverMissed) {
   ExpectSameState(on->get(), off->get());
   for (auto* o : {on->get(), off->get()}) {
     ASSERT_TRUE(o->Reset().ok());  // a fresh run in the same store
-    ASSERT_TRUE(StageStep(o, 5).ok());
+    ASSERT_TRUE(StageAll(o, 5).ok());
     auto r = o->Step(1024.0);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->step, 1u);
@@ -129,7 +107,7 @@ TEST(ReadAheadCases, AFailedReadAheadIsReadAgainByTheStep) {
   ASSERT_TRUE(on.ok() && off.ok());
   for (uint64_t t = 1; t <= 5; ++t) {
     for (auto* opt : {on->get(), off->get()}) {
-      ASSERT_TRUE(StageStep(opt, t).ok());
+      ASSERT_TRUE(StageAll(opt, t).ok());
       auto r = opt->Step(1024.0);
       ASSERT_TRUE(r.ok()) << "step " << t << ": " << r.status();
       if (opt == on->get() && t % 2 == 1)
