@@ -151,7 +151,7 @@ absl::Status Optimizer::Init() {
   pipe.write_behind = options_.store.write_behind && !po.grad_offload;
   pipe.read_ahead = po.grad_offload ? 0
                     : options_.store.read_ahead < 0
-                        ? std::max(1, po.prefetch_depth)
+                        ? std::max(4, po.prefetch_depth)
                         : options_.store.read_ahead;
   pipeline_ = std::make_unique<UpdatePipeline>(store_.get(), &subgroups_, pipe);
   grads_ = std::make_unique<GradStage>(subgroups_, options_.grad_dtype,

@@ -56,7 +56,8 @@ struct PipelineOptions {
   // Read-ahead: once a step's kernels are done, the next step's first
   // subgroups that the DRAM tier does not hold (at most this many, in the
   // order the next step takes them) are checked out into buffers of their
-  // own, so that the next Step finds their reads done. Used only when the
+  // own, so that the next Step finds their reads done (the optimizer's
+  // default: 4, or prefetch_depth when deeper). Used only when the
   // object is still at the version read; any other call on the state
   // (Settle()) gives them back. 0: off.
   int read_ahead = 0;

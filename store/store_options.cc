@@ -119,8 +119,9 @@ const std::vector<ConfigKey>& StoreConfigKeys() {
         {"read_ahead", "`true`, `false` or a count", "true", "0", "64",
          "once a step's kernels are done, the next step's first subgroups "
          "the DRAM tier does not hold are read into buffers of their own "
-         "(`true`: as many as the step keeps in flight; a count: that "
-         "many), so the next step starts with those reads done"},
+         "(`true`: 4, or the prefetch depth when deeper; a count: that "
+         "many; each holds a subgroup's state), so the next step starts "
+         "with those reads done"},
         {"adaptive", "`true` or `false`",
          "(on unless a path has a `fraction`)", "", "",
          "stripe fractions follow each path's observed rate every step; "

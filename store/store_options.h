@@ -93,7 +93,7 @@ struct StoreOptions {
   // `write_behind = true|false`; on by default (it changes no result).
   bool write_behind = true;
   // Read-ahead (optimizer/update_pipeline.h): subgroups of the next step
-  // checked out as a step returns. -1: the pipeline's prefetch depth (TOML
+  // checked out as a step returns. -1: 4, or the prefetch depth if more (TOML
   // `read_ahead = true`, the default); 0: off; else that many (0..64).
   int read_ahead = -1;
   bool create_if_missing = true;
