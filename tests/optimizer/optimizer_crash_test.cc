@@ -3,7 +3,8 @@
 // gives state bit-identical to an uninterrupted run. With both durabilities,
 // and with the DRAM tier on (durability "tag": versions dirty in DRAM are
 // lost with the process; the tag brings the state back); and once in each
-// compact state format (with the tier and durability "tag").
+// compact state format (with the tier and durability "tag"); and with the
+// update run during backward (BeginStep / GradReady / FinishStep).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -67,6 +68,23 @@ void RunToTheEndLikeAnUninterruptedRun(Optimizer* opt) {
   }
 }
 
+// Step t, plain or as update_in_backward hands it in: the step started
+// first, each parameter's gradient staged and marked ready while it runs.
+bool g_in_backward = false;  // (set by the test for the forked child too)
+absl::Status StepOnce(Optimizer* opt, uint64_t t) {
+  if (!g_in_backward) {
+    absl::Status st = StageAll(opt, t);
+    return st.ok() ? opt->Step(1024.0).status() : st;
+  }
+  absl::Status st = opt->BeginStep(1024.0);
+  if (!st.ok()) return st;
+  st = StageAll(opt, t);
+  for (int k = 0; st.ok() && k < static_cast<int>(opt->num_params()); ++k)
+    st = opt->GradReady(k);
+  absl::Status done = opt->FinishStep().status();
+  return st.ok() ? done : st;
+}
+
 [[noreturn]] void ChildSteps(const OptimizerOptions& o, int ready_fd) {
   OptimizerOptions co = o;
   co.restore_tag = NewestTag(o);
@@ -75,8 +93,7 @@ void RunToTheEndLikeAnUninterruptedRun(Optimizer* opt) {
   char c = 'r';
   if (write(ready_fd, &c, 1) != 1) _exit(3);
   for (uint64_t t = (*opt)->step() + 1;; ++t) {
-    if (!StageAll(opt->get(), t).ok()) _exit(4);
-    if (!(*opt)->Step(1024.0).ok()) _exit(5);
+    if (!StepOnce(opt->get(), t).ok()) _exit(5);
     if (t % 2 == 0 && t < kFinalStep && !(*opt)->Tag(TagFor(t)).ok()) _exit(6);
     if (t >= kFinalStep) {
       // Done before the kill came: stay alive to be killed.
@@ -85,10 +102,12 @@ void RunToTheEndLikeAnUninterruptedRun(Optimizer* opt) {
   }
 }
 
-// (durability, DRAM tier on, state format)
-using CrashParam = std::tuple<Durability, bool, StateFormat>;
+// (durability, DRAM tier on, state format, update in backward)
+using CrashParam = std::tuple<Durability, bool, StateFormat, bool>;
 class OptimizerCrashTest : public ::testing::TestWithParam<CrashParam> {
  protected:
+  void SetUp() override { g_in_backward = std::get<3>(GetParam()); }
+  void TearDown() override { g_in_backward = false; }
   OptimizerOptions Options(const TempDir& dir) const {
     OptimizerOptions o = TestOptimizerOptions(dir, {60000, 25000}, 10000);
     o.pipeline.threads = 1;
@@ -181,7 +200,7 @@ TEST_P(OptimizerCrashTest, PowerLossDuringStepsRestoresTheNewestTag) {
       });
       bool cut_mid_run = false;
       for (uint64_t t = (*opt)->step() + 1; t < kFinalStep; ++t) {
-        if (!StageAll(opt->get(), t).ok() || !(*opt)->Step(1024.0).ok() ||
+        if (!StepOnce(opt->get(), t).ok() ||
             (t % 2 == 0 && !(*opt)->Tag(TagFor(t)).ok())) {
           cut_mid_run = true;
           break;
@@ -218,20 +237,30 @@ std::string CrashName(const ::testing::TestParamInfo<CrashParam>& info) {
   if (f != StateFormat::kF32)
     n += "_" + StateFormatTestName(
                    ::testing::TestParamInfo<StateFormat>(f, info.index));
+  if (std::get<3>(info.param)) n += "_InBackward";
   return n;
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Kills, OptimizerCrashTest,
     ::testing::Combine(::testing::Values(Durability::kStep, Durability::kTag),
-                       ::testing::Bool(), ::testing::Values(StateFormat::kF32)),
+                       ::testing::Bool(), ::testing::Values(StateFormat::kF32),
+                       ::testing::Values(false)),
+    CrashName);
+INSTANTIATE_TEST_SUITE_P(
+    InBackwardKills, OptimizerCrashTest,
+    ::testing::Values(
+        std::make_tuple(Durability::kStep, false, StateFormat::kF32, true),
+        std::make_tuple(Durability::kTag, true, StateFormat::kInt8Moments,
+                        true)),
     CrashName);
 INSTANTIATE_TEST_SUITE_P(
     CompactKills, OptimizerCrashTest,
     ::testing::Combine(::testing::Values(Durability::kTag),
                        ::testing::Values(true),
                        ::testing::Values(StateFormat::kBF16Moments,
-                                         StateFormat::kInt8Moments)),
+                                         StateFormat::kInt8Moments),
+                       ::testing::Values(false)),
     CrashName);
 
 }  // namespace
