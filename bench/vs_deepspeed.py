@@ -336,6 +336,23 @@ class MlpoRun:
 
 def main(argv=None):
     a = parse_args(argv)
+    # DeepSpeed prints to stdout (its ops' builds, its swapper's settings):
+    # everything goes to stderr until the results, so that stdout is the
+    # table or the JSON alone.
+    sys.stdout.flush()
+    real_stdout = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        out = run(a)
+    finally:
+        sys.stdout.flush()
+        os.dup2(real_stdout, 1)
+        os.close(real_stdout)
+    if out is not None:
+        report(a, out)
+
+
+def run(a):
     version, make = deepspeed_setup()
     root = os.path.abspath(a.dir)
     if not os.path.isdir(os.path.dirname(root)):
@@ -354,7 +371,7 @@ def main(argv=None):
         sys.exit("vs_deepspeed: DeepSpeed's swapper does not compute "
                  "torch's AdamW here; no comparison")
     if a.validate_only:
-        return
+        return None
     say("vs_deepspeed: supplied at run time for DeepSpeed's CPU "
         "accelerator (it has no async-I/O op, no page-locked memory): its "
         "aio handle is mlpo's I/O engine (_mlpo.AioHandle, "
@@ -419,12 +436,17 @@ def main(argv=None):
         if k != "deepspeed":
             runs[k].opt.close()
     shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def report(a, out):
     if a.json:
         print(json.dumps(out, indent=2))
         return
-    print(f"DeepSpeed {version} PipelinedOptimizerSwapper + DeepSpeedCPUAdam "
-          f"vs mlpo, {n / 1e9:.2f}B params, one path, mixed "
-          f"{u / 1e9:.2f} GB/s (median of {a.steps} steps each)")
+    print(f"DeepSpeed {out['deepspeed']} PipelinedOptimizerSwapper + "
+          f"DeepSpeedCPUAdam vs mlpo, {out['params'] / 1e9:.2f}B params, "
+          f"one path, mixed {out['mixed_bps'] / 1e9:.2f} GB/s (median of "
+          f"{a.steps} steps each)")
     print(f"{'':18}{'M params/s':>11}{'step s':>8}{'GiB/step':>9}"
           f"{'bound s':>8}{'of bound':>9}{'vs DS':>7}")
     for k, r in out["runs"].items():
