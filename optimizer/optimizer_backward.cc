@@ -90,22 +90,26 @@ class Optimizer::BackwardStep final : public ReadyGate {
   }
 
   absl::StatusOr<int> Next() override {
-    MutexLock l(&mu_);
-    mu_.Await(Condition(this, &BackwardStep::CanGo));
     int i;
-    if (!ready_.empty()) {
-      i = ready_.front();
-      ready_.pop_front();
-    } else {  // closed: the first subgroup still waiting
-      i = static_cast<int>(std::find_if(pending_.begin(), pending_.end(),
-                                        [](int p) { return p > 0; }) -
-                           pending_.begin());
-      pending_[i] = 0;
+    {
+      MutexLock l(&mu_);
+      mu_.Await(Condition(this, &BackwardStep::CanGo));
+      if (!ready_.empty()) {
+        i = ready_.front();
+        ready_.pop_front();
+      } else {  // closed: the first subgroup still waiting
+        i = static_cast<int>(std::find_if(pending_.begin(), pending_.end(),
+                                          [](int p) { return p > 0; }) -
+                             pending_.begin());
+        pending_[i] = 0;
+      }
+      // Parameters without a gradient stay as they are.
+      std::vector<StepRun>& runs = plan_.runs[i];
+      for (size_t r = 0; r < runs.size(); ++r)
+        if (!ready_param_[run_param_[i][r]]) runs[r].consts = -1;
     }
-    // Parameters without a gradient stay as they are.
-    std::vector<StepRun>& runs = plan_.runs[i];
-    for (size_t r = 0; r < runs.size(); ++r)
-      if (!ready_param_[run_param_[i][r]]) runs[r].consts = -1;
+    // (unlocked: backward goes on handing in gradients meanwhile; this
+    // subgroup's are all in and no longer change)
     MLPO_RETURN_IF_ERROR(CheckFinite(i));
     return i;
   }
@@ -128,7 +132,7 @@ class Optimizer::BackwardStep final : public ReadyGate {
   }
   // A non-finite gradient cannot skip a step part of which is applied: the
   // step stops, naming the parameter.
-  absl::Status CheckFinite(int i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  absl::Status CheckFinite(int i) {
     const Subgroup& s = o_->subgroups_[i];
     const std::vector<StepRun>& runs = plan_.runs[i];
     for (size_t r = 0; r < runs.size(); ++r) {
