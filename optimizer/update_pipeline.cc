@@ -72,20 +72,23 @@ absl::Status UpdatePipeline::Settle(bool keep_read_ahead) {
                            absl::Now());
     behind_.reset();
   }
-  if (!behind_from_.empty()) {
-    // What the commits and read-ahead moved after the step returned goes
-    // into the next step's report.
-    std::vector<PathCounters> now = store_->PathTraffic();
-    carried_.assign(now.size(), PathBytes());
-    for (size_t p = 0; p < now.size() && p < behind_from_.size(); ++p) {
-      carried_[p].read = now[p].bytes_read - behind_from_[p].bytes_read;
-      carried_[p].written =
-          now[p].bytes_written - behind_from_[p].bytes_written;
-    }
-    behind_from_.clear();
-  }
+  // What the commits and read-ahead moved after the step returned goes
+  // into the next step's report: counted here when another call comes
+  // first (all of it has landed now), else at that step's start (the
+  // read-ahead may still be landing).
+  if (!keep_read_ahead) Carry(store_->PathTraffic());
   return Annotate(st, absl::StrCat("step ", behind_step_,
                                    "'s commits (written behind)"));
+}
+
+void UpdatePipeline::Carry(const std::vector<PathCounters>& now) {
+  if (behind_from_.empty()) return;
+  carried_.assign(now.size(), PathBytes());
+  for (size_t p = 0; p < now.size() && p < behind_from_.size(); ++p) {
+    carried_[p].read = now[p].bytes_read - behind_from_[p].bytes_read;
+    carried_[p].written = now[p].bytes_written - behind_from_[p].bytes_written;
+  }
+  behind_from_.clear();
 }
 
 std::vector<int> UpdatePipeline::OrderOf(uint64_t t) const {
@@ -180,6 +183,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
   }
   CacheStats cache_before = store_->cache_stats();
   std::vector<PathCounters> before = store_->PathTraffic();
+  Carry(before);
   absl::Time start = absl::Now();
   const size_t depth = std::max(1, options_.prefetch_depth);
   struct Fetch {

@@ -185,6 +185,8 @@ class UpdatePipeline {
   void ReadAhead(uint64_t t, const std::vector<int>& order,
                  const std::vector<int>& next, int in_flight);
   void DropReadAhead();
+  // carried_ = `now` - behind_from_ (then cleared); nothing when empty.
+  void Carry(const std::vector<PathCounters>& now);
   std::vector<int> OrderOf(uint64_t t) const;
 
   struct Ahead {
