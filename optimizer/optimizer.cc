@@ -509,27 +509,6 @@ absl::StatusOr<StepReport> Optimizer::Step(double loss_scale,
   return EndStep(t, active, std::move(r));
 }
 
-absl::StatusOr<StepReport> Optimizer::EndStep(uint64_t t,
-                                              const std::vector<bool>& active,
-                                              absl::StatusOr<StepReport> r) {
-  grads_->Reset();
-  grads_offloaded_ = false;
-  for (auto& o : overrides_) o.clear();
-  if (!r.ok()) return r.status();
-  std::vector<uint64_t> steps = param_steps_;
-  for (size_t k = 0; k < steps.size(); ++k) steps[k] += active[k] ? 1 : 0;
-  if (pipeline_->unsettled()) {  // written behind the state's commits
-    pending_steps_.emplace(t, steps);
-  } else {
-    TraceSpan commit("step counts", "store", "optimizer");
-    MLPO_RETURN_IF_ERROR(Annotate(CommitParamSteps(t, steps),
-                                  absl::StrCat("step ", t)));
-  }
-  param_steps_ = std::move(steps);
-  step_ = t;
-  return r;
-}
-
 absl::Status Optimizer::ReadState(int group, std::vector<float>* p,
                                   std::vector<std::vector<float>>* slots) {
   if (group < 0 || group >= static_cast<int>(options_.groups.size()))

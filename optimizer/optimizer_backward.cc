@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
+#include "base/trace.h"
 #include "optimizer/optimizer.h"
 
 namespace mlpo {
@@ -221,6 +222,28 @@ absl::StatusOr<StepReport> Optimizer::FinishStep() {
   uint64_t t = step_ + 1;
   if (r.ok()) backward_order_ = r->order;
   return EndStep(t, active, std::move(r));
+}
+
+// Shared with Step(): what follows a step's pipeline run, either way.
+absl::StatusOr<StepReport> Optimizer::EndStep(uint64_t t,
+                                              const std::vector<bool>& active,
+                                              absl::StatusOr<StepReport> r) {
+  grads_->Reset();
+  grads_offloaded_ = false;
+  for (auto& o : overrides_) o.clear();
+  if (!r.ok()) return r.status();
+  std::vector<uint64_t> steps = param_steps_;
+  for (size_t k = 0; k < steps.size(); ++k) steps[k] += active[k] ? 1 : 0;
+  if (pipeline_->unsettled()) {  // written behind the state's commits
+    pending_steps_.emplace(t, steps);
+  } else {
+    TraceSpan commit("step counts", "store", "optimizer");
+    MLPO_RETURN_IF_ERROR(Annotate(CommitParamSteps(t, steps),
+                                  absl::StrCat("step ", t)));
+  }
+  param_steps_ = std::move(steps);
+  step_ = t;
+  return r;
 }
 
 }  // namespace mlpo
