@@ -115,13 +115,13 @@ void UpdatePipeline::ReadAhead(uint64_t t, const std::vector<int>& order,
     const Subgroup& s = (*subgroups_)[i];
     if (skip[i] || store_->Resident(s.object)) continue;
     TraceSpan span("read-ahead call", "store", "pipeline");
-    ahead_.push_back({i, store_->Checkout(s.object, /*for_update=*/true)});
+    ahead_.emplace(i, store_->Checkout(s.object, /*for_update=*/true));
   }
 }
 
 void UpdatePipeline::DropReadAhead() {
-  for (Ahead& a : ahead_) {
-    absl::StatusOr<Lease> l = a.state.get();
+  for (auto& [i, f] : ahead_) {
+    absl::StatusOr<Lease> l = f.get();
     // Unused: back to the DRAM tier when it is still the clean head.
     if (l.ok()) store_->Return(std::move(*l));
   }
@@ -163,11 +163,8 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
   const std::vector<int> expected = plan.order.empty() ? OrderOf(t) : plan.order;
   const std::vector<int> next_order =
       plan.order.empty() ? OrderOf(t + 1) : plan.order;
-  // The previous step's read-ahead, by subgroup; stale ones are dropped.
-  std::map<int, std::future<absl::StatusOr<Lease>>> ahead;
+  // The previous step's read-ahead (another step's is given back).
   if (ahead_step_ != t) DropReadAhead();
-  for (Ahead& a : ahead_) ahead.emplace(a.subgroup, std::move(a.state));
-  ahead_.clear();
   if (options_.declare_order) {
     // This step's order, then the next step's: the DRAM tier keeps what is
     // used soonest (with the alternating order, the subgroups updated last
@@ -197,12 +194,12 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
     const Subgroup& s = (*subgroups_)[i];
     Fetch& f = fetches[i];
     if (options_.grad_offload) f.grad = store_->Checkout(GradObject(s));
-    auto a = ahead.find(i);
-    if (a != ahead.end()) {
+    auto a = ahead_.find(i);
+    if (a != ahead_.end()) {
       // Read ahead: used when it read what is still the newest version
       // (a reset or an initial state written since makes it stale).
       absl::StatusOr<Lease> l = a->second.get();
-      ahead.erase(a);
+      ahead_.erase(a);
       if (l.ok() && (*l)->version() == store_->NewestVersion(s.object)) {
         std::promise<absl::StatusOr<Lease>> done;
         done.set_value(std::move(l));
@@ -395,10 +392,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
     if (f.grad.valid()) f.grad.wait();
   }
   rep.order = order;
-  for (auto& [i, f] : ahead) {  // (a step cut short)
-    absl::StatusOr<Lease> l = f.get();
-    if (l.ok()) store_->Return(std::move(*l));
-  }
+  DropReadAhead();  // what a step cut short did not take
   // Write-behind: the last commits drain until Settle(); an error or a
   // step cut short drains them now.
   if (options_.write_behind && error.ok() && commits.first_error().ok()) {

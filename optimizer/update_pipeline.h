@@ -164,8 +164,6 @@ class UpdatePipeline {
   // error, naming the step. Ok when none are. Gives back the read-ahead
   // checkouts unless `keep_read_ahead` (the next Step's own call).
   absl::Status Settle(bool keep_read_ahead = false);
-  // Read-ahead checkouts held for the next step.
-  int read_ahead_held() const { return static_cast<int>(ahead_.size()); }
   // A write-behind step's commits are in flight.
   bool unsettled() const { return behind_ != nullptr; }
   // Baseline backward phase: writes the staged gradients as fp32 objects
@@ -189,11 +187,9 @@ class UpdatePipeline {
   void Carry(const std::vector<PathCounters>& now);
   std::vector<int> OrderOf(uint64_t t) const;
 
-  struct Ahead {
-    int subgroup = -1;
-    std::future<absl::StatusOr<Lease>> state;
-  };
-  std::vector<Ahead> ahead_;  // for step ahead_step_
+  // Read-ahead checkouts for step ahead_step_, by subgroup; the step takes
+  // (erases) the ones it uses.
+  std::map<int, std::future<absl::StatusOr<Lease>>> ahead_;
   uint64_t ahead_step_ = 0;
   std::unique_ptr<CommitWindow> behind_;  // a write-behind step's commits
   uint64_t behind_step_ = 0;
