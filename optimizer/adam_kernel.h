@@ -101,7 +101,8 @@ void AdamUpdateAvx512(const AdamSlice& s, const AdamStepConsts& c);
 // re-initialisation) wins, while elements the model still holds as the
 // step left them keep the master's extra precision. For f32 the model's
 // values are the master. Compares bit patterns (-0, NaN as written).
-void AdoptModelValues(float* p, const void* model, DType model_dtype,
+// Returns whether any element of p changed.
+bool AdoptModelValues(float* p, const void* model, DType model_dtype,
                       size_t n);
 // p cast to `dtype` into `out` (the parameters of a step's skipped
 // elements, unchanged).

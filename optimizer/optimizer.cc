@@ -18,7 +18,11 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Open(
   return o;
 }
 
-Optimizer::~Optimizer() { (void)Settle(); }
+Optimizer::~Optimizer() {
+  // A step still running during backward was never asked for: dropped.
+  if (backward_ != nullptr) (void)DiscardStep(/*redo=*/false);
+  (void)Settle();
+}
 
 absl::Status Optimizer::Settle() { return SettleWrites(false); }
 
@@ -29,12 +33,12 @@ absl::Status Optimizer::SettleWrites(bool keep_read_ahead) {
     if (!r.ok()) return r.status();
   }
   absl::Status st = pipeline_->Settle(keep_read_ahead);
-  if (pending_steps_) {
-    auto [t, steps] = std::move(*pending_steps_);
-    pending_steps_.reset();
-    if (st.ok())
-      st = Annotate(CommitParamSteps(t, steps),
-                    absl::StrCat("step ", t, "'s step counts (written behind)"));
+  absl::Status txn = SettleTransaction();
+  if (st.ok()) st = txn;
+  // A step to redo is the next Step's; anything else first rewinds it.
+  if (!keep_read_ahead) {
+    absl::Status rw = RewindDiscarded();
+    if (st.ok()) st = rw;
   }
   return st;
 }
@@ -254,6 +258,22 @@ absl::Status Optimizer::AdoptEdits(const std::vector<int>& params) {
   for (int k : params)
     if (k < 0 || k >= static_cast<int>(params_.size()))
       return absl::InvalidArgumentError(absl::StrCat("no parameter ", k));
+  // All the edits, or none of them.
+  return InTransaction([&] { return AdoptEditsIn(params); });
+}
+
+absl::Status Optimizer::InTransaction(
+    const std::function<absl::Status()>& body) {
+  MLPO_RETURN_IF_ERROR(store_->BeginTransaction());
+  absl::Status st = body();
+  if (!st.ok()) {
+    (void)store_->AbortTransaction();
+    return st;
+  }
+  return store_->EndTransaction().get();
+}
+
+absl::Status Optimizer::AdoptEditsIn(const std::vector<int>& params) {
   for (const Subgroup& s : subgroups_) {
     std::vector<int> touching;
     for (int k : params) {
@@ -396,6 +416,18 @@ absl::Status Optimizer::ImportState(uint64_t t, const StateFill& fill,
         "import at step ", t, ": the store ", store_->options().meta_dir,
         " is at step ", step_,
         "; state can only be imported at a later step (use a fresh store)"));
+  // One transaction: the whole state, or (a failure, a crash) none of it.
+  MLPO_RETURN_IF_ERROR(InTransaction(
+      [&] { return ImportIn(t, fill, param_steps); }));
+  grads_->Reset();
+  for (auto& o : overrides_) o.clear();
+  step_ = t;
+  param_steps_ = std::move(param_steps);
+  return absl::OkStatus();
+}
+
+absl::Status Optimizer::ImportIn(uint64_t t, const StateFill& fill,
+                                 const std::vector<uint64_t>& param_steps) {
   const std::vector<StateSlot> slots = rule_.Slots();
   const int ns = static_cast<int>(slots.size());
   std::vector<std::vector<float>> vals(ns);
@@ -424,12 +456,7 @@ absl::Status Optimizer::ImportState(uint64_t t, const StateFill& fill,
     }
     MLPO_RETURN_IF_ERROR(store_->Commit(l, t).get());
   }
-  MLPO_RETURN_IF_ERROR(CommitParamSteps(t, param_steps));
-  grads_->Reset();
-  for (auto& o : overrides_) o.clear();
-  step_ = t;
-  param_steps_ = std::move(param_steps);
-  return absl::OkStatus();
+  return CommitParamSteps(t, param_steps);
 }
 
 absl::Status Optimizer::CopyParams(int group, uint64_t offset, void* dst,
@@ -480,6 +507,7 @@ absl::StatusOr<StepReport> Optimizer::Step(double loss_scale,
     rep.skipped = true;
     rep.skip_reason = "no parameter has a gradient";
     grads_->Reset();
+    MLPO_RETURN_IF_ERROR(RewindDiscarded());
     return rep;
   }
   if (tot.nonfinite > 0) {
@@ -489,6 +517,7 @@ absl::StatusOr<StepReport> Optimizer::Step(double loss_scale,
     ++skipped_;
     grads_->Reset();
     grads_offloaded_ = false;
+    MLPO_RETURN_IF_ERROR(RewindDiscarded());
     return rep;
   }
   MLPO_RETURN_IF_ERROR(StartFresh());
@@ -498,15 +527,12 @@ absl::StatusOr<StepReport> Optimizer::Step(double loss_scale,
     rep.clip_coef = options_.max_grad_norm / (rep.grad_norm + 1e-6);
   double grad_scale = rep.clip_coef / loss_scale;
   uint64_t t = step_ + 1;
-  StepPlan plan = MakePlan(t, grad_scale, active);
-  auto r = pipeline_->Step(t, plan, *grads_,
-                           sink_ ? static_cast<ParamSink*>(sink_.get())
-                                 : options_.param_sink);
+  auto r = RunStep(t, MakePlan(t, grad_scale, active), active);
   if (r.ok()) {
     r->grad_norm = rep.grad_norm;
     r->clip_coef = rep.clip_coef;
   }
-  return EndStep(t, active, std::move(r));
+  return r;
 }
 
 absl::Status Optimizer::ReadState(int group, std::vector<float>* p,

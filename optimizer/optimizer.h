@@ -13,6 +13,7 @@
 #define MLPO_OPTIMIZER_OPTIMIZER_H_
 
 #include <functional>
+#include <future>
 #include <map>
 #include <optional>
 #include <memory>
@@ -88,13 +89,23 @@ class Optimizer {
   // Settles a write-behind step first (its error is lost: call Settle()).
   ~Optimizer();
 
+  // Every step is a transaction of the store (ObjectStore::
+  // BeginTransaction): its new versions and step counts become the
+  // store's state in one index write, or none of them does. A step that
+  // fails is rolled back: the store and the step count stay at the step
+  // before, and the model's memory (SetParamMemory) and the sink get the
+  // parameters back that the failed step had written there.
+  //
   // Write-behind (StoreOptions::write_behind): Step returns once every
-  // parameter holds its new value; its last commits, then the step counts,
-  // are written until Settle(). Every call that reads or writes the state
-  // (Step, Tag, Restore, ReadRange, ImportState, AdoptEdits, Reset,
-  // ContinueHeads) settles first and returns the error of a step whose
-  // writes failed, naming it. A crash before they land leaves the store
-  // at the last completed commits, as a crash during a step does.
+  // parameter holds its new value; its last commits land, then its
+  // transaction's index write, while the caller goes on. Settle() waits
+  // for them: once it returns (and every call that reads or writes the
+  // state, Step, Tag, Restore, ReadRange, ImportState, AdoptEdits, Reset,
+  // ContinueHeads, settles first), every step that returned is durable
+  // (durability "step"). If they fail, Settle returns the error naming
+  // the step, and that step is rolled back as above. A crash loses at
+  // most the step whose writes were still landing: the store resumes at
+  // the last step that returned, or the one before it.
   absl::Status Settle();
 
   // Hands in gradient elements [offset, offset+count) of `group`.
@@ -123,16 +134,27 @@ class Optimizer {
   // or borrowed and marked with GradReady(param) as backward makes it
   // final; a subgroup is updated once every parameter in it is ready, in
   // the order they come (the next step's reads are issued in the order
-  // this one took). FinishStep: the parameters not ready have no
-  // gradient; waits and reports as Step() does, with the same result bit
-  // for bit. Refused (FailedPrecondition) with max_grad_norm (the global
-  // norm needs every gradient first) and the grad_offload baseline. A
-  // non-finite gradient stops the step with an error naming the parameter
-  // (a step part of which is applied cannot be skipped: restore a tag).
-  // Every other call on the state finishes a running one first.
+  // this one took). The step is speculative: it is a transaction that
+  // FinishStep decides. FinishStep: the parameters not ready have no
+  // gradient; waits, then, as Step() would decide: a non-finite gradient
+  // discards the step (report.skipped, nothing changed, the model's
+  // memory rewound); a global norm above max_grad_norm discards it and
+  // redoes it with the clipped gradients (report.redone); else it commits.
+  // The result is the plain step's bit for bit either way. `global`: the
+  // gradient statistics over every rank (as Step's). DiscardStep: the
+  // step is dropped (nothing applied; the model's memory holds what it
+  // held before it): with `redo`, the next Step() redoes it from the
+  // gradients staged then (after gradients changed once handed in: a
+  // second backward, clipping or unscaling in place); without, it is
+  // rewound now (an exception in backward, zero_grad before step).
+  // Refused (FailedPrecondition) with the grad_offload baseline. Every
+  // other call on the state finishes a running one first.
   absl::Status BeginStep(double loss_scale = 1.0);
   absl::Status GradReady(int param);
-  absl::StatusOr<StepReport> FinishStep();
+  absl::StatusOr<StepReport> FinishStep(const GradStats* global = nullptr);
+  absl::Status DiscardStep(bool redo);
+  // Steps redone after a speculative one was discarded, since Open.
+  uint64_t redone_steps() const { return redone_; }
   bool stepping_in_backward() const { return backward_ != nullptr; }
   // The same without a copy: the step reads `data` itself, which must stay
   // valid and unchanged until Step returns.
@@ -153,8 +175,8 @@ class Optimizer {
   // InvalidArgument for a non-finite value there, or a negative one in a
   // slot that is never negative). For moving state in from elsewhere
   // (torch.optim state, another checkpoint). `param_steps`: each
-  // parameter's step count (none above t); empty: t for all. Not atomic
-  // across subgroups: import into a fresh store and Tag() after it.
+  // parameter's step count (none above t); empty: t for all. One
+  // transaction: all of it is stored, or (a failure, a crash) none.
   using StateFill = std::function<absl::Status(const Subgroup& s, float* p,
                                                float* const* slots)>;
   absl::Status ImportState(uint64_t t, const StateFill& fill,
@@ -257,6 +279,13 @@ class Optimizer {
   // Writes the initial state (FillInitial) of every state object as step
   // 0, unless stored already.
   absl::Status StoreInitialState();
+  absl::Status StoreInitialIn();  // its commits (in a transaction)
+  // `body`'s commits as one store transaction: ended when it succeeds,
+  // aborted when it fails.
+  absl::Status InTransaction(const std::function<absl::Status()>& body);
+  absl::Status AdoptEditsIn(const std::vector<int>& params);
+  absl::Status ImportIn(uint64_t t, const StateFill& fill,
+                        const std::vector<uint64_t>& param_steps);
   // At step 0 with the initial state partly stored (a StoreInitialState
   // that failed, or was cut short by a kill): stores it whole, so that no
   // object's leftover is taken for its initial state.
@@ -268,14 +297,37 @@ class Optimizer {
   // Slot `slot`'s value before the first step (adagrad's
   // initial_accumulator_value; else 0).
   float InitialSlotValue(int group, int slot) const;
-  // Settle(), keeping the read-ahead for the step about to run.
+  // Settle(), keeping the read-ahead for the step about to run (and a
+  // discarded step to redo).
   absl::Status SettleWrites(bool keep_read_ahead);
-  // After the pipeline ran step t: the gradients forgotten, each active
-  // parameter's step count advanced (committed now, or after the state's
-  // commits with write-behind).
+  // Step t over `plan` (the pipeline), as one transaction, then EndStep.
+  absl::StatusOr<StepReport> RunStep(uint64_t t, StepPlan plan,
+                                     const std::vector<bool>& active);
+  // After the pipeline ran step t in its transaction: the gradients
+  // forgotten, each active parameter's step count advanced and committed
+  // in the transaction, which ends (now, or as write-behind lands). A
+  // failed step is aborted and rewound.
   absl::StatusOr<StepReport> EndStep(uint64_t t,
                                      const std::vector<bool>& active,
                                      absl::StatusOr<StepReport> r);
+  // The step's transaction aborted (its commits drained first) and the
+  // model's memory rewound over the subgroups it took.
+  absl::Status AbortStep();
+  // Writes the store's parameters of `subgroups` (every one when empty),
+  // with the masters the discarded step adopted, back into the model's
+  // memory and the sink: a rewind of a step that is not applied.
+  absl::Status Rewind(const std::vector<int>& subgroups,
+                      const AdoptLog* adopted);
+  // A discarded step waiting to be redone by the next Step: rewound
+  // instead (any other call comes first, or the next Step has nothing to
+  // do).
+  absl::Status RewindDiscarded();
+  // The running step's pipeline run is over: its transaction aborted and
+  // kept to redo (`redo`) or rewound now.
+  absl::Status DiscardRunning(bool redo);
+  // The last step's transaction, ending behind (write-behind): waits;
+  // when it failed, the step is rolled back.
+  absl::Status SettleTransaction();
   // The step's work per subgroup; false in `active` skips a parameter.
   StepPlan MakePlan(uint64_t t, double grad_scale,
                     const std::vector<bool>& active) const;
@@ -313,14 +365,28 @@ class Optimizer {
   bool initial_stored_ = false;
   bool initial_failed_ = false;  // the last StoreInitialState failed
   bool grads_offloaded_ = false;
-  // A write-behind step's step counts, committed once its state is.
-  std::optional<std::pair<uint64_t, std::vector<uint64_t>>> pending_steps_;
+  // The last step's transaction while its writes land (write-behind),
+  // and what the optimizer held before that step (a rollback's).
+  std::optional<std::future<absl::Status>> txn_end_;
+  uint64_t txn_step_ = 0;
+  uint64_t prev_step_ = 0;
+  std::vector<uint64_t> prev_param_steps_;
+  // What the running step adopted from the model (every step records it:
+  // a rollback or a redo puts it in again).
+  std::unique_ptr<AdoptLog> adopt_log_;
+  // A discarded step that the next Step redoes (DiscardStep(true), or a
+  // clip found at FinishStep), with what it had adopted.
+  bool redo_pending_ = false;
+  std::unique_ptr<AdoptLog> discarded_;
+  std::vector<int> discarded_taken_;  // the subgroups it had written
+  uint64_t redone_ = 0;
   class BackwardStep;  // a step running during backward
   struct BackwardStepDeleter {
     void operator()(BackwardStep* b) const;  // (a complete type there)
   };
   std::unique_ptr<BackwardStep, BackwardStepDeleter> backward_;
   std::vector<int> backward_order_;  // the order the last one took
+  double backward_loss_scale_ = 1;
 };
 
 }  // namespace mlpo

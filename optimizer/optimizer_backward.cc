@@ -1,8 +1,11 @@
-// Update during backward (Optimizer::BeginStep / GradReady / FinishStep):
-// the step runs on a thread of its own while backward hands in gradients;
-// the pipeline takes each subgroup once every parameter in it is ready
-// (ReadyGate), with the same plan, kernels and constants as Step(), so the
-// result is the plain step's bit for bit.
+// Update during backward (Optimizer::BeginStep / GradReady / FinishStep /
+// DiscardStep): the step runs on a thread of its own while backward hands
+// in gradients; the pipeline takes each subgroup once every parameter in
+// it is ready (ReadyGate), with the same plan, kernels and constants as
+// Step(), so the result is the plain step's bit for bit. It is
+// speculative: the step is a store transaction (step_transaction.cc) that
+// FinishStep commits, or discards and redoes (a clip) or rewinds (a
+// non-finite gradient), as the plain step would have decided.
 #include <algorithm>
 #include <cmath>
 #include <deque>
@@ -37,6 +40,8 @@ class Optimizer::BackwardStep final : public ReadyGate {
     ready_param_.assign(o_->params_.size(), false);
     plan_.gate = this;
     plan_.order = o_->backward_order_;
+    o_->adopt_log_ = std::make_unique<AdoptLog>();
+    plan_.log = o_->adopt_log_.get();
   }
 
   ~BackwardStep() override {
@@ -79,22 +84,39 @@ class Optimizer::BackwardStep final : public ReadyGate {
     return absl::OkStatus();
   }
 
-  // Backward is over: the parameters not ready have no gradient.
-  absl::StatusOr<StepReport> Finish(std::vector<bool>* active) {
+  // Backward is over: the parameters not ready have no gradient. Sets
+  // `nonfinite` when the step stopped at a non-finite gradient.
+  absl::StatusOr<StepReport> Finish(std::vector<bool>* active,
+                                    bool* nonfinite) {
     {
       MutexLock l(&mu_);
       closed_ = true;
     }
     thread_.join();
+    MutexLock l(&mu_);
     *active = ready_param_;
+    *nonfinite = nonfinite_;
     return std::move(result_);
   }
+  // Stops the step where it is (a discard): the subgroups not taken yet
+  // are not updated.
+  void Stop() {
+    {
+      MutexLock l(&mu_);
+      closed_ = stopped_ = true;
+    }
+    thread_.join();
+  }
+  uint64_t t() const { return t_; }
+  const StepPlan& plan() const { return plan_; }
 
   absl::StatusOr<int> Next() override {
     int i;
     {
       MutexLock l(&mu_);
       mu_.Await(Condition(this, &BackwardStep::CanGo));
+      if (stopped_)
+        return absl::CancelledError("the step was discarded");
       if (!ready_.empty()) {
         i = ready_.front();
         ready_.pop_front();
@@ -117,7 +139,7 @@ class Optimizer::BackwardStep final : public ReadyGate {
 
  private:
   bool CanGo() const {
-    if (!ready_.empty()) return true;
+    if (stopped_ || !ready_.empty()) return true;
     return closed_ && std::any_of(pending_.begin(), pending_.end(),
                                   [](int p) { return p > 0; });
   }
@@ -131,8 +153,8 @@ class Optimizer::BackwardStep final : public ReadyGate {
         });
     return static_cast<int>(it - ps.begin()) - 1;
   }
-  // A non-finite gradient cannot skip a step part of which is applied: the
-  // step stops, naming the parameter.
+  // A non-finite gradient: the step stops here; FinishStep discards it
+  // (the plain step would skip it).
   absl::Status CheckFinite(int i) {
     const Subgroup& s = o_->subgroups_[i];
     const std::vector<StepRun>& runs = plan_.runs[i];
@@ -142,13 +164,13 @@ class Optimizer::BackwardStep final : public ReadyGate {
         uint64_t avail = 0;
         const void* g = o_->grads_->Span(i, at, &avail);
         avail = std::min(avail, runs[r].offset + runs[r].n - at);
-        if (g && ComputeGradStats(g, o_->grads_->dtype(), avail).nonfinite)
-          return absl::FailedPreconditionError(absl::StrCat(
-              "parameter ", run_param_[i][r], " has a non-finite gradient: "
-              "a step updated during backward cannot be skipped once part "
-              "of it is applied (", s.object, " and the subgroups after it "
-              "keep step ", t_ - 1, "); use the plain step with loss "
-              "scaling"));
+        if (g && ComputeGradStats(g, o_->grads_->dtype(), avail).nonfinite) {
+          MutexLock l(&mu_);
+          nonfinite_ = true;
+          return absl::CancelledError(absl::StrCat(
+              "parameter ", run_param_[i][r], " (", s.object,
+              ") has a non-finite gradient"));
+        }
         at += avail;
       }
     }
@@ -165,6 +187,8 @@ class Optimizer::BackwardStep final : public ReadyGate {
   std::vector<bool> ready_param_ ABSL_GUARDED_BY(mu_);
   std::deque<int> ready_ ABSL_GUARDED_BY(mu_);  // in the order they came
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool nonfinite_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
   absl::StatusOr<StepReport> result_ = absl::UnknownError("not run");
 };
@@ -184,12 +208,8 @@ absl::Status Optimizer::BeginStep(double loss_scale) {
     return absl::FailedPreconditionError(
         "the grad_offload baseline writes every gradient first; it cannot "
         "update during backward");
-  if (options_.max_grad_norm > 0)
-    return absl::FailedPreconditionError(
-        "gradient clipping by global norm needs every gradient before the "
-        "first update; it cannot update during backward (clip in your own "
-        "loop after backward, or use the plain step)");
   MLPO_RETURN_IF_ERROR(SettleWrites(/*keep_read_ahead=*/true));
+  MLPO_RETURN_IF_ERROR(RewindDiscarded());
   MLPO_RETURN_IF_ERROR(StartFresh());
   MLPO_RETURN_IF_ERROR(CompletePartialInitial());
   if (backward_order_.size() != subgroups_.size()) {
@@ -200,6 +220,8 @@ absl::Status Optimizer::BeginStep(double loss_scale) {
   }
   uint64_t t = step_ + 1;
   std::vector<bool> all(params_.size(), true);
+  MLPO_RETURN_IF_ERROR(store_->BeginTransaction());
+  backward_loss_scale_ = loss_scale;
   backward_.reset(new BackwardStep(this, t, MakePlan(t, 1 / loss_scale, all)));
   backward_->Start();
   return absl::OkStatus();
@@ -212,38 +234,79 @@ absl::Status Optimizer::GradReady(int param) {
   return backward_->Ready(param);
 }
 
-absl::StatusOr<StepReport> Optimizer::FinishStep() {
+absl::StatusOr<StepReport> Optimizer::FinishStep(const GradStats* global) {
   if (backward_ == nullptr)
     return absl::FailedPreconditionError(
         "no step is running during backward (BeginStep first)");
   std::vector<bool> active;
-  absl::StatusOr<StepReport> r = backward_->Finish(&active);
+  bool nonfinite = false;
+  absl::StatusOr<StepReport> r = backward_->Finish(&active, &nonfinite);
   backward_.reset();
-  uint64_t t = step_ + 1;
+  const uint64_t t = step_ + 1;
+  const double loss_scale = backward_loss_scale_;
   if (r.ok()) backward_order_ = r->order;
+  if (!r.ok() && !nonfinite) return EndStep(t, active, std::move(r));
+  // Decided as the plain step decides, from the same statistics.
+  GradStats tot;
+  if (global) tot = *global;
+  else if (nonfinite || options_.max_grad_norm > 0) tot = LocalGradStats();
+  StepReport rep;
+  rep.step = step_;
+  if (nonfinite || tot.nonfinite > 0) {
+    // Discarded whole, and the model's memory rewound.
+    (void)pipeline_->Settle(/*keep_read_ahead=*/false);
+    MLPO_RETURN_IF_ERROR(AbortStep());
+    grads_->Reset();
+    rep.skipped = true;
+    rep.skip_reason = absl::StrCat(std::max<uint64_t>(tot.nonfinite, 1),
+                                   " non-finite gradient values (overflow)");
+    ++skipped_;
+    return rep;
+  }
+  rep.grad_norm = std::sqrt(tot.sum_sq) / loss_scale;
+  if (options_.max_grad_norm > 0 && rep.grad_norm > options_.max_grad_norm) {
+    // Clipped: the speculative step is discarded and redone from the state
+    // before it with the clipped gradients (still borrowed or staged).
+    const double spec_s = r->total_s;
+    rep.clip_coef = options_.max_grad_norm / (rep.grad_norm + 1e-6);
+    MLPO_RETURN_IF_ERROR(DiscardRunning(/*redo=*/true));
+    auto redo = RunStep(t, MakePlan(t, rep.clip_coef / loss_scale, active),
+                        active);
+    if (redo.ok()) {
+      redo->grad_norm = rep.grad_norm;
+      redo->clip_coef = rep.clip_coef;
+      redo->discarded_s = spec_s;
+    }
+    return redo;
+  }
+  if (options_.max_grad_norm > 0 || global) {
+    r->grad_norm = rep.grad_norm;
+  }
   return EndStep(t, active, std::move(r));
 }
 
-// Shared with Step(): what follows a step's pipeline run, either way.
-absl::StatusOr<StepReport> Optimizer::EndStep(uint64_t t,
-                                              const std::vector<bool>& active,
-                                              absl::StatusOr<StepReport> r) {
+absl::Status Optimizer::DiscardRunning(bool redo) {
+  // Its commits land, then nothing of it stays.
+  (void)pipeline_->Settle(/*keep_read_ahead=*/false);
+  if (store_->in_transaction())
+    MLPO_RETURN_IF_ERROR(store_->AbortTransaction());
+  discarded_ = std::move(adopt_log_);
+  discarded_taken_ = pipeline_->last_taken();
+  redo_pending_ = true;
+  if (!redo) return RewindDiscarded();
+  return absl::OkStatus();
+}
+
+absl::Status Optimizer::DiscardStep(bool redo) {
+  if (backward_ == nullptr)
+    return absl::FailedPreconditionError(
+        "no step is running during backward (BeginStep first)");
+  backward_->Stop();
+  backward_.reset();
+  absl::Status st = DiscardRunning(redo);
+  // The gradients the step was handed: the redo's are handed in again.
   grads_->Reset();
-  grads_offloaded_ = false;
-  for (auto& o : overrides_) o.clear();
-  if (!r.ok()) return r.status();
-  std::vector<uint64_t> steps = param_steps_;
-  for (size_t k = 0; k < steps.size(); ++k) steps[k] += active[k] ? 1 : 0;
-  if (pipeline_->unsettled()) {  // written behind the state's commits
-    pending_steps_.emplace(t, steps);
-  } else {
-    TraceSpan commit("step counts", "store", "optimizer");
-    MLPO_RETURN_IF_ERROR(Annotate(CommitParamSteps(t, steps),
-                                  absl::StrCat("step ", t)));
-  }
-  param_steps_ = std::move(steps);
-  step_ = t;
-  return r;
+  return st;
 }
 
 }  // namespace mlpo

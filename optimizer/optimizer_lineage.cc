@@ -102,6 +102,25 @@ absl::Status Optimizer::CompletePartialInitial() {
 
 absl::Status Optimizer::StoreInitialState() {
   if (initial_stored_) return absl::OkStatus();
+  // One transaction: a crash or a failure leaves none of it.
+  absl::Status st = store_->BeginTransaction();
+  if (st.ok()) {
+    st = StoreInitialIn();
+    if (st.ok())
+      st = store_->EndTransaction().get();
+    else
+      (void)store_->AbortTransaction();
+  }
+  // A part written is not the initial state: the next Step or Tag at step
+  // 0 writes it whole again (CompletePartialInitial), and a reopen does
+  // not take it for stored (LoadStep).
+  initial_failed_ = !st.ok();
+  MLPO_RETURN_IF_ERROR(Annotate(st, "storing the initial state (step 0)"));
+  initial_stored_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Optimizer::StoreInitialIn() {
   // Every object, whatever an attempt cut short left: init_params now.
   // A few commits in flight: each holds one object's buffer until written.
   constexpr size_t kInFlight = 8;
@@ -125,13 +144,7 @@ absl::Status Optimizer::StoreInitialState() {
   }
   while (!writes.empty()) wait_one();
   if (first.ok()) first = CommitParamSteps(0, param_steps_);
-  // A part written is not the initial state: the next Step or Tag at step
-  // 0 writes it whole again (CompletePartialInitial), and a reopen does
-  // not take it for stored (LoadStep).
-  initial_failed_ = !first.ok();
-  MLPO_RETURN_IF_ERROR(Annotate(first, "storing the initial state (step 0)"));
-  initial_stored_ = true;
-  return absl::OkStatus();
+  return first;
 }
 
 absl::Status Optimizer::CommitParamSteps(uint64_t t,

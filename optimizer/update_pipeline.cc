@@ -115,7 +115,8 @@ void UpdatePipeline::ReadAhead(uint64_t t, const std::vector<int>& order,
     const Subgroup& s = (*subgroups_)[i];
     if (skip[i] || store_->Resident(s.object)) continue;
     TraceSpan span("read-ahead call", "store", "pipeline");
-    ahead_.emplace(i, store_->Checkout(s.object, /*for_update=*/true));
+    // (not lent: the next step's transaction keeps what it replaces)
+    ahead_.emplace(i, store_->Checkout(s.object, /*for_update=*/false));
   }
 }
 
@@ -160,7 +161,10 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
   const int n = static_cast<int>(subgroups_->size());
   // The order expected (a gate may hand the subgroups out in another);
   // rep.order becomes the order taken.
-  const std::vector<int> expected = plan.order.empty() ? OrderOf(t) : plan.order;
+  const std::vector<int> expected =
+      !plan.only.empty() ? plan.only
+                         : plan.order.empty() ? OrderOf(t) : plan.order;
+  const int count = static_cast<int>(expected.size());
   const std::vector<int> next_order =
       plan.order.empty() ? OrderOf(t + 1) : plan.order;
   // The previous step's read-ahead (another step's is given back).
@@ -208,7 +212,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
         return;
       }
     }
-    f.state = store_->Checkout(s.object, /*for_update=*/true);
+    f.state = store_->Checkout(s.object, /*for_update=*/plan.commit);
   };
   auto top_up = [&] {
     while (fetches.size() < depth && cursor < expected.size()) {
@@ -222,7 +226,8 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
   absl::Status error;
   std::vector<int> order;  // as taken
   int k = 0;
-  for (; k < n && error.ok() && commits.first_error().ok(); ++k) {
+  last_taken_.clear();
+  for (; k < count && error.ok() && commits.first_error().ok(); ++k) {
     int i = expected[k];
     if (plan.gate != nullptr) {
       absl::Time w = absl::Now();
@@ -243,6 +248,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
     const Subgroup& s = (*subgroups_)[i];
     taken[i] = true;
     order.push_back(i);
+    last_taken_.push_back(i);
     if (!fetches.count(i)) issue(i);
     Fetch fetch = std::move(fetches[i]);
     fetches.erase(i);
@@ -277,7 +283,17 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
     const size_t msize = MomentBytes(plan.format);
     void* out = sink ? sink->Buffer(s) : nullptr;
     DType odt = sink ? sink->dtype() : DType::kF32;
-    if (plan.overrides) ApplyOverrides((*plan.overrides)[s.index], p);
+    bool p_changed = false;  // (a rewind that changed p keeps it out of
+                             // the DRAM tier)
+    if (plan.overrides && !(*plan.overrides)[s.index].empty()) {
+      ApplyOverrides((*plan.overrides)[s.index], p);
+      p_changed = true;
+    }
+    if (plan.adopted && static_cast<size_t>(s.index) < plan.adopted->size() &&
+        !(*plan.adopted)[s.index].empty()) {
+      ApplyOverrides((*plan.adopted)[s.index], p);
+      p_changed = true;
+    }
     // Work items: (run, first element, count), runs cut into tiles.
     std::vector<StepRun> whole;
     const std::vector<StepRun>* runs = &plan.runs[s.index];
@@ -307,13 +323,19 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
       char* mem = r.memory ? static_cast<char*>(r.memory) +
                                  it.at * DTypeSize(r.memory_dtype)
                            : nullptr;
-      if (mem) AdoptModelValues(p + off, mem, r.memory_dtype, it.n);
+      if (mem && plan.adopt &&
+          AdoptModelValues(p + off, mem, r.memory_dtype, it.n) && plan.log) {
+        MutexLock l(&plan.log->mu);
+        auto& logged = plan.log->by_subgroup;
+        if (logged.size() < subgroups_->size()) logged.resize(subgroups_->size());
+        logged[s.index][off].assign(p + off, p + off + it.n);
+      }
       void* o = mem ? static_cast<void*>(mem)
                     : out ? static_cast<char*>(out) + off * DTypeSize(odt)
                           : nullptr;
       DType od = mem ? r.memory_dtype : odt;
-      if (r.consts < 0) {  // no gradient: unchanged
-        if (o && !mem) CastParams(p + off, o, od, it.n);
+      if (r.consts < 0 || !plan.commit) {  // no gradient: unchanged
+        if (o && (!mem || !plan.adopt)) CastParams(p + off, o, od, it.n);
         return;
       }
       auto slice = [&](uint64_t at, uint64_t n, const void* gp, DType gd) {
@@ -375,8 +397,12 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
     Trace::Get()->Complete(
         absl::StrCat(RuleKindName(plan.rule.kind), " ", s.object), "kernel",
         "pipeline", cs, ce, s.numel);
-    // Handed over: a lease only the store holds can stay in the DRAM tier.
-    {
+    if (!plan.commit) {
+      // A rewind: the checkout goes back (to the DRAM tier when unchanged).
+      if (!p_changed) store_->Return(std::move(lease));
+    } else {
+      // Handed over: a lease only the store holds can stay in the DRAM
+      // tier.
       TraceSpan span("commit call", "store", "pipeline");
       commits.Push(store_->Commit(std::move(lease), t));
     }
@@ -395,7 +421,8 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
   DropReadAhead();  // what a step cut short did not take
   // Write-behind: the last commits drain until Settle(); an error or a
   // step cut short drains them now.
-  if (options_.write_behind && error.ok() && commits.first_error().ok()) {
+  if (options_.write_behind && plan.commit && error.ok() &&
+      commits.first_error().ok()) {
     behind_ = std::move(window);
     behind_step_ = t;
   } else {
@@ -422,7 +449,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
     rep.paths.push_back(b);
   }
   carried_.clear();
-  if (error.ok())
+  if (error.ok() && plan.commit)
     ReadAhead(t, rep.order, plan.order.empty() ? OrderOf(t + 1) : rep.order,
               behind_ != nullptr ? options_.max_commits_in_flight : 0);
   if (behind_ != nullptr || !ahead_.empty()) behind_from_ = after;
@@ -444,7 +471,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
   }
   if (!error.ok())
     return Annotate(error, absl::StrCat("step ", t, " stopped after ", k,
-                                        " of ", n, " subgroups"));
+                                        " of ", count, " subgroups"));
   return rep;
 }
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/mutex.h"
 #include "optimizer/adam_kernel.h"
 #include "optimizer/grad_stage.h"
 #include "optimizer/parallel.h"
@@ -95,6 +96,12 @@ struct StepReport {
   int read_ahead_used = 0;
   // Update during backward: time the step waited for gradients (the gate).
   double grad_wait_s = 0;
+  // The update during backward ran this step speculatively and it was
+  // discarded (a clip, gradients changed after they were handed in): this
+  // report is of the step redone from the state before it.
+  bool redone = false;
+  // The discarded speculative run's time (0 when none was redone).
+  double discarded_s = 0;
   double achieved_bps = 0;  // (bytes_read + bytes_written) / total_s
   // max(bytes moved / sum U_k, params / R_adam); 0 when unknown.
   double lower_bound_s = 0;
@@ -108,6 +115,15 @@ class ReadyGate {
   // Blocks until a subgroup not yet taken has all its gradients in (its
   // runs in the plan then final) and returns it; an error stops the step.
   virtual absl::StatusOr<int> Next() = 0;
+};
+
+// The masters a speculative step adopted from the model's memory (the
+// model's values where they differed: edits made between steps), by
+// subgroup and element offset, for the step that redoes or rewinds it.
+struct AdoptLog {
+  Mutex mu;
+  std::vector<std::map<uint64_t, std::vector<float>>> by_subgroup
+      ABSL_GUARDED_BY(mu);
 };
 
 // What one step does to each subgroup. A run is one parameter's part of a
@@ -143,6 +159,25 @@ struct StepPlan {
   // gate: `order` when given, else the plain (alternating) one.
   ReadyGate* gate = nullptr;
   std::vector<int> order;
+  // A step redone, or rewound, after a discarded one (the update during
+  // backward is speculative: a discarded step's new parameters are in
+  // the model's memory already). `adopt` false: the model's values are
+  // not adopted, and runs without a gradient write their parameters
+  // (from p) into the model's memory too, so that every parameter the
+  // discarded step touched is written again. `adopted`: the masters the
+  // discarded step had adopted from the model (AdoptLog), put in after
+  // `overrides`.
+  bool adopt = true;
+  const std::vector<std::map<uint64_t, std::vector<float>>>* adopted =
+      nullptr;
+  // A speculative step records there every tile whose masters it adopted
+  // from the model (nullptr: nothing recorded).
+  AdoptLog* log = nullptr;
+  // false: a rewind: nothing is updated or committed; each subgroup's
+  // parameters are written out and its checkout given back.
+  bool commit = true;
+  // Only these subgroups, in this order (empty: every one).
+  std::vector<int> only;
 };
 
 // Puts pending master values (by element offset) into a subgroup's p.
@@ -170,6 +205,9 @@ class UpdatePipeline {
   // "grad.<object>" at version t.
   absl::Status OffloadGrads(uint64_t t, const GradStage& grads);
   static std::string GradObject(const Subgroup& s) { return "grad." + s.object; }
+  // The subgroups the last Step took, in order (whether it ended well or
+  // not): what a rewind of it writes back.
+  const std::vector<int>& last_taken() const { return last_taken_; }
   const PipelineOptions& options() const { return options_; }
   ParallelRunner* runner() { return &runner_; }
 
@@ -198,6 +236,7 @@ class UpdatePipeline {
   // report (empty: nothing was left running).
   std::vector<PathCounters> behind_from_;
   std::vector<PathBytes> carried_;
+  std::vector<int> last_taken_;
 };
 
 }  // namespace mlpo

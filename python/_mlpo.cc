@@ -276,6 +276,18 @@ class Engine {
     }
     return ReportDict(Value(std::move(stepped)));
   }
+  // The step running during backward dropped (Optimizer::DiscardStep):
+  // redone by the next step() (`redo`), or rewound now.
+  void DiscardStep(bool redo) {
+    Optimizer* o = opt();
+    absl::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = o->DiscardStep(redo);
+    }
+    Check(st);
+  }
+  uint64_t redone_steps() { return opt()->redone_steps(); }
 
   py::dict ReportDict(const StepReport& r) {
     if (!r.skipped) DropInitial();  // the store holds every object now
@@ -296,6 +308,8 @@ class Engine {
     d["bytes_written"] = r.bytes_written;
     d["read_ahead_used"] = r.read_ahead_used;
     d["grad_wait_s"] = r.grad_wait_s;
+    d["redone"] = r.redone;
+    d["discarded_s"] = r.discarded_s;
     py::list paths;
     for (auto& p : r.paths) {
       py::dict pd;
@@ -580,6 +594,8 @@ PYBIND11_MODULE(_mlpo, m) {
       .def("begin_step", &Engine::BeginStep, py::arg("loss_scale") = 1.0)
       .def("grad_ready", &Engine::GradReady)
       .def("finish_step", &Engine::FinishStep)
+      .def("discard_step", &Engine::DiscardStep, py::arg("redo"))
+      .def_property_readonly("redone_steps", &Engine::redone_steps)
       .def_property_readonly("stepping_in_backward",
                              &Engine::stepping_in_backward)
       .def("close", &Engine::Close);

@@ -40,6 +40,23 @@ void* CheckoutLease::SectionData(absl::string_view name) {
 }
 
 ObjectStore::~ObjectStore() {
+  bool open_txn = false;
+  if (meta_ != nullptr) {
+    MutexLock l(&mu_);
+    open_txn = txn_.open;
+  }
+  if (open_txn) {
+    // A step never ended: nothing of it is applied.
+    std::fprintf(stderr, "mlpo: %s: closing with a transaction open: it is "
+                 "discarded (the store stays at the state before it)\n",
+                 Where().c_str());
+    (void)AbortTransaction();
+  }
+  if (meta_ != nullptr) {  // an ended one's batch lands first
+    MutexLock l(&mu_);
+    mu_.Await(Condition(
+        +[](Transaction* t) { return !t->ending; }, &txn_));
+  }
   if (cache_ && !options_.read_only) {
     // Durability "tag": versions committed since the last tag live in DRAM;
     // a clean close writes them as a close without the tier would have.
@@ -137,7 +154,21 @@ std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
     }
     ++checkouts_;
     lease->layout_ = it->second.layout;
-    if (it->second.dirty != 0) {
+    if (txn_.open || txn_.ending) for_update = false;  // (never lend)
+    if (it->second.pending != 0 && it->second.pending > it->second.dirty) {
+      // The transaction's version: kept clean in the tier since its
+      // commit, or read from its extents.
+      const uint64_t v = it->second.pending;
+      lease->version_ = v;
+      lease->step_ = it->second.pending_step;
+      lease->is_new_ = false;
+      if (cache_) cached = cache_->Take(object, v, &released);
+      if (!cached) {
+        VersionState& vs = txn_versions_[{object, v}];
+        ++vs.pins;
+        rec = vs.rec;
+      }
+    } else if (it->second.dirty != 0) {
       // The newest version is in DRAM only: copied out below, outside the
       // store's lock (never hand over the only copy to a lease that may be
       // dropped).
@@ -216,9 +247,13 @@ void ObjectStore::Return(Lease lease) {
   {
     MutexLock l(&mu_);
     auto it = objects_.find(lease->object_);
-    if (it == objects_.end() || !it->second.has_head ||
-        it->second.head != lease->version_ || it->second.dirty != 0)
-      return;
+    if (it == objects_.end()) return;
+    const ObjectState& os = it->second;
+    const bool newest_clean =
+        os.pending != 0 ? os.pending == lease->version_ && os.pending > os.dirty
+                        : os.has_head && os.head == lease->version_ &&
+                              os.dirty == 0;
+    if (!newest_clean) return;
   }
   std::vector<AlignedBuffer> released;
   cache_->Offer(lease->object_, lease->version_, &lease->buf_,
@@ -250,6 +285,7 @@ struct ObjectStore::CommitOp {
   uint64_t version;  // the store-wide sequence number given to it
   uint64_t step;     // the caller's
   bool write_back = false;  // a dirty version from the DRAM tier
+  bool txn = false;         // made in the open transaction
   int failed_path = -1;     // the path whose write failed first
   int retries = 0;          // degraded-mode rewrites so far
   VersionRecord rec;
@@ -268,7 +304,16 @@ std::future<absl::Status> ObjectStore::Commit(Lease lease, uint64_t step) {
 }
 
 absl::Status ObjectStore::WriteBack() {
+  {
+    MutexLock l(&mu_);
+    MLPO_RETURN_IF_ERROR(CheckNoTransaction("write-back"));
+  }
   if (cache_ == nullptr) return absl::OkStatus();
+  if (cache_->DirtyEntries().empty()) return absl::OkStatus();
+  // One transaction: every head moves to its dirty version at once, so a
+  // crash in the middle leaves the store at the last write-back or tag,
+  // not at a mix of steps.
+  MLPO_RETURN_IF_ERROR(BeginTransaction());
   std::vector<std::future<absl::Status>> writes;
   absl::Status out_error;
   for (auto& [object, version] : cache_->DirtyEntries()) {
@@ -302,6 +347,11 @@ absl::Status ObjectStore::WriteBack() {
     if (first.ok() && !st.ok()) first = st;
   }
   if (first.ok()) first = out_error;
+  if (first.ok()) {
+    first = EndTransaction().get();
+  } else {
+    (void)AbortTransaction();
+  }
   return Annotate(first, "write-back of the DRAM tier's dirty versions");
 }
 
@@ -332,12 +382,13 @@ std::future<absl::Status> ObjectStore::CommitImpl(Lease lease, uint64_t number,
       bad = Annotate(p, absl::StrCat("commit of ", object));
     else if (!write_back &&
              ((it->second.has_head && op->step < it->second.head_step) ||
-              (it->second.dirty != 0 && op->step < it->second.dirty_step)))
+              (it->second.dirty != 0 && op->step < it->second.dirty_step) ||
+              (it->second.pending != 0 && op->step < it->second.pending_step)))
       bad = absl::FailedPreconditionError(absl::StrCat(
           "commit of ", object, " at step ", op->step,
           ": steps never go back (the head is at step ",
-          it->second.dirty != 0 ? it->second.dirty_step
-                                : it->second.head_step,
+          std::max({it->second.head_step, it->second.dirty_step,
+                    it->second.pending_step}),
           ")"));
     if (!bad.ok()) {
       op->promise.set_value(bad);
@@ -349,22 +400,42 @@ std::future<absl::Status> ObjectStore::CommitImpl(Lease lease, uint64_t number,
       op->version = next_version_++;
     }
     const uint64_t version = op->version;
+    op->txn = txn_.open;
+    ObjectState& os = it->second;
+    if (op->txn && !write_back) {
+      // The first commit of the object in the transaction: what an abort
+      // puts back.
+      auto [b, first] = txn_.before.try_emplace(object);
+      if (first) {
+        b->second.dirty = os.dirty;
+        b->second.dirty_step = os.dirty_step;
+      }
+    }
     if (!write_back && cache_ && options_.durability == Durability::kTag &&
         op->lease.use_count() == 1) {
       // Write-back: the version stays in DRAM, dirty, until the next tag
       // (or close) writes it, or a newer version replaces it unwritten.
       std::vector<AlignedBuffer> released;
+      std::optional<AlignedBuffer> replaced;
+      if (op->txn && os.dirty != 0) {
+        // Kept aside until the transaction ends (an abort puts it back).
+        replaced = cache_->TakeDirty(object, os.dirty);
+      }
       if (cache_->Offer(object, version, &op->lease->buf_, /*dirty=*/true,
                         &released)) {
-        it->second.dirty = version;
-        it->second.dirty_step = op->step;
+        if (replaced) txn_.before[object].buf = std::move(replaced);
+        os.dirty = version;
+        os.dirty_step = op->step;
         ++commits_;
         for (AlignedBuffer& b : released) pool_->Put(std::move(b));
         op->promise.set_value(absl::OkStatus());
         return fut;
       }
+      if (replaced)  // refused: the old one goes back, as it was
+        cache_->PutDirty(object, os.dirty, std::move(*replaced), &released);
       for (AlignedBuffer& b : released) pool_->Put(std::move(b));
     }
+    if (op->txn) ++txn_.inflight;
     ++commits_in_flight_;
   }
   op->rec.version = op->version;
@@ -374,6 +445,10 @@ std::future<absl::Status> ObjectStore::CommitImpl(Lease lease, uint64_t number,
     {
       MutexLock l(&mu_);
       --commits_in_flight_;
+      if (op->txn) {
+        if (txn_.error.ok()) txn_.error = Annotate(st, "a commit");
+        TransactionCommitDone();
+      }
     }
     op->promise.set_value(st);
   }
@@ -471,6 +546,34 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
   // not freed (the index is poisoned: nothing else is written until the
   // reopen rebuilds free space from what the index really holds).
   bool index_failed = false;
+  if (op->txn) {
+    std::vector<ExtentRef> superseded;
+    {
+      MutexLock l(&mu_);
+      FinalizePending(object, op->rec, op->write_back, &st, &superseded);
+      if (!st.ok() && txn_.error.ok()) txn_.error = Annotate(st, where);
+    }
+    FreeExtents(superseded);
+    if (!st.ok()) {
+      FreeExtents(op->rec.extents);  // never referenced: free at once
+      st = Annotate(st, where);
+    }
+    if (st.ok() && cache_ && !op->write_back && op->lease.use_count() == 1) {
+      // In the tier as the transaction's version (clean: it is written).
+      std::vector<AlignedBuffer> released;
+      cache_->Offer(object, op->version, &op->lease->buf_, /*dirty=*/false,
+                    &released);
+      Recycle(&released);
+    }
+    op->lease.reset();
+    {
+      MutexLock l(&mu_);
+      --commits_in_flight_;
+      TransactionCommitDone();
+    }
+    op->promise.set_value(st);
+    return;
+  }
   if (st.ok()) {
     MutexLock l(&mu_);
     ObjectState& os = objects_[object];
@@ -570,11 +673,20 @@ void ObjectStore::Unpin(const VKey& k) {
   {
     MutexLock l(&mu_);
     auto it = versions_.find(k);
-    if (it == versions_.end()) return;
-    if (--it->second.pins > 0 || it->second.refs > 0 || !it->second.deleted)
-      return;
-    free = it->second.rec.AllExtents();
-    versions_.erase(it);
+    if (it == versions_.end()) {
+      // A transaction's version (dropped by its abort: freed here).
+      it = txn_versions_.find(k);
+      if (it == txn_versions_.end()) return;
+      if (--it->second.pins > 0 || !it->second.deleted) return;
+      free = it->second.rec.AllExtents();
+      txn_versions_.erase(it);
+    } else {
+      if (--it->second.pins > 0 || it->second.refs > 0 ||
+          !it->second.deleted)
+        return;
+      free = it->second.rec.AllExtents();
+      versions_.erase(it);
+    }
   }
   FreeExtents(free);
 }

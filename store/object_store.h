@@ -34,6 +34,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -154,12 +155,15 @@ class ObjectStore final : public StoreMaintenance {
   // Reads the newest version (striped reads from every path, checksums
   // verified), or the initializer's blob for a new object. With the DRAM
   // tier on, a version kept since its commit is handed over with no I/O.
-  // `for_update`: the caller will commit a newer version (the update step):
-  // a version only the DRAM tier holds (durability "tag") is lent, not
-  // copied; until the lease is committed or dropped no other checkout or
-  // write-back can read that object (FailedPrecondition). A failed commit
-  // of such a lease loses that version (the object stays at its last
-  // written one: restore a tag).
+  // Inside a transaction the newest version is its pending one, once
+  // committed. `for_update`: the caller will commit a newer version
+  // outside a transaction: a version only the DRAM tier holds (durability
+  // "tag") is lent, not copied; until the lease is committed or dropped no
+  // other checkout or write-back can read that object
+  // (FailedPrecondition). A failed commit of such a lease loses that
+  // version (the object stays at its last written one: restore a tag).
+  // While a transaction is open or ending nothing is lent: the
+  // transaction keeps the version its commit replaces.
   std::future<absl::StatusOr<Lease>> Checkout(const std::string& object,
                                               bool for_update = false);
   // A checkout given back unchanged (nothing to commit): when it still is
@@ -177,9 +181,40 @@ class ObjectStore final : public StoreMaintenance {
   // On error the previous head stays.
   std::future<absl::Status> Commit(Lease lease, uint64_t step);
   // Writes every version the DRAM tier holds dirty (durability "tag") to
-  // the paths and moves their heads; Tag and close do it first. A failure
-  // leaves the dirty versions in DRAM, untouched.
+  // the paths and moves their heads, all in one index write (a
+  // transaction of its own); Tag and close do it first. A failure leaves
+  // the dirty versions in DRAM, untouched. FailedPrecondition inside a
+  // transaction.
   absl::Status WriteBack();
+
+  // Transactions: an optimizer step is one. Every Commit made between
+  // BeginTransaction and EndTransaction writes its extents (synced under
+  // durability "step") but moves no head: checkouts and NewestVersion see
+  // the new version at once, the index does not. EndTransaction writes one
+  // RocksDB batch that records every new version and moves every head
+  // together once the last of its commits has landed (its future says
+  // when: the caller may go on meanwhile), then frees the versions the
+  // old heads alone held. Until then every old version stays, so a crash
+  // at any instant leaves the store at the state before the transaction
+  // or after it, never between; the price is disk space for a second
+  // version of every object the transaction writes (docs/design.md
+  // "Steps as transactions"). A commit that fails fails the transaction:
+  // EndTransaction's future reports it and nothing of it is applied.
+  // Under durability "tag" the dirty versions the transaction replaces in
+  // the DRAM tier are kept aside (outside its budget) until it ends.
+  // AbortTransaction waits for the commits in flight and drops every
+  // version the transaction made; the heads, the dirty versions and the
+  // DRAM tier are as before it. One transaction at a time: Begin waits
+  // for an ended one's batch. Tag, Restore, ResetHeads, DropHeads and
+  // WriteBack are refused while one is open (FailedPrecondition). Closing
+  // the store aborts an open one and waits for an ended one.
+  absl::Status BeginTransaction();
+  std::future<absl::Status> EndTransaction();
+  absl::Status AbortTransaction();
+  bool in_transaction() const {
+    MutexLock l(&mu_);
+    return txn_.open;
+  }
 
   // The coming checkouts, in order (the update pipeline declares this step's
   // and the next step's): the DRAM tier keeps the blobs used soonest. A
@@ -334,6 +369,26 @@ class ObjectStore final : public StoreMaintenance {
     // `head` that lives only in the cache (dirty) until written back.
     uint64_t dirty = 0;
     uint64_t dirty_step = 0;
+    // The open (or ending) transaction's write-through version of the
+    // object (txn_versions_), the head once the transaction ends.
+    uint64_t pending = 0;
+    uint64_t pending_step = 0;
+  };
+  // The transaction open or ending (BeginTransaction).
+  struct Transaction {
+    bool open = false;    // commits join it
+    bool ending = false;  // EndTransaction called: the batch follows
+    int inflight = 0;     // its commits not finalized yet
+    absl::Status error;   // its first failed commit
+    // Each object it committed: the dirty version it had before (restored
+    // by an abort), with that version's buffer taken out of the DRAM tier
+    // once a commit of the transaction replaced it there.
+    struct Before {
+      uint64_t dirty = 0, dirty_step = 0;
+      std::optional<AlignedBuffer> buf;
+    };
+    std::map<std::string, Before> before;
+    std::shared_ptr<std::promise<absl::Status>> done;
   };
   using VKey = VersionKey;
   struct CommitOp;
@@ -365,6 +420,25 @@ class ObjectStore final : public StoreMaintenance {
   absl::Status MendPathIdentity(const std::string& root,
                                 const std::string& uuid);
   void FinalizeCommit(std::shared_ptr<CommitOp> op);
+  // FinalizeCommit of a commit in a transaction: the version becomes the
+  // object's pending one; no index write.
+  void FinalizePending(const std::string& object, const VersionRecord& rec,
+                       bool write_back, absl::Status* st,
+                       std::vector<ExtentRef>* to_free)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A commit of the transaction finished: the batch follows the last one.
+  void TransactionCommitDone() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The transaction's one index write (on the finalizer thread), or its
+  // abort when a commit failed.
+  void FinishTransaction();
+  // Drops every version the transaction made and puts the dirty versions
+  // back; the transaction is over.
+  void DropTransaction(bool free_extents, std::vector<ExtentRef>* to_free,
+                       std::vector<AlignedBuffer>* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FailedPrecondition naming `what` while a transaction is open or ending.
+  absl::Status CheckNoTransaction(absl::string_view what) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Allocates `op`'s extents (failed paths left out), hashes them and
   // starts their writes; the last completion posts FinalizeCommit.
   absl::Status StartWrites(std::shared_ptr<CommitOp> op);
@@ -430,6 +504,9 @@ class ObjectStore final : public StoreMaintenance {
   uint64_t next_version_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t checkouts_ ABSL_GUARDED_BY(mu_) = 0;
   int commits_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  Transaction txn_ ABSL_GUARDED_BY(mu_);
+  // The versions the transaction made (not in the index until it ends).
+  std::map<VKey, VersionState> txn_versions_ ABSL_GUARDED_BY(mu_);
 
   // Hashes extents (commits: hash then submit each write; checkouts: verify
   // each extent read), off the caller's and the I/O threads.

@@ -138,6 +138,7 @@ absl::Status ObjectStore::TagImpl(const std::string& name) {
   // committed under durability "tag".
   MLPO_RETURN_IF_ERROR(SyncAllPaths());
   MutexLock l(&mu_);
+  MLPO_RETURN_IF_ERROR(CheckNoTransaction(absl::StrCat("tag ", name)));
   if (tags_.count(name))
     return absl::AlreadyExistsError(absl::StrCat("tag ", name, " exists"));
   MetaIndex::Batch b = meta_->NewBatch();
@@ -204,6 +205,7 @@ absl::Status ObjectStore::MoveHeads(const std::map<std::string, uint64_t>& want,
   std::vector<ExtentRef> to_free;
   {
     MutexLock l(&mu_);
+    MLPO_RETURN_IF_ERROR(CheckNoTransaction(what));
     if (commits_in_flight_ > 0)
       return absl::FailedPreconditionError(absl::StrCat(
           what, ": ", commits_in_flight_,
@@ -273,6 +275,7 @@ absl::Status ObjectStore::DropHeads(const std::set<std::string>& objects) {
   MLPO_RETURN_IF_ERROR(CheckWritable("drop heads"));
   if (objects.empty()) return absl::OkStatus();
   MutexLock l(&mu_);
+  MLPO_RETURN_IF_ERROR(CheckNoTransaction("drop heads"));
   MetaIndex::Batch b = meta_->NewBatch();
   std::map<VKey, int> dec;
   for (const std::string& obj : objects) {

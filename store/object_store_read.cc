@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "store/object_store.h"
 
+#include <algorithm>
+
 namespace mlpo {
 
 BadExtent ObjectStore::DescribeExtent(const std::string& object, uint64_t version,
@@ -50,7 +52,8 @@ uint64_t ObjectStore::NewestVersion(const std::string& object) const {
   MutexLock l(&mu_);
   auto it = objects_.find(object);
   if (it == objects_.end()) return 0;
-  if (it->second.dirty != 0) return it->second.dirty;
+  const uint64_t newer = std::max(it->second.pending, it->second.dirty);
+  if (newer != 0) return newer;
   return it->second.has_head ? it->second.head : 0;
 }
 

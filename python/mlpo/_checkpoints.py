@@ -119,13 +119,23 @@ class CheckpointMixin:
     def tags(self):
         return self._require_engine().tags()
 
+    def flush(self):
+        """Waits until everything step() has returned is durable (with
+        durability="step"): the writes a step leaves landing behind it
+        (write-behind) and its one index write. A step whose writes failed
+        raises here, naming it, and is rolled back. close(), state_dict()
+        and the next step() flush first."""
+        self._guarded(self._require_engine(), "settle")
+
     def close(self):
-        """Waits for commits in flight and releases the store."""
+        """Waits for commits in flight and releases the store. A step
+        running during backward that step() never asked for is discarded
+        (with a warning)."""
         self._forget_prepared()
         late = None  # a step run in backward that failed: raised last
         if self._engine is not None and self._engine.stepping_in_backward:
             try:
-                self._finish_in_backward(self._engine)
+                self._discard_in_backward("close()")
             except (RuntimeError, OSError) as e:
                 late = e
         eng, self._engine = self._engine, None

@@ -104,7 +104,7 @@ class Stepping:
         if self._bwd_done:
             self._bwd_done = False
             return loss
-        self._bwd_counts = {}  # fewer backwards than accumulation_steps
+        self._reset_backward()  # fewer backwards than accumulation_steps
         self._check_groups()
         self._forget_prepared()  # a prepared dict is of the state before
         for g, group in enumerate(self.param_groups):

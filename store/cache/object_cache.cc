@@ -130,6 +130,50 @@ bool ObjectCache::IsOut(const std::string& object, uint64_t version) const {
          it->second.version == version;
 }
 
+std::optional<AlignedBuffer> ObjectCache::TakeDirty(const std::string& object,
+                                                    uint64_t version) {
+  MutexLock l(&mu_);
+  auto it = entries_.find(object);
+  if (it == entries_.end() || !it->second.dirty || it->second.out ||
+      it->second.version != version)
+    return std::nullopt;
+  AlignedBuffer b = std::move(it->second.buf);
+  used_ -= it->second.bytes;
+  dirty_ -= it->second.bytes;
+  entries_.erase(it);
+  return b;
+}
+
+void ObjectCache::PutDirty(const std::string& object, uint64_t version,
+                           AlignedBuffer buf,
+                           std::vector<AlignedBuffer>* released) {
+  MutexLock l(&mu_);
+  auto old = entries_.find(object);
+  if (old != entries_.end()) ReleaseLocked(old, released);
+  const uint64_t need = buf.size();
+  while (used_ + need > budget_) {
+    auto v = VictimLocked();
+    if (v == entries_.end()) break;  // only dirty ones: this one goes past
+    ReleaseLocked(v, released);
+    ++stats_.evicted;
+  }
+  Entry& e = entries_[object];
+  e.version = version;
+  e.bytes = need;
+  e.dirty = true;
+  e.out = false;
+  e.last_use = ++tick_;
+  e.buf = std::move(buf);
+  used_ += need;
+  dirty_ += need;
+}
+
+void ObjectCache::NoteWriteSaved(uint64_t bytes) {
+  MutexLock l(&mu_);
+  ++stats_.writes_saved;
+  stats_.write_bytes_saved += bytes;
+}
+
 bool ObjectCache::Offer(const std::string& object, uint64_t version,
                         AlignedBuffer* buf, bool dirty,
                         std::vector<AlignedBuffer>* released) {

@@ -82,6 +82,22 @@ class ObjectCache {
   // Whether the dirty entry of `object` at `version` is lent out.
   bool IsOut(const std::string& object, uint64_t version) const;
 
+  // A step's transaction (ObjectStore::BeginTransaction) keeps the dirty
+  // version a commit replaces until the step ends, so that an aborted step
+  // can put it back: TakeDirty removes the dirty entry of `object` at
+  // `version` (not lent out) and returns its buffer, nullopt when there is
+  // none; PutDirty puts such a buffer back as the object's dirty entry,
+  // replacing whatever entry the object has (into `released`) and
+  // evicting clean entries to make room; it stays even past the budget
+  // (it is the version's only copy).
+  std::optional<AlignedBuffer> TakeDirty(const std::string& object,
+                                         uint64_t version);
+  void PutDirty(const std::string& object, uint64_t version,
+                AlignedBuffer buf, std::vector<AlignedBuffer>* released);
+  // A dirty version taken out (TakeDirty) was replaced for good, never
+  // written: a write saved (CacheStats::writes_saved).
+  void NoteWriteSaved(uint64_t bytes);
+
   // Offers the blob of `object` at `version` (in `*buf`; what it occupies
   // is buf->size()). Kept (and *buf moved from) when it fits the budget
   // after evicting clean entries used later than it (or, with no declared
