@@ -20,7 +20,8 @@ asks for (overlap against torch, and against max(forward+backward,
 update)). Also the bytes each store path moved a step.
 
     .venv/bin/python bench/iteration_bench.py [--layers 12 --d-model 768]
-        [--iters 5] [--cache 25%] [--dir var/bench-iter] [--json]
+        [--iters 5] [--cache 25%] [--dir var/bench-iter] [--clip N|auto]
+        [--json]
 """
 import argparse
 import json
@@ -93,9 +94,24 @@ def parse_args(argv):
                     help="elements per subgroup")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads (0: every core)")
+    ap.add_argument("--clip", default=None,
+                    help="clip the gradients' global norm at this value "
+                         "(mlpo: max_grad_norm; torch: clip_grad_norm_ "
+                         "after backward), or 'auto': the norm of a "
+                         "probe batch, so that some steps clip and some "
+                         "do not. The update in backward then runs "
+                         "speculatively and redoes the steps that clip: "
+                         "the redo rate is printed")
     ap.add_argument("--json", action="store_true",
                     help="print one JSON object")
     a = ap.parse_args(argv)
+    if a.clip not in (None, "auto"):
+        try:
+            a.clip = float(a.clip)
+        except ValueError:
+            ap.error(f"--clip {a.clip!r}: a number or 'auto'")
+        if not a.clip > 0 or math.isinf(a.clip):
+            ap.error("--clip must be a positive finite number or 'auto'")
     for k in ("layers", "d_model", "heads", "vocab", "ctx", "batch", "iters",
               "commits", "prefetch", "subgroup"):
         if getattr(a, k) < 1:
@@ -117,6 +133,15 @@ def main(argv=None):
     torch.manual_seed(0)
     base = GPT(a.vocab, a.ctx, a.d_model, a.layers, a.heads)
     nparams = sum(p.numel() for p in base.parameters())
+    if a.clip == "auto":
+        pg = torch.Generator().manual_seed(2)
+        x = torch.randint(0, a.vocab, (a.batch, a.ctx), generator=pg)
+        y = torch.randint(0, a.vocab, (a.batch, a.ctx), generator=pg)
+        F.cross_entropy(base(x).view(-1, a.vocab), y.view(-1)).backward()
+        a.clip = float(torch.nn.utils.clip_grad_norm_(base.parameters(),
+                                                      float("inf")))
+        base.zero_grad(set_to_none=True)
+    clip = a.clip or 0.0
     for kind in KINDS:
         m = GPT(a.vocab, a.ctx, a.d_model, a.layers, a.heads)
         m.load_state_dict(base.state_dict())
@@ -134,8 +159,10 @@ def main(argv=None):
             opt = mlpo.torch.AdamW(m.parameters(), lr=1e-4, store=store,
                                    subgroup_numel=a.subgroup,
                                    commits=a.commits, prefetch=a.prefetch,
-                                   update_in_backward=kind == "in-backward")
-        runs[kind] = dict(model=m, opt=opt, fb=[], step=[], io={})
+                                   update_in_backward=kind == "in-backward",
+                                   max_grad_norm=clip)
+        runs[kind] = dict(model=m, opt=opt, fb=[], step=[], io={}, redone=0,
+                          clipped=0, redo_s=[])
     g = torch.Generator().manual_seed(1)
     print(f"iteration_bench: {nparams / 1e6:.1f}M parameters, "
           f"{a.batch}x{a.ctx} tokens an iteration, DRAM tier {a.cache} of "
@@ -154,13 +181,20 @@ def main(argv=None):
                                    y.view(-1))
             loss.backward()
             t1 = time.perf_counter()
+            if kind == "torch" and clip:
+                torch.nn.utils.clip_grad_norm_(r["model"].parameters(), clip)
             r["opt"].step()
             t2 = time.perf_counter()
             if it == 0:
                 continue  # the untimed one: creates the state
+            rep = getattr(r["opt"], "last_report", None)
+            if rep and clip:
+                r["clipped"] += rep.get("clip_coef", 1) < 1
+                if rep.get("redone"):
+                    r["redone"] += 1
+                    r["redo_s"].append(rep.get("discarded_s", 0))
             r["fb"].append(t1 - t0)
             r["step"].append(t2 - t1)
-            rep = getattr(r["opt"], "last_report", None)
             if rep:
                 for p in rep["paths"]:
                     io = r["io"].setdefault(os.path.basename(p["root"]), 0)
@@ -169,12 +203,19 @@ def main(argv=None):
             print(f"  iteration {it} {kind:>10}: forward+backward "
                   f"{t1 - t0:6.2f} s, step {t2 - t1:6.2f} s", file=sys.stderr)
     out = dict(params=nparams, iters=a.iters, cache=a.cache,
-               tokens_per_iteration=a.batch * a.ctx, runs={})
+               tokens_per_iteration=a.batch * a.ctx, clip=clip or None,
+               runs={})
     for kind, r in runs.items():
         fb, st = statistics.median(r["fb"]), statistics.median(r["step"])
         out["runs"][kind] = dict(
             forward_backward_s=fb, step_s=st, iteration_s=fb + st,
             path_bytes_per_step={k: v / a.iters for k, v in r["io"].items()})
+        if clip and kind != "torch":
+            out["runs"][kind].update(
+                clipped_steps=r["clipped"], redone_steps=r["redone"],
+                redo_rate=r["redone"] / a.iters,
+                discarded_run_s=statistics.median(r["redo_s"])
+                if r["redo_s"] else 0.0)
         if kind != "torch":
             r["opt"].close()
     ov, ib, no, tq = (out["runs"][k] for k in KINDS)
@@ -206,6 +247,13 @@ def main(argv=None):
     print(f"update in backward: {out['in_backward_vs_torch']:.2f}x torch; "
           f"{out['in_backward_vs_bound']:.2f}x max(torch's forward+backward, "
           "update)")
+    if clip:
+        ib_r = out["runs"]["in-backward"]
+        print(f"clipping at {clip:.4g}: {ib_r['clipped_steps']} of "
+              f"{a.iters} steps clipped; the update in backward redid "
+              f"{ib_r['redone_steps']} (redo rate {ib_r['redo_rate']:.0%}; "
+              f"a discarded speculative run took {ib_r['discarded_run_s']:.2f}"
+              " s, median)")
     for kind in ("overlap", "in-backward", "no-overlap"):
         b = out["runs"][kind]["path_bytes_per_step"]
         print(f"{kind}: per step " + ", ".join(

@@ -32,7 +32,9 @@ struct Sgd {
                    const float* __restrict g, const RuleConsts& c) {
     const float gs = c.grad_scale, l2 = c.l2, step = c.neg_step;
     const float mu = c.momentum, omd = c.one_minus_damp;
-    if (s0 == nullptr) {  // no momentum buffer
+    if (s0 == nullptr || mu == 0.f) {
+      // No momentum buffer, or momentum 0 this step: torch.optim leaves
+      // the buffer as it is (it is used again once momentum is back).
       for (size_t i = 0; i < n; ++i) {
         float gi = g[i] * gs;
         float pi = p[i];

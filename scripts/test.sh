@@ -55,6 +55,8 @@ if [ $slow -eq 1 ]; then
   # test_retention_model.py, test_kill_resume.py, test_fuzz_state_dict.py).
   export MLPO_WORKFLOW_EXAMPLES=${MLPO_WORKFLOW_EXAMPLES:-1500}
   export MLPO_KILL_ROUNDS=${MLPO_KILL_ROUNDS:-12}
+  # Kills right after step() returns: 4 configurations x 60 (test_kill_after_step.py).
+  export MLPO_KILL_AFTER_STEP_ROUNDS=${MLPO_KILL_AFTER_STEP_ROUNDS:-60}
   # State formats against fp32 on the example's own model, two seeds
   # (python/tests/test_state_formats.py).
   export MLPO_FORMAT_STEPS=${MLPO_FORMAT_STEPS:-300}

@@ -642,7 +642,8 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
 absl::Status ObjectStore::ApplyRefChanges(MetaIndex::Batch* b,
                                           const std::map<VKey, int>& dec,
                                           bool free_now, bool sync,
-                                          std::vector<ExtentRef>* to_free) {
+                                          std::vector<ExtentRef>* to_free,
+                                          bool maintenance) {
   for (auto& [k, n] : dec) {
     auto it = versions_.find(k);
     if (free_now && it != versions_.end() && it->second.refs == n &&
@@ -652,7 +653,7 @@ absl::Status ObjectStore::ApplyRefChanges(MetaIndex::Batch* b,
   {
     TraceSpan span(sync ? "index write (synced)" : "index write", "store",
                    "index");
-    MLPO_RETURN_IF_ERROR(meta_->Apply(b, sync));
+    MLPO_RETURN_IF_ERROR(meta_->Apply(b, sync, maintenance));
   }
   for (auto& [k, n] : dec) {
     auto it = versions_.find(k);

@@ -455,9 +455,11 @@ class ObjectStore final : public StoreMaintenance {
   // all go (when `free_now`), then drops the references in memory and
   // returns in `to_free` the extents to free now that `b` is durable.
   // Without `free_now` unreferenced records stay until Gc().
+  // `maintenance`: MetaIndex::Apply's (a remedy may take the reserve).
   absl::Status ApplyRefChanges(MetaIndex::Batch* b,
                                const std::map<VKey, int>& dec, bool free_now,
-                               bool sync, std::vector<ExtentRef>* to_free)
+                               bool sync, std::vector<ExtentRef>* to_free,
+                               bool maintenance = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Allocates `total` bytes striped by the fractions; a full path's share
   // spills over to the paths with room. ResourceExhausted naming every path

@@ -222,7 +222,8 @@ absl::Status ObjectStore::MoveHeads(const std::map<std::string, uint64_t>& want,
       else if (st.has_head)
         b.DeleteHead(obj);
     }
-    MLPO_RETURN_IF_ERROR(ApplyRefChanges(&b, dec, true, true, &to_free));
+    MLPO_RETURN_IF_ERROR(ApplyRefChanges(&b, dec, true, true, &to_free,
+                                         /*maintenance=*/true));
     for (auto& [obj, st] : objects_) {
       auto w = want.find(obj);
       bool tagged = w != want.end();
@@ -266,7 +267,8 @@ absl::Status ObjectStore::DropTagImpl(const std::string& name) {
     dec[{obj, v}] += 1;
   }
   std::vector<ExtentRef> none;
-  MLPO_RETURN_IF_ERROR(ApplyRefChanges(&b, dec, false, true, &none));
+  MLPO_RETURN_IF_ERROR(ApplyRefChanges(&b, dec, false, true, &none,
+                                       /*maintenance=*/true));
   tags_.erase(t);
   return absl::OkStatus();
 }
@@ -287,7 +289,8 @@ absl::Status ObjectStore::DropHeads(const std::set<std::string>& objects) {
   if (dec.empty()) return absl::OkStatus();
   std::vector<ExtentRef> none;
   MLPO_RETURN_IF_ERROR(
-      ApplyRefChanges(&b, dec, /*free_now=*/false, /*sync=*/true, &none));
+      ApplyRefChanges(&b, dec, /*free_now=*/false, /*sync=*/true, &none,
+                      /*maintenance=*/true));
   for (auto& [key, n] : dec) {
     ObjectState& st = objects_[key.first];
     st.has_head = false;

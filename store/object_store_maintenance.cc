@@ -120,7 +120,7 @@ absl::StatusOr<uint64_t> ObjectStore::DeleteVersions(
       garbage.push_back(k);
     }
     if (garbage.empty()) return 0;
-    MLPO_RETURN_IF_ERROR(meta_->Apply(&b, true));
+    MLPO_RETURN_IF_ERROR(meta_->Apply(&b, true, /*maintenance=*/true));
     for (auto& k : garbage) {
       VersionState& vs = versions_[k];
       vs.deleted = true;

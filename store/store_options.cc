@@ -96,8 +96,10 @@ const std::vector<ConfigKey>& StoreConfigKeys() {
         {"rank", kInt, "0", "0", std::to_string(kMaxRank),
          "this process's rank (one store per rank)"},
         {"durability", "`\"step\"` or `\"tag\"`", "\"step\"", "", "",
-         "`step`: every commit durable when it completes; `tag`: only tags "
-         "are (fastest; a crash returns to the last tag)"},
+         "`step`: every step durable once its one index write lands (when "
+         "`step()` returns, or with write-behind by the next step, flush "
+         "or close: a crash loses at most the step in flight); `tag`: only "
+         "tags are (fastest; a crash returns to the last tag)"},
         {"state_format", "`\"fp32\"`, `\"bf16-moments\"` or `\"int8-moments\"`",
          "(the optimizer's option; fp32)", "", "",
          "how the optimizer holds Adam's moments; fixed when the store is "
@@ -114,8 +116,9 @@ const std::vector<ConfigKey>& StoreConfigKeys() {
          "(`\"25%\"`, 0..100%); 0 = off"},
         {"write_behind", "`true` or `false`", "true", "", "",
          "a step returns once the parameters hold their new values; its "
-         "commits drain during the next forward and backward, and the "
-         "next step, checkpoint, state read or close waits for them"},
+         "commits and its index write land during the next forward and "
+         "backward, and the next step, checkpoint, state read, flush or "
+         "close waits for them"},
         {"read_ahead", "`true`, `false` or a count", "true", "0", "64",
          "once a step's kernels are done, the next step's first subgroups "
          "the DRAM tier does not hold are read into buffers of their own "

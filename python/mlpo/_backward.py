@@ -12,9 +12,12 @@ the plain step's:
 - a parameter whose gradient backward did not hand in (no gradient in the
   last micro-batch, set_to_none=False and unused, a backward cut short)
   is handed in at step();
-- a gradient changed after it was handed in (a second backward, clipping
-  or unscaling in place, replaced) makes step() discard the speculative
-  step and redo it from the state before it (last_report['redone']);
+- a gradient changed after it was handed in (clipping or unscaling in
+  place, replaced) makes step() discard the speculative step and redo it
+  from the state before it (last_report['redone']);
+- a backward beyond accumulation_steps (one more micro-batch, a graph
+  backwarded again with retain_graph) ran on parameters the step had
+  updated already: refused from its hook, the step discarded;
 - clipping (max_grad_norm) that triggers, and a non-finite gradient, are
   decided by the engine as the plain step decides: redone clipped, or
   skipped;
@@ -115,11 +118,27 @@ class BackwardUpdate:
                 lambda: me() is not None and me()._pass_ended())
         if self._bwd_pass < self.accumulation_steps:
             return
-        if self._bwd_pass > self.accumulation_steps or \
-                id(e) in self._bwd_given:
-            # More backwards than accumulation_steps, or a second gradient
-            # in the same pass: the gradient changed after it went in;
-            # step() redoes the step with what it finds then.
+        if self._bwd_pass > self.accumulation_steps:
+            # This backward ran on parameters the step had already updated
+            # (autograd reads them in place): its gradients are not
+            # torch.optim's, and no redo can make them so. Refused, and
+            # the step dropped: the parameters are as before it.
+            if eng.stepping_in_backward:
+                self._discard_in_backward(None)
+            raise RuntimeError(
+                f"mlpo.torch: parameter {e['name']} got a gradient in "
+                f"backward {self._bwd_pass} since the last step(); with "
+                f"update_in_backward=True and accumulation_steps="
+                f"{self.accumulation_steps} the update ran in backward "
+                f"{self.accumulation_steps}, on the parameters this one "
+                "used. Call step() after every accumulation_steps backwards "
+                "(accumulation_steps=N accumulates N; a backward with "
+                "retain_graph=True run again needs the plain step). The step "
+                "was discarded: the parameters are as before it; call "
+                "zero_grad() and train on")
+        if id(e) in self._bwd_given:
+            # A second gradient in the same pass (a hook of its own
+            # accumulating again): step() redoes the step with the sum.
             self._bwd_stale = True
             return
         if not eng.stepping_in_backward:

@@ -103,6 +103,7 @@ class Stepping:
         eng = self._require_engine()  # (a step run in backward finishes)
         if self._bwd_done:
             self._bwd_done = False
+            self._warn_skipped(eng, self.last_report)
             return loss
         self._reset_backward()  # fewer backwards than accumulation_steps
         self._check_groups()
@@ -124,18 +125,25 @@ class Stepping:
         finally:
             sync_out(self._entries)
         self.last_report = rep
-        if rep["skipped"] and "overflow" in rep["skip_reason"]:
-            n = eng.skipped_steps
-            if n >= self._warned_skips * 10 or self._warned_skips == 0:
-                warn_user(
-                    f"mlpo.torch: step {eng.step_count + 1} skipped: "
-                    f"{rep['skip_reason']}; {n} step(s) skipped so far "
-                    "(optimizer.skipped_steps)", RuntimeWarning)
-                self._warned_skips = max(1, n)
-        elif not rep["skipped"] and self._world > 1 and not self._fsdp:
+        if not self._warn_skipped(eng, rep) and not rep["skipped"] and \
+                self._world > 1 and not self._fsdp:
             self._publish_sharded()
         self._note_versions()
         return loss
+
+    def _warn_skipped(self, eng, rep):
+        """A step skipped for an overflow: a warning (the first, then at
+        10x as many); whether it was one."""
+        if not (rep and rep["skipped"] and "overflow" in rep["skip_reason"]):
+            return False
+        n = eng.skipped_steps
+        if n >= self._warned_skips * 10 or self._warned_skips == 0:
+            warn_user(
+                f"mlpo.torch: step {eng.step_count + 1} skipped: "
+                f"{rep['skip_reason']}; {n} step(s) skipped so far "
+                "(optimizer.skipped_steps)", RuntimeWarning)
+            self._warned_skips = max(1, n)
+        return True
 
     def _step_host(self, eng, keep, scale):
         # The kernel reads and writes the model's tensors themselves.

@@ -268,3 +268,25 @@ def test_float64_complex_and_gapped_parameters(tmp_path, ours, theirs, kw):
     for p, w in zip(m.parameters(), want):
         assert torch.allclose(p, w, atol=1e-6)
     o.close()
+
+
+def test_sgd_momentum_switched_off_and_on_keeps_its_buffer(tmp_path):
+    """SGD's momentum 0.9, then 0 for some steps, then 0.9 again (a
+    schedule on momentum): torch.optim leaves momentum_buffer alone while
+    momentum is 0 and goes on from it; so does mlpo."""
+    m, r = make_model(), make_model()
+    kw = dict(lr=0.05, momentum=0.9, dampening=0.2, weight_decay=1e-2)
+    o = mt.SGD(m.parameters(), **kw, store=str(tmp_path / "s"))
+    ro = torch.optim.SGD(r.parameters(), **kw)
+    for s in range(9):
+        mom = 0.0 if 3 <= s < 6 else 0.9
+        for opt in (o, ro):
+            for g in opt.param_groups:
+                g["momentum"] = mom
+        train(m, o, 1, start=s)
+        train(r, ro, 1, start=s)
+        assert max_diff(m, r) < 2e-6, s
+    for p, q in zip(m.parameters(), r.parameters()):
+        assert torch.allclose(o.state[p]["momentum_buffer"],
+                              ro.state[q]["momentum_buffer"], atol=2e-6)
+    o.close()

@@ -1,10 +1,13 @@
 """update_in_backward=True: the update of a subgroup runs while backward
-goes on, as soon as every gradient in it is final. The result is the plain
-step's bit for bit (parameters and state), across a tied weight, a
-parameter without a gradient, two param groups, gradient accumulation, a
-close and a resume; what cannot be exact is refused with the reason; a
-non-finite gradient stops the step with an error and a checkpoint taken
-before restores a state that trains on as the reference does."""
+goes on, as soon as every gradient in it is final. It is speculative (a
+store transaction), so the result is the plain step's bit for bit
+(parameters and state) in every pattern torch allows: a tied weight, a
+parameter without a gradient, two param groups, gradient accumulation
+where a parameter misses micro-batches, set_to_none=False with a branch
+unused, a second backward, clipping (the optimizer's or the user's own
+after backward), loss scaling, a non-finite gradient (the step skipped
+whole), an exception in the middle of backward then zero_grad (nothing
+applied), a close and a resume."""
 import copy
 
 import pytest
@@ -48,12 +51,16 @@ def groups(model):
     return [{"params": decay}, {"params": rest, "weight_decay": 0.0}]
 
 
-def pair(tmp_path, **kw):
-    a, b = Tied(), Tied()
+def pair(tmp_path, model=None, plain_kw=None, **kw):
+    model = model or Tied
+    a, b = model(), model()
     ours = mt.AdamW(groups(a), **HYPER, store=str(tmp_path / "a"),
                     subgroup_numel=700, update_in_backward=True, **kw)
+    plain_kw = kw if plain_kw is None else plain_kw
+    plain_kw = {k: v for k, v in plain_kw.items()
+                if k not in ("accumulation_steps",)}
     plain = mt.AdamW(groups(b), **HYPER, store=str(tmp_path / "b"),
-                     subgroup_numel=700)
+                     subgroup_numel=700, **plain_kw)
     return (a, ours), (b, plain)
 
 
@@ -124,27 +131,209 @@ def test_accumulation_steps_updates_in_the_last_backward(tmp_path):
     plain.close()
 
 
-def test_a_second_backward_without_the_option_is_an_error(tmp_path):
-    (a, ours), _ = pair(tmp_path)
-    loss_of(a, 1).backward()
-    with pytest.raises(RuntimeError, match="accumulation_steps"):
-        loss_of(a, 1, part=1).backward()
+class Branchy(Tied):
+    """Tied, with a branch used only when the step (or micro-batch) says
+    so: its parameters get a gradient in some backwards only."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.branch = torch.nn.Linear(32, 32)
+        self.use_branch = True
+
+    def forward(self, x):
+        h = self.emb(x)
+        h = h + self.l2(torch.tanh(self.l1(h)))
+        if self.use_branch:
+            h = h + self.branch(h)
+        return h @ self.emb.weight.t()
+
+
+def test_accumulation_where_a_parameter_misses_micro_batches(tmp_path):
+    """A parameter with a gradient in the first micro-batch only (its hook
+    does not fire in the last backward) and one in the last only: both
+    updated with what they accumulated, as torch.optim does."""
+    (a, ours), (b, plain) = pair(tmp_path, model=Branchy,
+                                 accumulation_steps=2)
+    for step in range(1, 5):
+        for m, o in ((a, ours), (b, plain)):
+            o.zero_grad(set_to_none=True)
+            for part in range(2):
+                # odd steps: the branch in the first micro-batch only;
+                # even steps: in the last only
+                m.use_branch = (part == 0) == (step % 2 == 1)
+                loss_of(m, step, part).backward()
+            o.step()
+        assert_same(a, ours, b, plain)
     ours.close()
+    plain.close()
+
+
+def test_set_to_none_false_with_an_unused_branch(tmp_path):
+    """zero_grad(set_to_none=False) keeps zero gradients: a branch unused in
+    a step still steps with them (its moments decay), as torch.optim's."""
+    (a, ours), (b, plain) = pair(tmp_path, model=Branchy)
+    for step in range(1, 6):
+        for m, o in ((a, ours), (b, plain)):
+            o.zero_grad(set_to_none=False)
+            m.use_branch = step in (1, 2)
+            loss_of(m, step).backward()
+            o.step()
+        assert_same(a, ours, b, plain)
+    # and torch.optim agrees
+    ref = Branchy()
+    ropt = torch.optim.AdamW(
+        [{"params": [p for _, p in g["params"]],
+          **{k: v for k, v in g.items() if k != "params"}}
+         for g in groups(ref)], **HYPER)
+    for step in range(1, 6):
+        ropt.zero_grad(set_to_none=False)
+        ref.use_branch = step in (1, 2)
+        loss_of(ref, step).backward()
+        ropt.step()
+    for p, q in zip(a.parameters(), ref.parameters()):
+        assert (p - q).abs().max() <= 1e-6
+    ours.close()
+    plain.close()
+
+
+@pytest.mark.parametrize("how", ["retain_graph", "one_more"])
+def test_a_backward_beyond_accumulation_steps_is_refused(tmp_path, how):
+    """A backward after the one the update ran in used parameters the step
+    had already updated (autograd reads them in place): refused from its
+    hook, the step discarded (the parameters as before it), and training
+    goes on exactly after zero_grad()."""
+    (a, ours), (b, plain) = pair(tmp_path)
+    train(a, ours, 1)
+    train(b, plain, 1)
+    ours.zero_grad(set_to_none=True)
+    loss = loss_of(a, 2)
+    loss.backward(retain_graph=how == "retain_graph")
+    with pytest.raises(RuntimeError, match="accumulation_steps"):
+        if how == "retain_graph":
+            loss.backward()
+        else:
+            loss_of(a, 2, part=1).backward()
+    assert ours.step_count == 1
+    assert_same(a, ours, b, plain)
+    for step in (2, 3):
+        train(a, ours, step)
+        train(b, plain, step)
+        assert_same(a, ours, b, plain)
+    ours.close()
+    plain.close()
+
+
+def test_clipping_in_backward_is_redone_where_it_clips(tmp_path):
+    """max_grad_norm with the update in backward: speculative; the steps
+    whose norm is above it are discarded and redone clipped."""
+    (a, ours), (b, plain) = pair(tmp_path, max_grad_norm=2.0)
+    redone = 0
+    for step in range(1, 7):
+        for m, o in ((a, ours), (b, plain)):
+            o.zero_grad(set_to_none=True)
+            # every other step's loss is large: its norm clips
+            (loss_of(m, step) * (20.0 if step % 2 else 0.01)).backward()
+            o.step()
+        assert ours.last_report["redone"] == (plain.last_report["clip_coef"] < 1)
+        assert ours.last_report["clip_coef"] == plain.last_report["clip_coef"]
+        redone += ours.last_report["redone"]
+        assert_same(a, ours, b, plain)
+    assert redone == 3
+    ours.close()
+    plain.close()
+
+
+def test_the_users_own_clipping_after_backward_is_redone(tmp_path):
+    """clip_grad_norm_ after backward (Trainer's default) changes the
+    gradients the update in backward used: step() redoes the step with
+    the clipped ones."""
+    (a, ours), (b, plain) = pair(tmp_path)
+    for step in range(1, 4):
+        for m, o in ((a, ours), (b, plain)):
+            o.zero_grad(set_to_none=True)
+            loss_of(m, step).backward()
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5)
+            o.step()
+        assert ours.last_report["redone"]
+        assert_same(a, ours, b, plain)
+    ours.close()
+    plain.close()
+
+
+def test_loss_scaling_and_a_non_finite_gradient_skip_the_step_whole(
+        tmp_path):
+    (a, ours), (b, plain) = pair(tmp_path, loss_scale=64.0)
+    for step in (1, 2):
+        for m, o in ((a, ours), (b, plain)):
+            o.zero_grad(set_to_none=True)
+            (loss_of(m, step) * 64.0).backward()
+            o.step()
+        assert_same(a, ours, b, plain)
+    for m, o in ((a, ours), (b, plain)):
+        o.zero_grad(set_to_none=True)
+        (loss_of(m, 3) * float("inf")).backward()
+        with pytest.warns(RuntimeWarning, match="skipped"):
+            o.step()
+    assert ours.last_report["skipped"]
+    assert ours.step_count == 2 and ours.skipped_steps == 1
+    assert_same(a, ours, b, plain)  # nothing of the step applied
+    for step in (3, 4):
+        for m, o in ((a, ours), (b, plain)):
+            o.zero_grad(set_to_none=True)
+            (loss_of(m, step) * 64.0).backward()
+            o.step()
+        assert_same(a, ours, b, plain)
+    ours.close()
+    plain.close()
+
+
+class Boom(Exception):
+    pass
+
+
+def test_an_exception_in_backward_then_zero_grad_applies_nothing(tmp_path):
+    """backward raises half-way (the head's and the last layer's gradients
+    were handed in and updated): zero_grad() discards the step and the
+    parameters are as before it, as torch.optim never stepped."""
+    (a, ours), (b, plain) = pair(tmp_path)
+    for step in (1, 2):
+        train(a, ours, step)
+        train(b, plain, step)
+    ours.zero_grad(set_to_none=True)
+    x = torch.randint(0, 64, (4, 8), generator=torch.Generator().manual_seed(5))
+    h = a.emb(x)
+    h1 = torch.tanh(a.l1(h))
+
+    def boom(g):
+        raise Boom("in the middle of backward")
+    h1.register_hook(boom)
+    out = (h + a.l2(h1)) @ a.emb.weight.t()
+    with pytest.raises(Boom):
+        out.square().mean().backward()
+    assert ours._engine.stepping_in_backward
+    ours.zero_grad(set_to_none=True)
+    assert ours.step_count == 2
+    assert_same(a, ours, b, plain)
+    for step in (3, 4):
+        train(a, ours, step)
+        train(b, plain, step)
+        assert_same(a, ours, b, plain)
+    ours.close()
+    plain.close()
 
 
 @pytest.mark.parametrize("kw, why", [
-    (dict(max_grad_norm=1.0), "global norm"),
-    (dict(loss_scale=1024.0), "loss scaling"),
     (dict(accumulation_steps=0), "accumulation_steps"),
     (dict(accumulation_steps=1.5), "accumulation_steps"),
 ])
-def test_what_cannot_be_exact_is_refused(tmp_path, kw, why):
+def test_bad_options_are_refused(tmp_path, kw, why):
     with pytest.raises(ValueError, match=why):
         mt.AdamW(Tied().parameters(), store=str(tmp_path / "s"),
                  update_in_backward=True, **kw)
 
 
-def test_state_reads_close_and_resume_finish_the_step_first(tmp_path):
+def test_state_reads_and_resume_finish_the_step_close_discards_it(tmp_path):
     (a, ours), (b, plain) = pair(tmp_path)
     for step in (1, 2):
         loss_of(a, step).backward()
@@ -155,13 +344,13 @@ def test_state_reads_close_and_resume_finish_the_step_first(tmp_path):
         assert_same(a, ours, b, plain)
     assert ours.step_count == 2
     loss_of(a, 3).backward()
-    ours.close()                # the step running is finished and stored
-    train(b, plain, 3)
+    with pytest.warns(RuntimeWarning, match="discarded"):
+        ours.close()            # step() never came: nothing of it applied
     again = mt.AdamW(groups(a), **HYPER, store=str(tmp_path / "a"),
                      subgroup_numel=700, update_in_backward=True,
                      resume=True)
-    assert again.step_count == 3
-    for step in (4, 5):
+    assert again.step_count == 2
+    for step in (3, 4, 5):
         train(a, again, step)
         train(b, plain, step)
     assert_same(a, again, b, plain)
@@ -172,39 +361,11 @@ def test_state_reads_close_and_resume_finish_the_step_first(tmp_path):
     plain.close()
 
 
-def test_a_non_finite_gradient_stops_the_step_and_a_checkpoint_restores(
-        tmp_path):
-    (a, ours), (b, plain) = pair(tmp_path)
-    train(a, ours, 1)
-    train(b, plain, 1)
-    sd = ours.state_dict()
-    model_sd = copy.deepcopy(a.state_dict())
-    ours.zero_grad(set_to_none=True)
-    loss = loss_of(a, 2) * float("inf")
-    loss.backward()
-    with pytest.raises(RuntimeError, match="non-finite"):
-        ours.step()
-    # The store reopens at the next call; the checkpoint from before
-    # restores the state, and training continues as the reference does.
-    with pytest.warns(RuntimeWarning):
-        ours.load_state_dict(sd)
-    a.load_state_dict(model_sd)
-    ours.load_state_dict(sd)
-    for step in (2, 3):
-        train(a, ours, step)
-        train(b, plain, step)
-    assert_same(a, ours, b, plain)
-    ours.close()
-    plain.close()
-
-
-def test_gradients_changed_after_backward_are_reported(tmp_path):
-    """Clipping after backward (as Trainer does by default) comes too late
-    for an update run during backward: step() says so."""
+def test_flush_makes_what_returned_durable(tmp_path):
     (a, ours), _ = pair(tmp_path)
-    loss_of(a, 1).backward()
-    torch.nn.utils.clip_grad_norm_(a.parameters(), 1e-3)
-    with pytest.raises(RuntimeError, match="changed in place after backward"):
-        ours.step()
-    assert ours.step_count == 1  # the step ran, with backward's gradients
+    train(a, ours, 1)
+    ours.flush()
+    train(a, ours, 2)
+    ours.flush()
+    assert ours.step_count == 2
     ours.close()

@@ -12,12 +12,15 @@ holds their checkpoints), and never changes the original, which still
 resumes to what its heads held when it was copied and refuses the dicts
 saved in the copy. A job killed (SIGKILL)
 at a random moment of its steps resumes to a state the reference reaches:
-the heads before one of its steps, or the newest tag when a step was cut
-short. A dropped checkpoint's dicts are refused from then on, also once a
+the heads after one of its steps (durability "step": a step is all or
+nothing), or the newest tag (durability "tag"). Steps take micro-batches
+where parameters miss the last one, set_to_none=False, the user's
+clipping after backward; an exception in the middle of backward and a
+non-finite gradient apply nothing. A dropped checkpoint's dicts are refused from then on, also once a
 later checkpoint has taken its name.
 
 It runs for AdamW (plain, and with the update run during backward:
-update_in_backward=True), and for AdamW with amsgrad, SGD with momentum
+update_in_backward=True, also over two micro-batches a step), and for AdamW with amsgrad, SGD with momentum
 and Adagrad (each rule's state compared key by key with torch's).
 
 MLPO_WORKFLOW_EXAMPLES sets the number of examples (default 12; the slow
@@ -147,24 +150,75 @@ class Workflow(RuleBasedStateMachine):
     def snapshot(self):
         return (params_of(self.ref), copy.deepcopy(self.ropt.state_dict()))
 
-    @rule(frozen=st.sets(st.sampled_from(NAMES)))
-    def step(self, frozen):
+    @rule(frozen=st.sets(st.sampled_from(NAMES)),
+          miss=st.sets(st.sampled_from(NAMES)),
+          set_to_none=st.booleans(),
+          clip=st.sampled_from([None, None, 0.05, 10.0]))
+    def step(self, frozen, miss, set_to_none, clip):
+        """A step over accumulation_steps micro-batches (1 unless the
+        class says): `frozen` parameters get no gradient at all, `miss`
+        ones none in the last micro-batch (they keep what the earlier ones
+        gave, or the zeros set_to_none=False left); `clip`: the user's
+        clip_grad_norm_ after backward."""
         self.batch += 1
-        in_bwd = self.OURS_KW.get("update_in_backward", False)
+        parts = self.OURS_KW.get("accumulation_steps", 1)
+        stepped = False
         for m, o in ((self.model, self.opt), (self.ref, self.ropt)):
-            o.zero_grad(set_to_none=True)
-            if in_bwd:  # (frozen before backward: its hooks hand them in)
+            o.zero_grad(set_to_none=set_to_none)
+            for part in range(parts):
+                last = part == parts - 1
+                live = [n for n in NAMES
+                        if n not in frozen and not (last and n in miss)]
                 for n, p in m.named_parameters():
-                    p.requires_grad_(n not in frozen)
-            if not in_bwd or len(frozen) < len(NAMES):
-                loss_of(m, self.batch).backward()
+                    p.requires_grad_(n in live)
+                if live:
+                    loss_of(m, self.batch, part=part,
+                            parts=parts).backward()
             for n, p in m.named_parameters():
                 if n in frozen:
                     p.grad = None
                 p.requires_grad_(True)
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(m.parameters(), clip)
             o.step()
-        if len(frozen) < len(NAMES):
+            stepped = any(p.grad is not None for p in m.parameters())
+        if stepped:
             self.stored = self.snapshot()
+
+    @rule()
+    def exception_in_backward(self):
+        """backward raises half-way (a hook of the user's), then
+        zero_grad(): nothing stepped, as with torch.optim (with the update
+        in backward, the part already updated is discarded)."""
+        self.batch += 1
+
+        class Boom(Exception):
+            pass
+
+        def boom(g):
+            raise Boom()
+        for m, o in ((self.model, self.opt), (self.ref, self.ropt)):
+            o.zero_grad(set_to_none=True)
+            x = torch.randn(8, 16, generator=torch.Generator().manual_seed(
+                self.batch))
+            h = m[1](m[0](x))
+            h.register_hook(boom)
+            with pytest.raises(Boom):
+                m[2](h).square().mean().backward()
+            o.zero_grad(set_to_none=True)
+
+    @rule()
+    def non_finite_gradient(self):
+        """An inf in the loss: mlpo skips the step (a warning; torch.optim
+        would write NaNs, so the reference just does not step)."""
+        self.batch += 1
+        self.ropt.zero_grad(set_to_none=True)
+        self.opt.zero_grad(set_to_none=True)
+        (loss_of(self.model, self.batch) * float("inf")).backward()
+        with pytest.warns(RuntimeWarning, match="skipped"):
+            self.opt.step()
+        assert self.opt.last_report["skipped"]
+        self.opt.zero_grad(set_to_none=True)
 
     @rule(lr=st.sampled_from([1e-3, 5e-3, 2e-2]),
           beta1=st.sampled_from([0.8, 0.9]))
@@ -399,6 +453,12 @@ class Workflow(RuleBasedStateMachine):
                 assert job_tag is not None, t
                 self.tag_snaps[t] = job_tag
         if found is None:  # a step cut short: the newest tag
+            # (durability "step": never; a step is all or nothing and
+            # every step that returned but the last is durable)
+            assert durability == "tag", (
+                f"durability step resumed at step {self.opt.step_count}, "
+                f"not at the heads after 0..{KILL_STEPS} of the killed "
+                f"job's steps (from step {opened[1]})")
             found = list(self.tag_snaps.values())[-1]
             assert close_to(found[0]), (
                 f"resumed at step {self.opt.step_count}: neither the heads "
@@ -466,6 +526,12 @@ class WorkflowInBackward(Workflow):
     OURS_KW = dict(update_in_backward=True)
 
 
+class WorkflowInBackwardAccumulating(Workflow):
+    """The update during backward over two micro-batches a step, where
+    parameters miss the last one."""
+    OURS_KW = dict(update_in_backward=True, accumulation_steps=2)
+
+
 class WorkflowAmsgrad(Workflow):
     OURS, THEIRS = mt.AdamW, torch.optim.AdamW
     HYPER = dict(lr=1e-2, weight_decay=0.05, amsgrad=True)
@@ -485,13 +551,15 @@ Workflow.TestCase.settings = settings(
     max_examples=EXAMPLES, stateful_step_count=25, deadline=None,
     suppress_health_check=list(HealthCheck), database=None)
 test_workflow = Workflow.TestCase
-for _cls in (WorkflowInBackward, WorkflowAmsgrad, WorkflowSGD,
-             WorkflowAdagrad):
+for _cls in (WorkflowInBackward, WorkflowInBackwardAccumulating,
+             WorkflowAmsgrad, WorkflowSGD, WorkflowAdagrad):
     _cls.TestCase.settings = settings(
         max_examples=max(2, EXAMPLES // 3), stateful_step_count=25,
         deadline=None, suppress_health_check=list(HealthCheck),
         database=None)
 test_workflow_in_backward = WorkflowInBackward.TestCase
+test_workflow_in_backward_accumulating = \
+    WorkflowInBackwardAccumulating.TestCase
 test_workflow_amsgrad = WorkflowAmsgrad.TestCase
 test_workflow_sgd = WorkflowSGD.TestCase
 test_workflow_adagrad = WorkflowAdagrad.TestCase

@@ -1,5 +1,8 @@
 #include "store/admin/verify.h"
 
+#include <chrono>
+#include <thread>
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -144,7 +147,28 @@ absl::StatusOr<VerifyReport> Verify(
       std::string dir =
           absl::StrCat(store.path_at(p).dir(), "/", kIndexBackupDir);
       if (!store.fs()->Exists(dir)) continue;  // none taken yet
-      absl::Status st = VerifyIndexCopy(dir, store.fs());
+      // Beside a job that tags, the next tag may replace this backup while
+      // it is read (its files renamed away and deleted under the reader):
+      // a failure counts only when the backup read is the same directory
+      // before and after, and staging of a new one was not under way,
+      // three times over. A reader never calls a healthy backup bad.
+      absl::Status st;
+      for (int attempt = 0; attempt < 5; ++attempt) {
+        auto before = store.fs()->Stat(dir);
+        const bool staging = store.fs()->Exists(dir + ".tmp") ||
+                             store.fs()->Exists(dir + ".old");
+        st = VerifyIndexCopy(dir, store.fs());
+        if (st.ok()) break;
+        auto after = store.fs()->Stat(dir);
+        const bool replaced =
+            staging || !before.ok() || !after.ok() ||
+            before->ino != after->ino || before->dev != after->dev ||
+            store.fs()->Exists(dir + ".tmp") ||
+            store.fs()->Exists(dir + ".old");
+        if (!replaced && attempt >= 2) break;  // the same backup, still bad
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      if (!st.ok() && !store.fs()->Exists(dir)) continue;  // gone meanwhile
       if (!st.ok())
         rep.backup_problems.push_back(absl::StrCat(
             "index backup ", dir, ": ", st.message()));

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -499,7 +500,7 @@ void MetaIndex::Batch::PutPath(uint32_t id, const PathRecord& p) {
                           p.segment_bytes));
 }
 
-absl::Status MetaIndex::Apply(Batch* b, bool sync) {
+absl::Status MetaIndex::Apply(Batch* b, bool sync, bool maintenance) {
   rocksdb::WriteOptions wo;
   wo.sync = sync;
   MutexLock l(&seal_mu_);
@@ -507,6 +508,23 @@ absl::Status MetaIndex::Apply(Batch* b, bool sync) {
   if (read_only_)
     return absl::FailedPreconditionError(
         absl::StrCat("store index ", dir_, " is open read-only"));
+  // A full disk: a failed write poisons the index, so for a remedy the
+  // reserve's blocks go back before the write that would fail (a drop-tag
+  // or restore right after a tag filled the disk works the first time).
+  struct statvfs vfs;
+  if (maintenance && !used_reserve_ && ::statvfs(dir_.c_str(), &vfs) == 0 &&
+      static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize <
+          2 * kIndexReserveBytes &&
+      ReleaseReserve(dir_)) {
+    used_reserve_ = true;
+    std::fprintf(stderr,
+                 "mlpo: store index %s: the disk is full; the index's "
+                 "reserve (%llu KiB) was given back so that this write can "
+                 "land: free space (mlpo drop-tag, mlpo gc) before training "
+                 "on\n",
+                 dir_.c_str(),
+                 static_cast<unsigned long long>(kIndexReserveBytes >> 10));
+  }
   absl::Status st = RocksStatus(db_->Write(wo, &b->batch_),
                                 absl::StrCat("write store index ", dir_));
   // A synced write makes the whole WAL durable, earlier unsynced records

@@ -150,7 +150,11 @@ class MetaIndex {
   // assertions and abort the process), so every later Apply, Checkpoint and
   // seal write returns the first error, unchanged in substance, until the
   // store is reopened. What the index held before the failure stays.
-  absl::Status Apply(Batch* b, bool sync);
+  // `maintenance` (drop-tag, restore, gc, salvage: what frees space): on a
+  // disk with less free than the reserve, the reserve is given back first,
+  // so that the write lands instead of poisoning the index. Training's own
+  // writes never take it: it stays for those remedies.
+  absl::Status Apply(Batch* b, bool sync, bool maintenance = false);
   // Reads every block of every index file and checks its checksum.
   absl::Status VerifyChecksums();
   // The first failed write's error, or OK.
