@@ -20,12 +20,17 @@ absl::StatusOr<StepReport> Optimizer::RunStep(uint64_t t, StepPlan plan,
   adopt_log_ = std::make_unique<AdoptLog>();
   plan.log = adopt_log_.get();
   std::unique_ptr<AdoptLog> redoing;
+  std::vector<bool> written;
   if (redo_pending_) {
     // The model holds the discarded step's values: the masters come from
     // the store and what that step had adopted.
     redoing = std::move(discarded_);
     redo_pending_ = false;
     plan.adopt = false;
+    // Only the subgroups the discarded step took hold its values.
+    written.assign(subgroups_.size(), false);
+    for (int i : discarded_taken_) written[i] = true;
+    plan.written = &written;
     if (redoing) {
       MutexLock l(&redoing->mu);
       plan.adopted = &redoing->by_subgroup;

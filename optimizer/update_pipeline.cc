@@ -279,6 +279,11 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
       error = st.status();
       break;
     }
+    // The model's values are adopted unless a discarded step wrote them.
+    const bool adopt_here =
+        plan.adopt ||
+        (plan.written && static_cast<size_t>(s.index) < plan.written->size() &&
+         !(*plan.written)[s.index]);
     const bool int8 = plan.format == StateFormat::kInt8Moments;
     const size_t msize = MomentBytes(plan.format);
     void* out = sink ? sink->Buffer(s) : nullptr;
@@ -323,7 +328,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
       char* mem = r.memory ? static_cast<char*>(r.memory) +
                                  it.at * DTypeSize(r.memory_dtype)
                            : nullptr;
-      if (mem && plan.adopt &&
+      if (mem && adopt_here &&
           AdoptModelValues(p + off, mem, r.memory_dtype, it.n) && plan.log) {
         MutexLock l(&plan.log->mu);
         auto& logged = plan.log->by_subgroup;
@@ -335,7 +340,7 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
                           : nullptr;
       DType od = mem ? r.memory_dtype : odt;
       if (r.consts < 0 || !plan.commit) {  // no gradient: unchanged
-        if (o && (!mem || !plan.adopt)) CastParams(p + off, o, od, it.n);
+        if (o && (!mem || !adopt_here)) CastParams(p + off, o, od, it.n);
         return;
       }
       auto slice = [&](uint64_t at, uint64_t n, const void* gp, DType gd) {

@@ -168,6 +168,11 @@ struct StepPlan {
   // discarded step had adopted from the model (AdoptLog), put in after
   // `overrides`.
   bool adopt = true;
+  // With `adopt` false, per subgroup index: true where the discarded step
+  // wrote the model's memory (no adoption there); false subgroups adopt as
+  // usual (a redo of a step stopped before it took them). nullptr or
+  // empty: none adopts.
+  const std::vector<bool>* written = nullptr;
   const std::vector<std::map<uint64_t, std::vector<float>>>* adopted =
       nullptr;
   // A speculative step records there every tile whose masters it adopted

@@ -41,6 +41,7 @@ torch.save({"step": start,
                     for n, p in model.named_parameters() if opt.state[p]}},
            os.path.join(work, "resumed.pt"))
 print("resumed", start, flush=True)
+sys.stdin.readline()  # the test has read what it resumed to: go
 for s in range(start, steps):
     opt.zero_grad(set_to_none=True)
     loss_of(model, s).backward()
@@ -98,7 +99,8 @@ def test_a_kill_right_after_step_loses_at_most_the_step_in_flight(
         p = subprocess.Popen(
             [sys.executable, str(script), build_python_path, tests,
              str(work), fmt, "1" if in_bwd else "0", str(STEPS)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE)
         line = p.stdout.readline().split()
         assert line[:1] == [b"resumed"], (line, p.stderr.read().decode())
         resumed = int(line[1])
@@ -118,6 +120,8 @@ def test_a_kill_right_after_step_loses_at_most_the_step_in_flight(
             p.kill()
             p.communicate()
             break
+        p.stdin.write(b"go\n")
+        p.stdin.flush()
         # Kill right after step() returns (at once), or a moment later
         # (inside the next step, its writes, its backward).
         target = resumed + rng.randint(1, 12)

@@ -215,7 +215,8 @@ class Workflow(RuleBasedStateMachine):
         self.ropt.zero_grad(set_to_none=True)
         self.opt.zero_grad(set_to_none=True)
         (loss_of(self.model, self.batch) * float("inf")).backward()
-        with pytest.warns(RuntimeWarning, match="skipped"):
+        with warnings.catch_warnings():  # (warned at the first, then 10x)
+            warnings.simplefilter("ignore")
             self.opt.step()
         assert self.opt.last_report["skipped"]
         self.opt.zero_grad(set_to_none=True)
