@@ -547,34 +547,12 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
   // reopen rebuilds free space from what the index really holds).
   bool index_failed = false;
   if (op->txn) {
-    std::vector<ExtentRef> superseded;
-    {
-      MutexLock l(&mu_);
-      FinalizePending(object, op->rec, op->write_back, &st, &superseded);
-      if (!st.ok() && txn_.error.ok()) txn_.error = Annotate(st, where);
-    }
-    FreeExtents(superseded);
-    if (!st.ok()) {
-      FreeExtents(op->rec.extents);  // never referenced: free at once
-      st = Annotate(st, where);
-    }
-    if (st.ok() && cache_ && !op->write_back && op->lease.use_count() == 1) {
-      // In the tier as the transaction's version (clean: it is written).
-      std::vector<AlignedBuffer> released;
-      cache_->Offer(object, op->version, &op->lease->buf_, /*dirty=*/false,
-                    &released);
-      Recycle(&released);
-    }
-    op->lease.reset();
-    {
-      MutexLock l(&mu_);
-      --commits_in_flight_;
-      TransactionCommitDone();
-    }
-    op->promise.set_value(st);
-    return;
-  }
-  if (st.ok()) {
+    // In a transaction: the version becomes the object's pending one; the
+    // transaction's one batch records it (object_store_txn.cc).
+    MutexLock l(&mu_);
+    FinalizePending(object, op->rec, op->write_back, &st, &to_free);
+    if (!st.ok() && txn_.error.ok()) txn_.error = Annotate(st, where);
+  } else if (st.ok()) {
     MutexLock l(&mu_);
     ObjectState& os = objects_[object];
     if (os.has_head && op->version <= os.head) {
@@ -624,7 +602,8 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
   FreeExtents(to_free);
   if (st.ok() && cache_ && !op->write_back && op->lease.use_count() == 1) {
     // Nobody else can see this buffer any more: it moves into the DRAM tier
-    // as the version just made durable (no copy), unless refused.
+    // as the version just written (no copy), unless refused; a
+    // transaction's is clean there too (its extents are written).
     std::vector<AlignedBuffer> released;
     cache_->Offer(object, op->version, &op->lease->buf_, /*dirty=*/false,
                   &released);
@@ -635,6 +614,7 @@ void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
     // Before the promise: a caller woken by it may Restore at once.
     MutexLock l(&mu_);
     --commits_in_flight_;
+    if (op->txn) TransactionCommitDone();
   }
   op->promise.set_value(st);
 }
