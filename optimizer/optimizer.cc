@@ -26,6 +26,16 @@ Optimizer::~Optimizer() {
 
 absl::Status Optimizer::Settle() { return SettleWrites(false); }
 
+absl::Status Optimizer::SettleKeepingReadAhead() {
+  // The read-ahead is kept: a read-ahead object whose version a call
+  // changed (an adopted edit) fails the step's version check and is read
+  // again, so a loop that reads or checkpoints the state every step keeps
+  // it. A discarded step still rewinds first (its values in the model's
+  // memory are not edits).
+  MLPO_RETURN_IF_ERROR(SettleWrites(/*keep_read_ahead=*/true));
+  return RewindDiscarded();
+}
+
 absl::Status Optimizer::SettleWrites(bool keep_read_ahead) {
   if (pipeline_ == nullptr) return absl::OkStatus();
   if (backward_ != nullptr) {
@@ -232,6 +242,8 @@ absl::Status Optimizer::SetParamMemory(int param, void* memory, DType dtype) {
   if (param < 0 || param >= static_cast<int>(params_.size()))
     return absl::InvalidArgumentError(absl::StrCat(
         "no parameter ", param, " (the optimizer has ", params_.size(), ")"));
+  if (backward_ != nullptr)
+    MLPO_RETURN_IF_ERROR(SetRunningParamMemory(param, memory, dtype));
   param_memory_[param] = {memory, dtype};
   return absl::OkStatus();
 }
@@ -252,7 +264,7 @@ absl::Status Optimizer::OverrideMasters(int group, uint64_t offset,
 }
 
 absl::Status Optimizer::AdoptEdits(const std::vector<int>& params) {
-  MLPO_RETURN_IF_ERROR(Settle());
+  MLPO_RETURN_IF_ERROR(SettleKeepingReadAhead());
   // Nothing stored yet: the first step (or step 0's Tag) takes them.
   if (!state_stored()) return absl::OkStatus();
   for (int k : params)
@@ -577,7 +589,7 @@ float Optimizer::InitialSlotValue(int group, int slot) const {
 
 absl::Status Optimizer::ReadRange(int group, uint64_t offset, uint64_t count,
                                   float* p, float* const* slots) {
-  MLPO_RETURN_IF_ERROR(Settle());
+  MLPO_RETURN_IF_ERROR(SettleKeepingReadAhead());
   MLPO_RETURN_IF_ERROR(CheckRange(group, offset, count, "state elements"));
   const int ns = static_cast<int>(rule_.Slots().size());
   for (const SubgroupSlice& sl :

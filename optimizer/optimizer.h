@@ -186,7 +186,11 @@ class Optimizer {
   // parameters, in order), in `dtype`, or nullptr. Each step adopts its
   // values where they differ from the master (AdoptModelValues: the model's
   // tensors are authoritative) and writes the new parameters there instead
-  // of to the sink. Must stay valid until changed.
+  // of to the sink. Must stay valid until changed. While a step runs during
+  // backward it may change until the parameter is ready (GradReady): the
+  // step then reads and writes the new memory (the adapter points it at a
+  // copy of the parameter, so that the model's tensors hold their values
+  // until the step is decided).
   absl::Status SetParamMemory(int param, void* memory, DType dtype);
   // Starts a new lineage at step 0 now: every head is dropped (tags stay),
   // step counts go to 0, and the next checkout of each object is its
@@ -300,6 +304,9 @@ class Optimizer {
   // Settle(), keeping the read-ahead for the step about to run (and a
   // discarded step to redo).
   absl::Status SettleWrites(bool keep_read_ahead);
+  // Settle() for the calls that do not move the heads (ReadRange, Tag,
+  // AdoptEdits): the read-ahead stays for the next step.
+  absl::Status SettleKeepingReadAhead();
   // Step t over `plan` (the pipeline), as one transaction, then EndStep.
   absl::StatusOr<StepReport> RunStep(uint64_t t, StepPlan plan,
                                      const std::vector<bool>& active);
@@ -322,6 +329,8 @@ class Optimizer {
   // instead (any other call comes first, or the next Step has nothing to
   // do).
   absl::Status RewindDiscarded();
+  // SetParamMemory of a parameter not yet ready in the running step.
+  absl::Status SetRunningParamMemory(int param, void* memory, DType dtype);
   // The running step's pipeline run is over: its transaction aborted and
   // kept to redo (`redo`) or rewound now.
   absl::Status DiscardRunning(bool redo);

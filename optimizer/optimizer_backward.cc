@@ -84,6 +84,30 @@ class Optimizer::BackwardStep final : public ReadyGate {
     return absl::OkStatus();
   }
 
+  // Where parameter `param`'s new values go (Optimizer::SetParamMemory
+  // while the step runs): before it is ready, so before any subgroup of
+  // it is taken.
+  absl::Status SetMemory(int param, void* memory, DType dtype) {
+    MutexLock l(&mu_);
+    if (ready_param_[param])
+      return absl::FailedPreconditionError(absl::StrCat(
+          "parameter ", param, "'s memory changed after its gradient was "
+          "handed in to the running step"));
+    const Param& q = o_->params_[param];
+    for (int i : of_param_[param]) {
+      const Subgroup& s = o_->subgroups_[i];
+      std::vector<StepRun>& runs = plan_.runs[i];
+      for (size_t r = 0; r < runs.size(); ++r) {
+        if (run_param_[i][r] != param) continue;
+        uint64_t lo = s.group_offset + runs[r].offset;
+        runs[r].memory = static_cast<char*>(memory) +
+                         (lo - q.offset) * DTypeSize(dtype);
+        runs[r].memory_dtype = dtype;
+      }
+    }
+    return absl::OkStatus();
+  }
+
   // Backward is over: the parameters not ready have no gradient. Sets
   // `nonfinite` when the step stopped at a non-finite gradient.
   absl::StatusOr<StepReport> Finish(std::vector<bool>* active,
@@ -225,6 +249,11 @@ absl::Status Optimizer::BeginStep(double loss_scale) {
   backward_.reset(new BackwardStep(this, t, MakePlan(t, 1 / loss_scale, all)));
   backward_->Start();
   return absl::OkStatus();
+}
+
+absl::Status Optimizer::SetRunningParamMemory(int param, void* memory,
+                                              DType dtype) {
+  return backward_->SetMemory(param, memory, dtype);
 }
 
 absl::Status Optimizer::GradReady(int param) {

@@ -157,7 +157,7 @@ absl::Status Optimizer::CommitParamSteps(uint64_t t,
 }
 
 absl::Status Optimizer::Tag(const std::string& name) {
-  MLPO_RETURN_IF_ERROR(Settle());
+  MLPO_RETURN_IF_ERROR(SettleKeepingReadAhead());
   MLPO_RETURN_IF_ERROR(StartFresh());
   // A tag names stored versions: before the first step, the initial state
   // becomes step 0's, so that the tag gives these parameters back.

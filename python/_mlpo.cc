@@ -24,6 +24,7 @@
 #include "optimizer/param_sink.h"
 #include "python/binding_util.h"
 #include "store/admin/gc.h"
+#include "store/checksum/checksum.h"
 #include "store/store_options.h"
 
 namespace py = pybind11;
@@ -533,6 +534,14 @@ PYBIND11_MODULE(_mlpo, m) {
         },
         "Attribute `key` of store `name` (rank 0), opened read-only (beside "
         "a live writer too); None when the store has no such attribute");
+  m.def("checksum",
+        [](uintptr_t data, uint64_t nbytes) {
+          py::gil_scoped_release nogil;
+          return mlpo::Checksum(reinterpret_cast<const void*>(data), nbytes);
+        },
+        "XXH3-64 of nbytes of host memory at address data (the adapter "
+        "tells a gradient rewritten with the same values, as a clip by 1.0 "
+        "does, from one changed)");
   m.def("check_store_config",
         [](const std::string& toml, const std::string& base_dir) {
           mlpo::StoreArg(toml, base_dir, "", 0);

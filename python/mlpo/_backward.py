@@ -1,13 +1,20 @@
-"""Update during backward (update_in_backward=True): each parameter's
-gradient goes to the engine from its post-accumulate-grad hook (torch 2.1's
+"""Update during backward (on by default where it can run: one process,
+host parameters, torch >= 2.1): each parameter's gradient goes to the
+engine from its post-accumulate-grad hook (torch 2.1's
 register_post_accumulate_grad_hook), and the engine's step, started by the
-first of them in the last backward of a step (accumulation_steps), updates
-every subgroup whose gradients are all in while backward goes on
-(Optimizer::BeginStep in the engine). step() then waits for the rest.
+first of them in the last backward of a step, updates every subgroup whose
+gradients are all in while backward goes on (Optimizer::BeginStep in the
+engine). step() then waits for the rest. Which backward is the last:
+accumulation_steps when given, else as many as the step before had (the
+first step of a run with gradient accumulation is redone once, then the
+count is known).
 
-The step is speculative: a store transaction that step() decides, so the
-result is always torch.optim's for the gradients step() finds, bit for bit
-the plain step's:
+The step is speculative: a store transaction that step() decides, and the
+new parameters go into a copy of each parameter (the model's own tensors
+keep their values until step() copies them in, so a forward or a backward
+before step() sees the parameters torch.optim's would), so the result is
+always torch.optim's for the gradients step() finds, bit for bit the plain
+step's:
 
 - a parameter whose gradient backward did not hand in (no gradient in the
   last micro-batch, set_to_none=False and unused, a backward cut short)
@@ -15,24 +22,45 @@ the plain step's:
 - a gradient changed after it was handed in (clipping or unscaling in
   place, replaced) makes step() discard the speculative step and redo it
   from the state before it (last_report['redone']);
-- a backward beyond accumulation_steps (one more micro-batch, a graph
-  backwarded again with retain_graph) ran on parameters the step had
-  updated already: refused from its hook, the step discarded;
+- a backward beyond the expected count (one more micro-batch, a graph
+  backwarded again with retain_graph) changes the gradients: the step
+  running is discarded, and step() runs the plain step (with a warning
+  when accumulation_steps was given, as the overlap was lost);
 - clipping (max_grad_norm) that triggers, and a non-finite gradient, are
   decided by the engine as the plain step decides: redone clipped, or
   skipped;
 - zero_grad() (or close()) while the step runs, without step(): the step
-  is discarded and the model's parameters get their values back, as if
-  it never ran (an exception in the middle of backward, then zero_grad()).
+  is discarded, as if it never ran (an exception in the middle of
+  backward, then zero_grad()); the model's tensors were never written.
 
 A mixin of the optimizer class in torch.py."""
 import weakref
 
 import torch
 
+from . import _mlpo
+from ._checkpoints import _flat
 from ._opening import _DTYPES
 from ._stand_in import sync_in, sync_out
 from ._warn import warn_user
+
+_told_plain = set()
+
+
+def _note_plain_step_once(why):
+    """update_in_backward left at its default where it cannot run: said
+    once per process and reason (the plain step's results are the same)."""
+    if why in _told_plain:
+        return
+    _told_plain.add(why)
+    warn_user(f"mlpo.torch: the update during backward is off ({why}); "
+              "step() runs the whole update (the results are the same). "
+              "update_in_backward=False says so and silences this",
+              PlainStepNote)
+
+
+class PlainStepNote(UserWarning):
+    """The update during backward is off where it cannot run."""
 
 
 def _queue_end_of_backward(fn):
@@ -47,15 +75,25 @@ class BackwardUpdate:
         """Checks what update_in_backward cannot do (a ValueError saying
         why), then hooks every parameter."""
         cls = f"mlpo.torch.{type(self).__name__}"
-        if isinstance(accumulation_steps, bool) or not isinstance(
-                accumulation_steps, int) or accumulation_steps < 1:
+        if accumulation_steps is not None and (isinstance(
+                accumulation_steps, bool) or not isinstance(
+                accumulation_steps, int) or accumulation_steps < 1):
             raise ValueError(f"{cls}: accumulation_steps must be a whole "
-                             f"number >= 1, not {accumulation_steps!r}")
+                             f"number >= 1 (or None: learned from the "
+                             f"backwards of each step), not "
+                             f"{accumulation_steps!r}")
+        if on not in (None, True, False):
+            raise ValueError(f"{cls}: update_in_backward must be True, False "
+                             f"or None (on where it can run), not {on!r}")
         self.accumulation_steps = accumulation_steps
+        self._passes = accumulation_steps or 1  # the backward that updates
+        self._warned_passes = False
+        self._shadows = {}  # id(entry) -> the copy a speculative step writes
+        self._check_values = False  # gradients are rewritten after backward
         self._bwd_hooks = []
         self._reset_backward()
         self.update_in_backward = bool(on)
-        if not on:
+        if on is False:
             return
         why = None
         if not hasattr(torch.Tensor, "register_post_accumulate_grad_hook"):
@@ -66,10 +104,16 @@ class BackwardUpdate:
         elif self._device_path is not None:
             why = ("the parameters are on a device; the update in backward "
                    "reads host gradients")
+        if why and on is None:
+            # The default: the plain step, whose results are the same.
+            self.update_in_backward = False
+            _note_plain_step_once(why)
+            return
         if why:
             self.close()
             raise ValueError(f"{cls}: update_in_backward=True is refused: "
                              f"{why}")
+        self.update_in_backward = True
         self._hook_params()
 
     def _reset_backward(self):
@@ -79,6 +123,8 @@ class BackwardUpdate:
         self._bwd_in_pass = False  # a pass began and has not ended
         self._bwd_given = {}       # id(entry) -> (entry, .grad, version, grad)
         self._bwd_stale = False    # a gradient changed once handed in
+        self._bwd_beyond = False   # a backward past the updating one ran
+        self._bwd_plain = False    # this step is step()'s to run whole
 
     def _hook_params(self):
         """Hooks every parameter (again after a reopen or a new group)."""
@@ -116,74 +162,147 @@ class BackwardUpdate:
             me = weakref.ref(self)
             _queue_end_of_backward(
                 lambda: me() is not None and me()._pass_ended())
-        if self._bwd_pass < self.accumulation_steps:
+        if self._bwd_pass < self._passes:
             return
-        if self._bwd_pass > self.accumulation_steps:
-            # This backward ran on parameters the step had already updated
-            # (autograd reads them in place): its gradients are not
-            # torch.optim's, and no redo can make them so. Refused, and
-            # the step dropped: the parameters are as before it.
-            if eng.stepping_in_backward:
-                self._discard_in_backward(None)
-            raise RuntimeError(
-                f"mlpo.torch: parameter {e['name']} got a gradient in "
-                f"backward {self._bwd_pass} since the last step(); with "
-                f"update_in_backward=True and accumulation_steps="
-                f"{self.accumulation_steps} the update ran in backward "
-                f"{self.accumulation_steps}, on the parameters this one "
-                "used. Call step() after every accumulation_steps backwards "
-                "(accumulation_steps=N accumulates N; a backward with "
-                "retain_graph=True run again needs the plain step). The step "
-                "was discarded: the parameters are as before it; call "
-                "zero_grad() and train on")
+        if self._bwd_pass > self._passes:
+            # One more backward than the step expected (another
+            # micro-batch, retain_graph): the gradients it accumulates are
+            # not those handed in. The model's tensors were never written
+            # (the step writes copies), so this backward's gradients are
+            # torch.optim's; the step running is discarded and step() runs
+            # the plain step.
+            if not self._bwd_beyond:
+                self._bwd_beyond = True
+                if eng.stepping_in_backward:
+                    self._discard_in_backward(None, mid_backward=True)
+            return
         if id(e) in self._bwd_given:
             # A second gradient in the same pass (a hook of its own
             # accumulating again): step() redoes the step with the sum.
             self._bwd_stale = True
             return
-        if not eng.stepping_in_backward:
-            self._begin_in_backward(eng)
+        if self._bwd_plain:
+            return
+        if not eng.stepping_in_backward and not self._begin_in_backward(eng):
+            return
         self._hand_in(eng, e)
+
+    def _learn_passes(self):
+        """At step(): the backwards this step had are the count the next
+        one updates in (accumulation_steps given: a warning when it was
+        exceeded, once)."""
+        n = self._bwd_pass
+        if n <= 0:
+            return
+        if self.accumulation_steps is None:
+            self._passes = n
+        elif n > self.accumulation_steps and not self._warned_passes:
+            self._warned_passes = True
+            warn_user(
+                f"mlpo.torch: {n} backwards ran before step() with "
+                f"accumulation_steps={self.accumulation_steps}: the update "
+                "that ran during backward was discarded and step() ran the "
+                "plain step (exact, without the overlap). Set "
+                "accumulation_steps to the backwards per step, or leave it "
+                "None to have it learned", RuntimeWarning)
 
     def _hand_in(self, eng, e):
         """Entry e's gradient to the running step (read in place: its
         version tells a change after this)."""
         if not e["numel"]:
-            self._bwd_given[id(e)] = (e, None, 0, None)
+            self._bwd_given[id(e)] = (e, None, 0, None, None)
             return
-        grad = self._grad_of(e)
+        try:
+            grad = self._grad_of(e)
+        except (ValueError, TypeError, RuntimeError):
+            # A gradient the step refuses (sparse, another dtype): step()
+            # raises saying so, and nothing of this step runs before it.
+            self._bwd_plain = True
+            if eng.stepping_in_backward:
+                self._discard_in_backward(None, mid_backward=True)
+            return
         if grad is None:
             return
         orig = e["dparam"].grad
-        self._bwd_given[id(e)] = (e, orig, orig._version, grad)
+        self._bwd_given[id(e)] = (e, orig, orig._version, grad,
+                                  self._digest(orig))
+        # The step writes a copy of the parameter, copied in at step().
+        p = e["param"]
+        copy = self._shadows.get(id(e))
+        if copy is None or copy.dtype != p.dtype or \
+                copy.numel() != p.numel():
+            copy = self._shadows[id(e)] = torch.empty(p.numel(),
+                                                      dtype=p.dtype)
+        copy.copy_(_flat(p.detach()))
         for k in self._pieces_of.get(id(e), ()):
             g, _, at, n, off = self._pieces[k]
+            eng.set_param_memory(k, copy.data_ptr() + at * copy.element_size(),
+                                 _DTYPES[p.dtype])
             eng.borrow_grad(g, off, grad.data_ptr() + at * grad.element_size(),
                             self._grad_dt, n)
             eng.grad_ready(k)
 
-    def _begin_in_backward(self, eng):
-        """The first final gradient of a step: the engine's step starts,
-        with the hyperparameters the groups hold now."""
-        self._check_groups()
-        self._forget_prepared()
-        for g, group in enumerate(self.param_groups):
-            eng.set_hyper(g, self._hyper(group))
-        sync_in(self._entries)
+    def _point_at_model(self, eng):
+        """Every parameter's memory for the engine is the model's own
+        again (a later rewind, of a step whose writes fail behind,
+        writes there)."""
         for k, (g, e, at, n, off) in enumerate(self._pieces):
             p = e["param"]
             eng.set_param_memory(k, p.data_ptr() + at * p.element_size(),
                                  _DTYPES[p.dtype])
+
+    def _copy_in(self):
+        """The speculative step was committed: its parameters into the
+        model's tensors."""
+        with torch.no_grad():
+            for e, *_ in self._bwd_given.values():
+                copy = self._shadows.get(id(e))
+                if copy is not None and e["numel"]:
+                    _flat(e["param"].detach()).copy_(copy)
+
+    def _begin_in_backward(self, eng):
+        """The first final gradient of a step: the engine's step starts,
+        with the hyperparameters the groups hold now; whether it did (a
+        group or hyperparameter the step refuses is left to step(), which
+        raises saying so, rather than backward())."""
+        try:
+            self._check_groups()
+            hyper = [self._hyper(group) for group in self.param_groups]
+        except (ValueError, TypeError, RuntimeError):
+            self._bwd_plain = True
+            return False
+        self._forget_prepared()
+        for g, h in enumerate(hyper):
+            eng.set_hyper(g, h)
+        sync_in(self._entries)
+        # (a parameter handed in gets its copy's memory instead)
+        self._point_at_model(eng)
         self._guarded(eng, "begin_step", self.loss_scale)
+        return True
+
+    def _digest(self, grad):
+        """A checksum of a gradient's values, once a step has seen its
+        gradients rewritten after backward (Trainer's clip_grad_norm_
+        multiplies every gradient in place, by 1.0 when it does not clip):
+        a gradient rewritten with its own values is not a change."""
+        if not self._check_values or not grad.is_contiguous():
+            return None
+        return _mlpo.checksum(grad.data_ptr(),
+                              grad.numel() * grad.element_size())
 
     def _changed_after_hand_in(self):
         if self._bwd_stale:
             return True
-        for e, orig, version, _ in self._bwd_given.values():
+        for e, orig, version, _, digest in self._bwd_given.values():
             if orig is None:
                 continue
-            if e["dparam"].grad is not orig or orig._version != version:
-                return True
+            if e["dparam"].grad is orig and orig._version == version:
+                continue
+            if digest is not None and e["dparam"].grad is orig and \
+                    self._digest(orig) == digest:
+                continue  # rewritten with the same values
+            self._check_values = True
+            return True
         return False
 
     def _finish_in_backward(self, eng):
@@ -193,7 +312,8 @@ class BackwardUpdate:
         try:
             if self._changed_after_hand_in():
                 # Exact all the same: dropped, and redone as the plain step
-                # with the gradients as they are now.
+                # (into the model's own tensors) with the gradients as they
+                # are now.
                 self._guarded(eng, "discard_step", True)
                 keep = []
                 rep = self._step_host(eng, keep, self.loss_scale)
@@ -207,22 +327,35 @@ class BackwardUpdate:
                                 e["dparam"].grad is not None:
                             self._hand_in(eng, e)
                 rep = self._guarded(eng, "finish_step")
+                if not rep["skipped"]:
+                    self._copy_in()
             self.last_report = rep
             self._bwd_done = True
         finally:
+            self._learn_passes()
             self._reset_backward()
+            if self._engine is not None:
+                self._point_at_model(self._engine)
             sync_out(self._entries)
             self._note_versions()
 
-    def _discard_in_backward(self, why):
-        """A step running during backward that step() never asked for:
-        nothing of it is applied, and the model's parameters get back what
-        they held before it."""
+    def _discard_in_backward(self, why, mid_backward=False):
+        """A step running during backward that step() never asked for (or,
+        `mid_backward`, that this backward made moot: step() runs the plain
+        step): nothing of it is applied; the model's tensors were never
+        written."""
         eng = self._engine
         try:
+            # (its rewind writes the copies: the model's tensors hold the
+            # values from before it already)
             self._guarded(eng, "discard_step", False)
         finally:
-            self._reset_backward()
+            if mid_backward:  # the count of backwards goes on
+                self._bwd_given = {}
+                self._bwd_stale = False
+            else:
+                self._reset_backward()
+            self._point_at_model(eng)
             sync_out(self._entries)
             self._note_versions()
         if why:

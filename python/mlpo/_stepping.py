@@ -105,7 +105,8 @@ class Stepping:
             self._bwd_done = False
             self._warn_skipped(eng, self.last_report)
             return loss
-        self._reset_backward()  # fewer backwards than accumulation_steps
+        self._learn_passes()  # (update in backward: the next step's count)
+        self._reset_backward()  # fewer backwards than expected, or more
         self._check_groups()
         self._forget_prepared()  # a prepared dict is of the state before
         for g, group in enumerate(self.param_groups):

@@ -78,6 +78,8 @@ def load(store, create=True):
         raise TypeError(f"mlpo: store= takes None, a directory, a list of "
                         f"directories, a .toml path or a dict, not {store!r}")
     paths = store.get("path")
+    if isinstance(paths, (str, bytes, os.PathLike, dict)):
+        paths = [paths]  # one path: not a list of its characters
     if not paths:
         raise ValueError("mlpo store: no paths (give 'path': [dir, ...])")
     config = {k: v for k, v in store.items() if k != "path"}

@@ -90,7 +90,7 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
                  max_grad_norm=0.0, loss_scale=1.0, prefetch=2, commits=2,
                  threads=0, restore_tag=None, keep_checkpoints=0,
                  process_group=None, device_backend=None, state_format=None,
-                 update_in_backward=False, accumulation_steps=1):
+                 update_in_backward=None, accumulation_steps=None):
         cls = type(self).__name__
         check_group(self._mode, defaults, f"mlpo.torch.{cls}()")
         for g, group in enumerate(params if params and isinstance(

@@ -167,6 +167,16 @@ def test_a_store_path_with_a_missing_parent_is_named_and_not_made(tmp_path):
     opt.close()
 
 
+def test_a_dicts_single_path_is_one_path(tmp_path):
+    """{"path": "dir"} (a string where a list goes) is the one path it names,
+    not a path per character (which made "/" a store path twice)."""
+    for i, one in enumerate((str(tmp_path / "a"), {"root": str(tmp_path / "b")})):
+        model, opt = trained({"path": one, "durability": "tag"})
+        where = one if isinstance(one, str) else one["root"]
+        assert os.path.isdir(os.path.join(where, ".mlpo"))
+        opt.close()
+
+
 def test_another_model_in_the_same_store_gets_its_own_namespace(store_dir):
     model, opt = trained(store_dir)
     sd = opt.state_dict()

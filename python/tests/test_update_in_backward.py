@@ -56,7 +56,8 @@ def pair(tmp_path, model=None, plain_kw=None, **kw):
     a, b = model(), model()
     ours = mt.AdamW(groups(a), **HYPER, store=str(tmp_path / "a"),
                     subgroup_numel=700, update_in_backward=True, **kw)
-    plain_kw = kw if plain_kw is None else plain_kw
+    plain_kw = dict(kw if plain_kw is None else plain_kw,
+                    update_in_backward=False)
     plain_kw = {k: v for k, v in plain_kw.items()
                 if k not in ("accumulation_steps",)}
     plain = mt.AdamW(groups(b), **HYPER, store=str(tmp_path / "b"),
@@ -197,31 +198,103 @@ def test_set_to_none_false_with_an_unused_branch(tmp_path):
     plain.close()
 
 
+def two_backwards(model, step, how):
+    loss = loss_of(model, step)
+    loss.backward(retain_graph=how == "retain_graph")
+    if how == "retain_graph":
+        loss.backward()
+    else:
+        loss_of(model, step, part=1).backward()
+
+
 @pytest.mark.parametrize("how", ["retain_graph", "one_more"])
-def test_a_backward_beyond_accumulation_steps_is_refused(tmp_path, how):
-    """A backward after the one the update ran in used parameters the step
-    had already updated (autograd reads them in place): refused from its
-    hook, the step discarded (the parameters as before it), and training
-    goes on exactly after zero_grad()."""
-    (a, ours), (b, plain) = pair(tmp_path)
+def test_a_backward_beyond_accumulation_steps_is_exact(tmp_path, how):
+    """A backward after the one the update ran in: the step writes copies of
+    the parameters, so that backward saw the parameters torch.optim's
+    would; the step running is discarded and step() runs the plain step,
+    with a warning that accumulation_steps was exceeded."""
+    (a, ours), (b, plain) = pair(tmp_path, accumulation_steps=1,
+                                 plain_kw=dict(update_in_backward=False))
     train(a, ours, 1)
     train(b, plain, 1)
     ours.zero_grad(set_to_none=True)
-    loss = loss_of(a, 2)
-    loss.backward(retain_graph=how == "retain_graph")
-    with pytest.raises(RuntimeError, match="accumulation_steps"):
-        if how == "retain_graph":
-            loss.backward()
-        else:
-            loss_of(a, 2, part=1).backward()
-    assert ours.step_count == 1
+    two_backwards(a, 2, how)
+    assert not ours._engine.stepping_in_backward  # discarded already
+    with pytest.warns(RuntimeWarning, match="accumulation_steps=1"):
+        ours.step()
+    plain.zero_grad(set_to_none=True)
+    two_backwards(b, 2, how)
+    plain.step()
+    assert ours.step_count == 2
     assert_same(a, ours, b, plain)
-    for step in (2, 3):
+    for step in (3, 4):
         train(a, ours, step)
         train(b, plain, step)
         assert_same(a, ours, b, plain)
     ours.close()
     plain.close()
+
+
+def test_accumulation_is_learned_when_not_given(tmp_path):
+    """accumulation_steps left None: the first step with two micro-batches
+    is redone (plain), then the update runs in the second backward of each
+    step; exact throughout."""
+    (a, ours), (b, plain) = pair(tmp_path,
+                                 plain_kw=dict(update_in_backward=False))
+    assert ours.accumulation_steps is None and ours.update_in_backward
+    for step in range(1, 5):
+        ours.zero_grad(set_to_none=True)
+        loss_of(a, step, 0).backward()
+        # the first step expects one backward; later ones two
+        assert ours._engine.stepping_in_backward == (step == 1)
+        loss_of(a, step, 1).backward()
+        assert ours._engine.stepping_in_backward == (step > 1)
+        ours.step()
+        train(b, plain, step, parts=2)
+        assert_same(a, ours, b, plain)
+    ours.close()
+    plain.close()
+
+
+def test_a_forward_between_backward_and_step_sees_the_old_parameters(
+        tmp_path):
+    """The running step writes copies: a loss evaluated between backward and
+    step() (logging, an evaluation) is torch.optim's."""
+    (a, ours), (b, plain) = pair(tmp_path,
+                                 plain_kw=dict(update_in_backward=False))
+    for step in (1, 2, 3):
+        ours.zero_grad(set_to_none=True)
+        loss_of(a, step).backward()
+        assert ours._engine.stepping_in_backward
+        with torch.no_grad():
+            seen = loss_of(a, 50 + step)
+        ours.step()
+        plain.zero_grad(set_to_none=True)
+        loss_of(b, step).backward()
+        with torch.no_grad():
+            want = loss_of(b, 50 + step)
+        plain.step()
+        assert torch.equal(seen, want)
+        assert_same(a, ours, b, plain)
+    ours.close()
+    plain.close()
+
+
+def test_the_default_is_on_and_off_says_so(tmp_path):
+    """On by default for one process with host parameters; False turns it
+    off (no hook runs, step() does the whole update)."""
+    m = Tied()
+    on = mt.AdamW(m.parameters(), store=str(tmp_path / "on"))
+    assert on.update_in_backward and on._bwd_hooks
+    on.close()
+    off = mt.AdamW(m.parameters(), store=str(tmp_path / "off"),
+                   update_in_backward=False)
+    assert not off.update_in_backward and not off._bwd_hooks
+    loss_of(m, 1).backward()
+    assert not off._engine.stepping_in_backward
+    off.step()
+    assert off.step_count == 1
+    off.close()
 
 
 def test_clipping_in_backward_is_redone_where_it_clips(tmp_path):
@@ -257,6 +330,28 @@ def test_the_users_own_clipping_after_backward_is_redone(tmp_path):
             o.step()
         assert ours.last_report["redone"]
         assert_same(a, ours, b, plain)
+    ours.close()
+    plain.close()
+
+
+def test_a_clip_that_does_not_clip_is_not_redone(tmp_path):
+    """clip_grad_norm_ multiplies every gradient in place even when the norm
+    is under the threshold (by 1.0: the same values, new versions): after
+    the first such step the values are compared, and only a clip that
+    changes them redoes the step."""
+    (a, ours), (b, plain) = pair(tmp_path)
+    redone = []
+    for step in range(1, 8):
+        limit = 0.5 if step in (4, 6) else 1e6
+        for m, o in ((a, ours), (b, plain)):
+            o.zero_grad(set_to_none=True)
+            loss_of(m, step).backward()
+            torch.nn.utils.clip_grad_norm_(m.parameters(), limit)
+            o.step()
+        redone.append(ours.last_report["redone"])
+        assert_same(a, ours, b, plain)
+    # step 1 finds the rewrite; 4 and 6 clip
+    assert redone == [True, False, False, True, False, True, False]
     ours.close()
     plain.close()
 
@@ -326,11 +421,12 @@ def test_an_exception_in_backward_then_zero_grad_applies_nothing(tmp_path):
 @pytest.mark.parametrize("kw, why", [
     (dict(accumulation_steps=0), "accumulation_steps"),
     (dict(accumulation_steps=1.5), "accumulation_steps"),
+    (dict(update_in_backward="yes"), "update_in_backward"),
 ])
 def test_bad_options_are_refused(tmp_path, kw, why):
     with pytest.raises(ValueError, match=why):
         mt.AdamW(Tied().parameters(), store=str(tmp_path / "s"),
-                 update_in_backward=True, **kw)
+                 **{"update_in_backward": True, **kw})
 
 
 def test_state_reads_and_resume_finish_the_step_close_discards_it(tmp_path):
@@ -369,3 +465,32 @@ def test_flush_makes_what_returned_durable(tmp_path):
     ours.flush()
     assert ours.step_count == 2
     ours.close()
+
+
+@pytest.mark.parametrize("in_bwd", [False, True])
+def test_a_loop_that_reads_the_state_keeps_its_read_ahead(tmp_path, in_bwd):
+    """Logging opt.state[p] and taking state_dict() between steps keeps the
+    read-ahead (a read changes nothing; an edit adopted by the checkpoint
+    is read again by the step's version check): used, and exact."""
+    store = {"path": str(tmp_path / "s"), "read_ahead": 8, "cache": 0}
+    (a, ours), (b, plain) = pair(
+        tmp_path, plain_kw=dict(update_in_backward=False))
+    ours.close()
+    ours = mt.AdamW(groups(a), **HYPER, store=store, subgroup_numel=700,
+                    update_in_backward=in_bwd)
+    used = 0
+    for step in range(1, 6):
+        train(a, ours, step)
+        train(b, plain, step)
+        if step > 1:
+            used += ours.last_report["read_ahead_used"]
+        ours.state[a.l1.weight]["exp_avg"].sum()  # logged every step
+        if step == 3:
+            with torch.no_grad():
+                a.l2.bias[0] += 1.0  # an edit the checkpoint adopts
+                b.l2.bias[0] += 1.0
+            ours.state_dict()
+    assert used > 0
+    assert_same(a, ours, b, plain)
+    ours.close()
+    plain.close()

@@ -300,6 +300,61 @@ TEST(BackwardStepTest, ADiscardedStepRewindsOrRedoesInTheModelsMemory) {
   ExpectSameState(ours->get(), plain->get());
 }
 
+// The adapter points each parameter at a copy just before handing its
+// gradient in (SetParamMemory while the step runs): the step adopts from
+// and writes the copy, the model's own memory keeps its values; a change
+// after the parameter is ready is refused.
+TEST(BackwardStepTest, AParametersMemoryMovesToACopyBeforeItIsReady) {
+  TempDir a, b;
+  auto ours = Optimizer::Open(Options(a));
+  auto plain = Optimizer::Open(Options(b));
+  ASSERT_TRUE(ours.ok() && plain.ok());
+  std::vector<ParamRef> ps = ParamsOf((*ours)->options());
+  std::vector<std::vector<float>> model(ps.size()), copy(ps.size()),
+      theirs(ps.size());
+  for (size_t k = 0; k < ps.size(); ++k) {
+    model[k].resize(ps[k].n);
+    for (uint64_t i = 0; i < ps[k].n; ++i)
+      model[k][i] = InitValue(ps[k].group, ps[k].offset + i);
+    theirs[k] = model[k];
+    ASSERT_TRUE((*ours)->SetParamMemory(static_cast<int>(k), model[k].data(),
+                                        DType::kF32).ok());
+    ASSERT_TRUE((*plain)->SetParamMemory(static_cast<int>(k),
+                                         theirs[k].data(), DType::kF32).ok());
+  }
+  model[2][5] = -1.25f;  // an edit the step must adopt, from the copy
+  theirs[2][5] = -1.25f;
+  for (uint64_t t = 1; t <= 2; ++t) {
+    const std::vector<std::vector<float>> before = model;
+    ASSERT_TRUE((*ours)->BeginStep(1.0).ok());
+    std::vector<std::vector<uint16_t>> kept(ps.size());
+    for (size_t k = 0; k < ps.size(); ++k) {
+      copy[k] = model[k];
+      ASSERT_TRUE((*ours)->SetParamMemory(static_cast<int>(k), copy[k].data(),
+                                          DType::kF32).ok());
+      kept[k] = Grad(t, ps[k], 0);
+      ASSERT_TRUE((*ours)->BorrowGrad(ps[k].group, ps[k].offset,
+                                      kept[k].data(), DType::kBF16, ps[k].n)
+                      .ok());
+      ASSERT_TRUE((*ours)->GradReady(static_cast<int>(k)).ok());
+    }
+    absl::Status late = (*ours)->SetParamMemory(0, model[0].data(),
+                                                DType::kF32);
+    EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition) << late;
+    auto r = (*ours)->FinishStep();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(model, before);  // never written
+    StageScaled(plain->get(), t, 1);
+    ASSERT_TRUE((*plain)->Step(1.0).ok());
+    EXPECT_EQ(copy, theirs);
+    model = copy;  // the adapter's copy-in at step()
+    for (size_t k = 0; k < ps.size(); ++k)
+      ASSERT_TRUE((*ours)->SetParamMemory(static_cast<int>(k),
+                                          model[k].data(), DType::kF32).ok());
+  }
+  ExpectSameState(ours->get(), plain->get());
+}
+
 // Closing with a step running during backward never asked for: nothing of
 // it is applied.
 TEST(BackwardStepTest, ClosingDiscardsARunningStep) {

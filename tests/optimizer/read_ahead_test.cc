@@ -107,6 +107,36 @@ TEST(ReadAheadCases, ARestoreOrResetBetweenStepsIsNeverMissed) {
   ExpectSameState(on->get(), off->get());
 }
 
+// A loop that reads the state, takes a tag or adopts an edit between
+// steps keeps its read-ahead (a read changes nothing; an edit's new
+// version fails the version check and is read again): still bit for bit.
+TEST(ReadAheadCases, ReadsTagsAndEditsBetweenStepsKeepIt) {
+  TempDir a, b;
+  auto on = Optimizer::Open(Options(a, true, 0));
+  auto off = Optimizer::Open(Options(b, false, 0));
+  ASSERT_TRUE(on.ok() && off.ok());
+  int used = 0;
+  for (uint64_t t = 1; t <= 5; ++t) {
+    for (auto* o : {on->get(), off->get()}) {
+      ASSERT_TRUE(StageAll(o, t).ok());
+      auto r = o->Step(1024.0);
+      ASSERT_TRUE(r.ok()) << r.status();
+      if (o == on->get() && t > 1) used += r->read_ahead_used;
+      std::vector<float> p(16), m(16), v(16);
+      float* slots[] = {m.data(), v.data()};
+      ASSERT_TRUE(o->ReadRange(0, 0, 16, p.data(), slots).ok());
+      if (t == 3) {
+        ASSERT_TRUE(o->Tag("three").ok());
+      }
+      if (t == 4) {
+        ASSERT_TRUE(o->AdoptEdits({}).ok());
+      }
+    }
+  }
+  EXPECT_GT(used, 0);
+  ExpectSameState(on->get(), off->get());
+}
+
 // Every read that completes from the moment a step returns until just
 // before the next fails: whichever of its read-ahead reads the fault
 // caught (a timing matter), the next step reads those subgroups itself
