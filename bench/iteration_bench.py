@@ -3,12 +3,13 @@ not fit the DRAM tier (about 100M parameters, tier 25% of the state)
 trains a few iterations three ways, interleaved iteration by iteration so
 that the disk's drift falls on all of them alike:
 
-  overlap   mlpo.torch.AdamW as it comes (write-behind and read-ahead
-            on): a step returns once the parameters hold their new values,
-            its last commits land during the next forward and backward,
-            and the next step's first reads start as it returns
-  in-backward  the same with update_in_backward=True: each subgroup is
-            updated during backward once its gradients are final
+  overlap   write-behind and read-ahead on, update_in_backward=False: a
+            step returns once the parameters hold their new values, its
+            last commits land during the next forward and backward, and
+            the next step's first reads start as it returns
+  in-backward  mlpo.torch.AdamW as it comes: the same with the update
+            during backward (each subgroup updated during backward once
+            its gradients are final)
   no-overlap  write_behind = false, read_ahead = false: every byte of the
             update inside step()
   torch     torch.optim.AdamW with its state in RAM
@@ -21,7 +22,10 @@ update)). Also the bytes each store path moved a step.
 
     .venv/bin/python bench/iteration_bench.py [--layers 12 --d-model 768]
         [--iters 5] [--cache 25%] [--dir var/bench-iter] [--clip N|auto]
-        [--json]
+        [--accumulation N] [--user-clip] [--trainer] [--json]
+
+--trainer runs Hugging Face Trainer's defaults: 4 micro-batches an
+iteration and clip_grad_norm_(1.0) after backward in every mode.
 """
 import argparse
 import json
@@ -102,9 +106,30 @@ def parse_args(argv):
                          "do not. The update in backward then runs "
                          "speculatively and redoes the steps that clip: "
                          "the redo rate is printed")
+    ap.add_argument("--accumulation", type=int, default=1,
+                    help="micro-batches (backwards) per iteration; the "
+                         "update in backward learns the count (default 1)")
+    ap.add_argument("--user-clip", action="store_true",
+                    help="clip as Trainer and Accelerate do: "
+                         "clip_grad_norm_ after backward in every mode "
+                         "(mlpo's max_grad_norm off), so the update in "
+                         "backward compares the rewritten gradients")
+    ap.add_argument("--trainer", action="store_true",
+                    help="Hugging Face Trainer's defaults: --accumulation 4 "
+                         "--user-clip --clip 1.0 (each unless given)")
     ap.add_argument("--json", action="store_true",
                     help="print one JSON object")
     a = ap.parse_args(argv)
+    if a.trainer:
+        a.user_clip = True
+        if a.accumulation == 1:
+            a.accumulation = 4
+        if a.clip is None:
+            a.clip = "1.0"
+    if a.accumulation < 1:
+        ap.error("--accumulation must be 1 or more")
+    if a.user_clip and a.clip is None:
+        ap.error("--user-clip needs --clip")
     if a.clip not in (None, "auto"):
         try:
             a.clip = float(a.clip)
@@ -160,7 +185,8 @@ def main(argv=None):
                                    subgroup_numel=a.subgroup,
                                    commits=a.commits, prefetch=a.prefetch,
                                    update_in_backward=kind == "in-backward",
-                                   max_grad_norm=clip)
+                                   max_grad_norm=0.0 if a.user_clip
+                                   else clip)
         runs[kind] = dict(model=m, opt=opt, fb=[], step=[], io={}, redone=0,
                           clipped=0, redo_s=[])
     g = torch.Generator().manual_seed(1)
@@ -169,27 +195,32 @@ def main(argv=None):
           f"{12 * nparams / 2**30:.2f} GiB of state; {a.iters} timed "
           "iterations each, interleaved", file=sys.stderr)
     for it in range(a.iters + 1):
-        x = torch.randint(0, a.vocab, (a.batch, a.ctx), generator=g)
-        y = torch.randint(0, a.vocab, (a.batch, a.ctx), generator=g)
+        xs = [(torch.randint(0, a.vocab, (a.batch, a.ctx), generator=g),
+               torch.randint(0, a.vocab, (a.batch, a.ctx), generator=g))
+              for _ in range(a.accumulation)]
         order = list(runs)
         order = order[it % len(order):] + order[:it % len(order)]
         for kind in order:
             r = runs[kind]
             t0 = time.perf_counter()
             r["opt"].zero_grad(set_to_none=True)
-            loss = F.cross_entropy(r["model"](x).view(-1, a.vocab),
-                                   y.view(-1))
-            loss.backward()
+            for x, y in xs:
+                loss = F.cross_entropy(r["model"](x).view(-1, a.vocab),
+                                       y.view(-1)) / a.accumulation
+                loss.backward()
             t1 = time.perf_counter()
-            if kind == "torch" and clip:
-                torch.nn.utils.clip_grad_norm_(r["model"].parameters(), clip)
+            norm = None
+            if clip and (kind == "torch" or a.user_clip):
+                norm = float(torch.nn.utils.clip_grad_norm_(
+                    r["model"].parameters(), clip))
             r["opt"].step()
             t2 = time.perf_counter()
             if it == 0:
                 continue  # the untimed one: creates the state
             rep = getattr(r["opt"], "last_report", None)
             if rep and clip:
-                r["clipped"] += rep.get("clip_coef", 1) < 1
+                r["clipped"] += (norm > clip) if a.user_clip \
+                    else rep.get("clip_coef", 1) < 1
                 if rep.get("redone"):
                     r["redone"] += 1
                     r["redo_s"].append(rep.get("discarded_s", 0))
@@ -203,7 +234,7 @@ def main(argv=None):
             print(f"  iteration {it} {kind:>10}: forward+backward "
                   f"{t1 - t0:6.2f} s, step {t2 - t1:6.2f} s", file=sys.stderr)
     out = dict(params=nparams, iters=a.iters, cache=a.cache,
-               tokens_per_iteration=a.batch * a.ctx, clip=clip or None,
+               tokens_per_iteration=a.batch * a.ctx * a.accumulation, clip=clip or None,
                runs={})
     for kind, r in runs.items():
         fb, st = statistics.median(r["fb"]), statistics.median(r["step"])

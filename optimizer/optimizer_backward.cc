@@ -232,9 +232,13 @@ absl::Status Optimizer::BeginStep(double loss_scale) {
     return absl::FailedPreconditionError(
         "the grad_offload baseline writes every gradient first; it cannot "
         "update during backward");
+  if (reset_pending_)
+    return absl::FailedPreconditionError(
+        "the first step of a fresh start drops the store's heads, which a "
+        "step during backward could not give back if it were discarded: "
+        "run it with Step()");
   MLPO_RETURN_IF_ERROR(SettleWrites(/*keep_read_ahead=*/true));
   MLPO_RETURN_IF_ERROR(RewindDiscarded());
-  MLPO_RETURN_IF_ERROR(StartFresh());
   MLPO_RETURN_IF_ERROR(CompletePartialInitial());
   if (backward_order_.size() != subgroups_.size()) {
     // Backward's order until one is seen: the last parameters first.

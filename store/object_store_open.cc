@@ -409,12 +409,36 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
         po.known_uuid = rec.uuid;  // read-only: the file is not rewritten
       }
     }
-    if (!uuid.ok())
+    if (!uuid.ok()) {
+      // Told apart before any lossy remedy is named: a directory gone or
+      // empty is far more often a disk not mounted (or a directory moved)
+      // than a disk lost.
+      const std::string lossy = absl::StrCat(
+          " Only if its disk was replaced and its data is gone: `mlpo "
+          "recover --lost-path ", i, " STORE` makes the store go on without "
+          "it (the versions with no copy elsewhere are lost)");
+      std::string why;
+      if (!fs()->Exists(po.root)) {
+        why = absl::StrCat(
+            "the directory is gone (removed, renamed, or its file system "
+            "not mounted?). Nothing was changed. Mount it back, or point "
+            "the config at where the directory is now.", lossy);
+      } else if (auto names = fs()->ListDir(po.root);
+                 names.ok() && names->empty()) {
+        why = absl::StrCat(
+            "the directory is empty: most likely its disk is not mounted "
+            "there yet (an empty mount point). Nothing was changed. Mount "
+            "it and open the store again.", lossy);
+      } else {
+        why = absl::StrCat(uuid.status().message(),
+                           ". Nothing was changed. Check that the config "
+                           "names this store's paths (not another rank's or "
+                           "store's).", lossy);
+      }
       return absl::FailedPreconditionError(absl::StrCat(
           "path ", i, " (", po.root, ") is not the store's path ", rec.root,
-          ": ", uuid.status().message(), ". Nothing was changed. If the "
-          "disk was replaced and its data is gone, `mlpo recover --lost-path ",
-          i, " STORE` makes the store go on without it"));
+          ": ", why));
+    }
     if (*uuid != rec.uuid)
       return absl::FailedPreconditionError(absl::StrCat(
           "path ", i, " (", po.root, ") has identity ", *uuid,

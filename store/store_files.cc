@@ -116,10 +116,19 @@ absl::Status CheckStoreRoots(const StoreOptions& o, FileSystem* fs) {
   for (size_t i = 0; i < o.paths.size(); ++i) {
     const std::string& root = o.paths[i].path.root;
     auto st = fs->Stat(root);
-    if (!st.ok() || !st->is_dir)
+    if (st.ok() && !st->is_dir)
       return absl::NotFoundError(absl::StrCat(
           "store ", o.name, ": path[", i, "] ", root,
-          " does not exist or is not a directory"));
+          " is not a directory"));
+    if (!st.ok())
+      return absl::NotFoundError(absl::StrCat(
+          "store ", o.name, ": path[", i, "] ", root,
+          " does not exist: it is gone (removed, renamed, or its file system "
+          "not mounted?). Nothing was changed. Mount it back, or point the "
+          "config at where the directory is now. Only if its disk was "
+          "replaced and its data is gone: make the directory and run `mlpo "
+          "recover --lost-path ", i, " STORE` (the versions with no copy "
+          "elsewhere are lost)"));
     for (size_t j = 0; j < ids.size(); ++j)
       if (ids[j] == std::make_pair(st->dev, st->ino))
         return absl::InvalidArgumentError(absl::StrCat(

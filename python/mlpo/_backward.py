@@ -90,6 +90,9 @@ class BackwardUpdate:
         self._warned_passes = False
         self._shadows = {}  # id(entry) -> the copy a speculative step writes
         self._check_values = False  # gradients are rewritten after backward
+        self._redo_streak = 0  # steps redone in a row
+        self._spec_pause = 0   # steps left to run whole (_note_redo)
+        self._spec_backoff = 2
         self._bwd_hooks = []
         self._reset_backward()
         self.update_in_backward = bool(on)
@@ -181,11 +184,27 @@ class BackwardUpdate:
             # accumulating again): step() redoes the step with the sum.
             self._bwd_stale = True
             return
-        if self._bwd_plain:
+        if self._bwd_plain or self._spec_pause > 0:
             return
         if not eng.stepping_in_backward and not self._begin_in_backward(eng):
             return
         self._hand_in(eng, e)
+
+    def _note_redo(self, redone):
+        """Speculation that keeps failing (clipping that clips step after
+        step, as early in training) costs a second pass over the state
+        each step: after two redone steps in a row the next steps run the
+        plain step (with write-behind and read-ahead), 2, then 4, ... up
+        to 64 of them, before speculating again; a step not redone ends
+        the pause."""
+        if not redone:
+            self._redo_streak, self._spec_backoff = 0, 2
+            return
+        self._redo_streak += 1
+        if self._redo_streak >= 2:
+            self._spec_pause = self._spec_backoff
+            self._spec_backoff = min(64, self._spec_backoff * 2)
+            self._redo_streak = 0
 
     def _learn_passes(self):
         """At step(): the backwards this step had are the count the next
@@ -194,6 +213,8 @@ class BackwardUpdate:
         n = self._bwd_pass
         if n <= 0:
             return
+        if self._spec_pause > 0 and not self._bwd_done:
+            self._spec_pause -= 1  # a paused step ran whole
         if self.accumulation_steps is None:
             self._passes = n
         elif n > self.accumulation_steps and not self._warned_passes:
@@ -271,6 +292,11 @@ class BackwardUpdate:
         except (ValueError, TypeError, RuntimeError):
             self._bwd_plain = True
             return False
+        if eng.fresh_pending:
+            # A fresh start's first step drops the store's heads (the run
+            # before): not a speculation a discard could give back.
+            self._bwd_plain = True
+            return False
         self._forget_prepared()
         for g, h in enumerate(hyper):
             eng.set_hyper(g, h)
@@ -331,6 +357,7 @@ class BackwardUpdate:
                     self._copy_in()
             self.last_report = rep
             self._bwd_done = True
+            self._note_redo(bool(rep.get("redone")))
         finally:
             self._learn_passes()
             self._reset_backward()

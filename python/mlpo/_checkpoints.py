@@ -82,12 +82,14 @@ def _model_difference(a, b):
 class CheckpointMixin:
     @property
     def step_count(self):
-        """Optimizer steps taken (the version of every state object)."""
-        return self._require_engine().step_count
+        """Optimizer steps taken (the version of every state object). A
+        step running during backward is not one until step() decides it
+        (read from a step pre-hook, this is the count before the step)."""
+        return self._require_engine(finish=False).step_count
 
     @property
     def skipped_steps(self):
-        return self._require_engine().skipped_steps
+        return self._require_engine(finish=False).skipped_steps
 
     def checkpoint(self, tag):
         """Records the current state as `tag` (no data copied)."""

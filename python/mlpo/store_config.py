@@ -2,6 +2,7 @@
 engine parses (store/store_options.h), so there is one parser and one set of
 error messages for every way a store is named. A config is a dict of the
 TOML's top-level keys plus "path": a list of per-path dicts."""
+import glob
 import json
 import os
 import tomllib
@@ -89,12 +90,33 @@ def load(store, create=True):
     return config, base
 
 
+def _recorded_roots(roots):
+    """The path roots that the stores found on `roots` record (their STORE
+    descriptors, <root>/<name>/rank-<r>/STORE): a recorded root that is
+    missing is a directory gone (unmounted, moved), not one to make."""
+    out = set()
+    for r in roots:
+        for desc in glob.glob(os.path.join(glob.escape(r), "*", "rank-*",
+                                           "STORE")):
+            try:
+                with open(desc, encoding="utf-8") as f:
+                    for p in json.load(f).get("paths", []):
+                        out.add(os.path.normpath(p["root"]))
+            except (OSError, ValueError, TypeError, KeyError, AttributeError):
+                continue
+    return out
+
+
 def make_roots(config, base):
     """Creates each path's root (never its parents) of a config load()
     returned, once the config is known to be good: a config with a typo
-    leaves no directory behind."""
-    for p in config["path"]:
-        root = os.path.join(base, os.fspath(p["root"]))
+    leaves no directory behind. A missing root that a store on the other
+    paths records (a reopen) is never made: an empty directory in place of
+    an unmounted or moved one would only hide it (the open then says the
+    directory is gone); a new one (a tier added) is."""
+    roots = [os.path.join(base, os.fspath(p["root"])) for p in config["path"]]
+    recorded = _recorded_roots(roots)
+    for root in roots:
         if os.path.exists(root) and not os.path.isdir(root):
             raise NotADirectoryError(
                 f"mlpo store path {root} exists and is not a directory")
@@ -112,7 +134,8 @@ def make_roots(config, base):
                     f"{parent} does not exist (a typo, or a file system "
                     "that is not mounted?); mlpo creates the path "
                     "itself but not its parents: create them first")
-            os.makedirs(root, exist_ok=True)
+            if os.path.normpath(os.path.abspath(root)) not in recorded:
+                os.makedirs(root, exist_ok=True)
 
 
 def source(store):

@@ -290,12 +290,14 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
         dist.all_gather(out, padded, group=self._pg)
         return torch.cat(out)[:l["flat"]]
 
-    def _require_engine(self):
+    def _require_engine(self, finish=True):
+        """The open engine (reopened after a failed step); a step running
+        during backward is decided first unless `finish` is False."""
         if self._failed_step is not None:
             self._recover_failed_step()
         if self._engine is None:
             raise RuntimeError("mlpo.torch: the optimizer is closed")
-        if self._engine.stepping_in_backward:  # (update_in_backward)
+        if finish and self._engine.stepping_in_backward:
             self._finish_in_backward(self._engine)
         return self._engine
 

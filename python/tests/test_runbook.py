@@ -125,6 +125,38 @@ def test_a_path_that_vanishes_mid_run_is_named_with_the_way_out(tmp_path,
     opt.close()
 
 
+def test_an_unmounted_or_moved_path_is_told_apart_and_never_made_empty(
+        tmp_path, mlpo_cli):
+    """A path's directory renamed away (a disk not mounted, a directory
+    moved): the reopen does not make it again empty, and says it is gone,
+    to mount or point at; an empty directory in its place (an empty mount
+    point) is named as one. Mounted back, the store resumes where it was
+    and verifies --deep."""
+    import pytest
+    d = str(tmp_path)
+    m, opt = make(d, durability="step")
+    train(m, opt, 2)
+    opt.close()
+    os.rename(d + "/pfs", d + "/pfs-unmounted")
+    with pytest.raises((RuntimeError, OSError)) as e:
+        make(d, resume=True)
+    assert "gone" in str(e.value) and "not mounted" in str(e.value)
+    assert "Mount it back" in str(e.value)
+    assert not os.path.exists(d + "/pfs")  # not made empty
+    os.makedirs(d + "/pfs")  # an empty mount point
+    with pytest.raises((RuntimeError, OSError)) as e:
+        make(d, resume=True)
+    assert "empty" in str(e.value) and "not mounted" in str(e.value)
+    os.rmdir(d + "/pfs")
+    os.rename(d + "/pfs-unmounted", d + "/pfs")  # mounted back
+    m2, opt = make(d, resume=True)
+    assert opt.step_count == 2
+    train(m2, opt, 1)
+    opt.close()
+    rc, text = cli(mlpo_cli, "verify", "--deep", d + "/nvme")
+    assert rc == 0, text
+
+
 def test_another_user_is_told_permission_denied(tmp_path, mlpo_cli):
     """A store's 0700 directories read by another user: "permission
     denied", naming the directory and its owner (it said "not a store

@@ -19,8 +19,9 @@ clipping after backward; an exception in the middle of backward and a
 non-finite gradient apply nothing. A dropped checkpoint's dicts are refused from then on, also once a
 later checkpoint has taken its name.
 
-It runs for AdamW (plain, and with the update run during backward:
-update_in_backward=True, also over two micro-batches a step), and for AdamW with amsgrad, SGD with momentum
+It runs for AdamW (with the defaults, which run the update during
+backward; with update_in_backward=False; and with accumulation_steps=2,
+two micro-batches a step), and for AdamW with amsgrad, SGD with momentum
 and Adagrad (each rule's state compared key by key with torch's).
 
 MLPO_WORKFLOW_EXAMPLES sets the number of examples (default 12; the slow
@@ -522,9 +523,10 @@ class Workflow(RuleBasedStateMachine):
                 q.copy_(p)
 
 
-class WorkflowInBackward(Workflow):
-    """The same with the update run during backward."""
-    OURS_KW = dict(update_in_backward=True)
+class WorkflowPlainStep(Workflow):
+    """The same with the update during backward off (the default runs
+    it)."""
+    OURS_KW = dict(update_in_backward=False)
 
 
 class WorkflowInBackwardAccumulating(Workflow):
@@ -552,13 +554,13 @@ Workflow.TestCase.settings = settings(
     max_examples=EXAMPLES, stateful_step_count=25, deadline=None,
     suppress_health_check=list(HealthCheck), database=None)
 test_workflow = Workflow.TestCase
-for _cls in (WorkflowInBackward, WorkflowInBackwardAccumulating,
+for _cls in (WorkflowPlainStep, WorkflowInBackwardAccumulating,
              WorkflowAmsgrad, WorkflowSGD, WorkflowAdagrad):
     _cls.TestCase.settings = settings(
         max_examples=max(2, EXAMPLES // 3), stateful_step_count=25,
         deadline=None, suppress_health_check=list(HealthCheck),
         database=None)
-test_workflow_in_backward = WorkflowInBackward.TestCase
+test_workflow_plain_step = WorkflowPlainStep.TestCase
 test_workflow_in_backward_accumulating = \
     WorkflowInBackwardAccumulating.TestCase
 test_workflow_amsgrad = WorkflowAmsgrad.TestCase

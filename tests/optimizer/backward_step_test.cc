@@ -119,6 +119,16 @@ TEST(BackwardStepTest, RefusesWhatIsWrong) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ((*plain)->param_steps()[0], 1u);
   EXPECT_EQ((*plain)->param_steps()[1], 0u);
+  plain->reset();
+  // A fresh start over a store with heads: its first step drops them,
+  // which a discarded step could not give back; refused, heads kept.
+  OptimizerOptions o = Options(b);
+  o.fresh = true;
+  auto fresh = Optimizer::Open(o);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ((*fresh)->BeginStep(1.0).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE((*fresh)->fresh_pending());
 }
 
 // Hands every parameter's gradient of step t in (poisoning parameter
