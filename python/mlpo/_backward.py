@@ -34,6 +34,8 @@ step's:
   backward, then zero_grad()); the model's tensors were never written.
 
 A mixin of the optimizer class in torch.py."""
+import statistics
+import time
 import weakref
 
 import torch
@@ -57,6 +59,52 @@ def _note_plain_step_once(why):
               "step() runs the whole update (the results are the same). "
               "update_in_backward=False says so and silences this",
               PlainStepNote)
+
+
+class _AutoChoice:
+    """update_in_backward left at its default: the faster of the two ways
+    to step, measured on the job itself. Both are exact; which is faster
+    depends on the machine (on two cores the update competes with
+    backward for the CPU; with idle cores and slow storage it hides the
+    I/O). Steps alternate between them for a probe (PROBE each, after
+    SKIP steps of warm-up), iteration times (step() return to step()
+    return) are compared by median, and the winner runs for KEEP steps
+    before the next probe."""
+    SKIP, PROBE, KEEP = 2, 3, 200
+
+    def __init__(self):
+        self.plan = [False] * self.SKIP + [True, False] * self.PROBE
+        self.times = {True: [], False: []}
+        self.last = None      # when the last step() returned
+        self.probing = True
+        self.chosen = None    # the last probe's winner
+
+    def speculate(self):
+        """Whether the step about to run runs during backward."""
+        return self.plan[0] if self.plan else True
+
+    def stepped(self, speculated):
+        now = time.perf_counter()
+        # (an iteration's time is this step's: its forward and backward,
+        # then its step)
+        if self.last is not None and self.probing and \
+                len(self.plan) <= 2 * self.PROBE:
+            self.times[speculated].append(now - self.last)
+        self.last = now
+        if self.plan:
+            self.plan.pop(0)
+        if self.plan:
+            return
+        if self.probing:
+            a, b = self.times[True], self.times[False]
+            self.chosen = bool(a and b and statistics.median(a) <
+                               statistics.median(b))
+            self.plan = [self.chosen] * self.KEEP
+            self.probing = False
+        else:
+            self.plan = [True, False] * self.PROBE
+            self.times = {True: [], False: []}
+            self.probing = True
 
 
 class PlainStepNote(UserWarning):
@@ -94,6 +142,7 @@ class BackwardUpdate:
         self._spec_pause = 0   # steps left to run whole (_note_redo)
         self._spec_backoff = 2
         self._bwd_hooks = []
+        self._auto = None
         self._reset_backward()
         self.update_in_backward = bool(on)
         if on is False:
@@ -117,6 +166,7 @@ class BackwardUpdate:
             raise ValueError(f"{cls}: update_in_backward=True is refused: "
                              f"{why}")
         self.update_in_backward = True
+        self._auto = _AutoChoice() if on is None else None
         self._hook_params()
 
     def _reset_backward(self):
@@ -184,7 +234,8 @@ class BackwardUpdate:
             # accumulating again): step() redoes the step with the sum.
             self._bwd_stale = True
             return
-        if self._bwd_plain or self._spec_pause > 0:
+        if self._bwd_plain or self._spec_pause > 0 or (
+                self._auto is not None and not self._auto.speculate()):
             return
         if not eng.stepping_in_backward and not self._begin_in_backward(eng):
             return
@@ -355,6 +406,7 @@ class BackwardUpdate:
                 rep = self._guarded(eng, "finish_step")
                 if not rep["skipped"]:
                     self._copy_in()
+            rep["in_backward"] = True
             self.last_report = rep
             self._bwd_done = True
             self._note_redo(bool(rep.get("redone")))

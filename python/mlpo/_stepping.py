@@ -104,6 +104,8 @@ class Stepping:
         if self._bwd_done:
             self._bwd_done = False
             self._warn_skipped(eng, self.last_report)
+            if self._auto is not None:
+                self._auto.stepped(True)
             return loss
         self._learn_passes()  # (update in backward: the next step's count)
         self._reset_backward()  # fewer backwards than expected, or more
@@ -125,11 +127,14 @@ class Stepping:
                 rep = self._step_sharded(eng, keep, scale)
         finally:
             sync_out(self._entries)
+        rep["in_backward"] = False
         self.last_report = rep
         if not self._warn_skipped(eng, rep) and not rep["skipped"] and \
                 self._world > 1 and not self._fsdp:
             self._publish_sharded()
         self._note_versions()
+        if self._auto is not None:
+            self._auto.stepped(False)
         return loss
 
     def _warn_skipped(self, eng, rep):

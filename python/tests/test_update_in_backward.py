@@ -517,3 +517,47 @@ def test_speculation_pauses_while_every_step_is_redone(tmp_path):
     assert ran == [True, True, False, False, True, True, False, False, False]
     ours.close()
     plain.close()
+
+
+@pytest.mark.parametrize("faster", [True, False])
+def test_the_default_keeps_the_faster_way_it_measured(monkeypatch, faster):
+    """update_in_backward left None: after warm-up, steps alternate between
+    the two ways (both exact) and the one with the smaller median iteration
+    time runs the next KEEP steps, then a new probe."""
+    from mlpo import _backward
+    clock = [0.0]
+    monkeypatch.setattr(_backward.time, "perf_counter", lambda: clock[0])
+    auto = _backward._AutoChoice()
+    ran = []
+    for _ in range(auto.SKIP + 2 * auto.PROBE + 5):
+        spec = auto.speculate()
+        ran.append(spec)
+        clock[0] += 1.0 if spec == faster else 1.5
+        auto.stepped(spec)
+    assert ran[:auto.SKIP] == [False] * auto.SKIP
+    assert ran[auto.SKIP:auto.SKIP + 2 * auto.PROBE] == \
+        [True, False] * auto.PROBE
+    assert ran[-5:] == [faster] * 5
+    assert auto.chosen == faster
+    for _ in range(auto.KEEP - 5):
+        auto.stepped(auto.speculate())
+    assert auto.speculate() is True and auto.probing  # probing again
+
+
+def test_the_default_trains_exactly_whichever_way_it_runs(tmp_path):
+    """The default (None) switches between the ways as it measures; every
+    step is torch.optim's all the same, and last_report says which ran."""
+    a, b = Tied(), Tied()
+    ours = mt.AdamW(groups(a), **HYPER, store=str(tmp_path / "a"),
+                    subgroup_numel=700)
+    plain = mt.AdamW(groups(b), **HYPER, store=str(tmp_path / "b"),
+                     subgroup_numel=700, update_in_backward=False)
+    ways = set()
+    for step in range(1, 12):
+        train(a, ours, step)
+        train(b, plain, step)
+        ways.add(ours.last_report["in_backward"])
+        assert_same(a, ours, b, plain)
+    assert ways == {True, False}
+    ours.close()
+    plain.close()
