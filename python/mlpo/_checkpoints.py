@@ -119,7 +119,8 @@ class CheckpointMixin:
         self._note_versions()
 
     def tags(self):
-        return self._require_engine().tags()
+        """The store's tags, oldest state first (tags of one state by name)."""
+        return list(self._require_engine().tag_order())
 
     def flush(self):
         """Waits until everything step() has returned is durable (with

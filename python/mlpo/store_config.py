@@ -68,6 +68,11 @@ def load(store, create=True):
                     store = tomllib.load(f)
                 except tomllib.TOMLDecodeError as e:
                     raise ValueError(f"mlpo store config {s}: {e}") from None
+                except UnicodeDecodeError as e:
+                    raise ValueError(
+                        f"mlpo store config {s}: not UTF-8 text (TOML files "
+                        f"are UTF-8): byte {e.object[e.start]:#04x} at "
+                        f"offset {e.start}") from None
             base = os.path.dirname(s)
             if not isinstance(store.get("path"), list):
                 raise ValueError(f"mlpo store config {s}: no [[path]] tables")

@@ -532,3 +532,24 @@ def test_engine_sizes_are_checked_with_a_message(store_dir, key, value):
     with pytest.raises(ValueError, match=key):
         mt.AdamW(make_model().parameters(), store=store_dir, **{key: value})
     assert not os.path.exists(os.path.join(store_dir, "mlpo"))
+
+
+def test_a_config_that_is_not_utf8_is_named(tmp_path):
+    toml = tmp_path / "store.toml"
+    toml.write_bytes(b'[[path]]\nroot = "caf\xe9"\n')
+    with pytest.raises(ValueError, match=r"store.toml: not UTF-8 text.*0xe9"):
+        mt.AdamW(make_model().parameters(), store=str(toml))
+
+
+def test_tags_are_listed_oldest_first(store_dir):
+    # Oldest state first, whatever the names; tags of one state by name.
+    model, opt = trained(store_dir)
+    for s, name in enumerate(("zeta", "alpha", "mid")):
+        opt.zero_grad()
+        loss_of(model, s).backward()
+        opt.step()
+        opt.checkpoint(name)
+    opt.checkpoint("beta")
+    assert [t for t in opt.tags() if not t.startswith("step-")] == \
+        ["zeta", "alpha", "beta", "mid"]
+    opt.close()

@@ -112,3 +112,29 @@ def test_cuda_model_matches_torch_optim_on_the_gpu(tmp_path):
             o.step()
     assert all(p.is_cuda for p in model.parameters())
     assert max_diff(model, ref) <= 1e-5
+
+
+def test_the_default_falls_back_to_the_plain_step_and_says_so_once(tmp_path):
+    """Device parameters (here the host backend's path): the update during
+    backward cannot run; left at its default the optimizer runs the plain
+    step and says so once per process and reason; True is refused."""
+    import warnings
+    from mlpo import _backward
+    _backward._told_plain.clear()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for k in range(2):
+            model = make_model()
+            opt = mt.AdamW(model.parameters(), lr=1e-2,
+                           store=str(tmp_path / f"s{k}"),
+                           device_backend="host")
+            assert not opt.update_in_backward
+            train(model, opt, 2)
+            assert opt.step_count == 2
+            assert opt.last_report["in_backward"] is False
+            opt.close()
+    notes = [w for w in seen if issubclass(w.category, mt.PlainStepNote)]
+    assert len(notes) == 1 and "device" in str(notes[0].message)
+    with pytest.raises(ValueError, match="update_in_backward=True is refused"):
+        mt.AdamW(make_model().parameters(), store=str(tmp_path / "t"),
+                 device_backend="host", update_in_backward=True)
