@@ -152,6 +152,12 @@ class Optimizer {
   absl::Status BeginStep(double loss_scale = 1.0);
   absl::Status GradReady(int param);
   absl::StatusOr<StepReport> FinishStep(const GradStats* global = nullptr);
+  // Data parallel with the update during backward: `agree` is given this
+  // rank's statistics once the running step has stopped (whatever it
+  // ended in: every rank calls it, so collectives inside it pair) and
+  // returns every rank's, from which FinishStep decides as above.
+  using AgreeStats = std::function<GradStats(const GradStats& local)>;
+  absl::StatusOr<StepReport> FinishStep(const AgreeStats& agree);
   absl::Status DiscardStep(bool redo);
   // Steps redone after a speculative one was discarded, since Open.
   uint64_t redone_steps() const { return redone_; }

@@ -268,9 +268,18 @@ absl::Status Optimizer::GradReady(int param) {
 }
 
 absl::StatusOr<StepReport> Optimizer::FinishStep(const GradStats* global) {
-  if (backward_ == nullptr)
-    return absl::FailedPreconditionError(
+  if (global == nullptr) return FinishStep(AgreeStats());
+  const GradStats g = *global;
+  return FinishStep([g](const GradStats&) { return g; });
+}
+
+absl::StatusOr<StepReport> Optimizer::FinishStep(const AgreeStats& agree) {
+  if (backward_ == nullptr) {
+    absl::Status st = absl::FailedPreconditionError(
         "no step is running during backward (BeginStep first)");
+    if (agree) (void)agree(GradStats());  // the other ranks' collectives
+    return st;
+  }
   std::vector<bool> active;
   bool nonfinite = false;
   absl::StatusOr<StepReport> r = backward_->Finish(&active, &nonfinite);
@@ -278,11 +287,12 @@ absl::StatusOr<StepReport> Optimizer::FinishStep(const GradStats* global) {
   const uint64_t t = step_ + 1;
   const double loss_scale = backward_loss_scale_;
   if (r.ok()) backward_order_ = r->order;
-  if (!r.ok() && !nonfinite) return EndStep(t, active, std::move(r));
   // Decided as the plain step decides, from the same statistics.
   GradStats tot;
-  if (global) tot = *global;
-  else if (nonfinite || options_.max_grad_norm > 0) tot = LocalGradStats();
+  if (agree) tot = agree(LocalGradStats());
+  if (!r.ok() && !nonfinite) return EndStep(t, active, std::move(r));
+  if (!agree && (nonfinite || options_.max_grad_norm > 0))
+    tot = LocalGradStats();
   StepReport rep;
   rep.step = step_;
   if (nonfinite || tot.nonfinite > 0) {
@@ -312,7 +322,7 @@ absl::StatusOr<StepReport> Optimizer::FinishStep(const GradStats* global) {
     }
     return redo;
   }
-  if (options_.max_grad_norm > 0 || global) {
+  if (options_.max_grad_norm > 0 || agree) {
     r->grad_norm = rep.grad_norm;
   }
   return EndStep(t, active, std::move(r));

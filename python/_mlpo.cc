@@ -268,13 +268,37 @@ class Engine {
   }
   void GradReady(int param) { Check(opt()->GradReady(param)); }
   bool stepping_in_backward() { return opt()->stepping_in_backward(); }
-  py::dict FinishStep() {
+  // `agree` (data parallel): called with this rank's (sum_sq, nonfinite)
+  // once the running step stopped, returns every rank's.
+  py::dict FinishStep(py::object agree) {
     Optimizer* o = opt();
     absl::StatusOr<StepReport> stepped;
+    Optimizer::AgreeStats fn;
+    std::string agree_error;
+    if (!agree.is_none()) {
+      fn = [&agree, &agree_error](const GradStats& local) {
+        py::gil_scoped_acquire gil;
+        try {
+          py::tuple t = agree(local.sum_sq, local.nonfinite);
+          GradStats g;
+          g.sum_sq = t[0].cast<double>();
+          g.nonfinite = t[1].cast<uint64_t>();
+          return g;
+        } catch (py::error_already_set& e) {
+          agree_error = e.what();
+          GradStats bad;
+          bad.nonfinite = 1;  // (never committed: the step raises below)
+          return bad;
+        }
+      };
+    }
     {
       py::gil_scoped_release nogil;
-      stepped = o->FinishStep();
+      stepped = o->FinishStep(fn);
     }
+    if (!agree_error.empty())
+      throw std::runtime_error("the ranks could not agree on the step's "
+                               "gradient statistics: " + agree_error);
     return ReportDict(Value(std::move(stepped)));
   }
   // The step running during backward dropped (Optimizer::DiscardStep):
@@ -602,7 +626,7 @@ PYBIND11_MODULE(_mlpo, m) {
       .def("settle", &Engine::Settle)
       .def("begin_step", &Engine::BeginStep, py::arg("loss_scale") = 1.0)
       .def("grad_ready", &Engine::GradReady)
-      .def("finish_step", &Engine::FinishStep)
+      .def("finish_step", &Engine::FinishStep, py::arg("agree") = py::none())
       .def("discard_step", &Engine::DiscardStep, py::arg("redo"))
       .def_property_readonly("redone_steps", &Engine::redone_steps)
       .def_property_readonly("stepping_in_backward",

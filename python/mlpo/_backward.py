@@ -34,11 +34,13 @@ step's:
   backward, then zero_grad()); the model's tensors were never written.
 
 A mixin of the optimizer class in torch.py."""
+import gc
 import statistics
 import time
 import weakref
 
 import torch
+import torch.distributed as dist
 
 from . import _mlpo
 from ._checkpoints import _flat
@@ -72,7 +74,8 @@ class _AutoChoice:
     before the next probe."""
     SKIP, PROBE, KEEP = 2, 3, 200
 
-    def __init__(self):
+    def __init__(self, agree=None):
+        self.agree = agree  # data parallel: the ranks' times, combined
         self.plan = [False] * self.SKIP + [True, False] * self.PROBE
         self.times = {True: [], False: []}
         self.last = None      # when the last step() returned
@@ -97,14 +100,32 @@ class _AutoChoice:
             return
         if self.probing:
             a, b = self.times[True], self.times[False]
-            self.chosen = bool(a and b and statistics.median(a) <
-                               statistics.median(b))
+            if a and b:
+                ma, mb = statistics.median(a), statistics.median(b)
+                if self.agree is not None:
+                    ma, mb = self.agree([ma, mb])
+                self.chosen = ma < mb
+            else:
+                self.chosen = False
             self.plan = [self.chosen] * self.KEEP
             self.probing = False
         else:
             self.plan = [True, False] * self.PROBE
             self.times = {True: [], False: []}
             self.probing = True
+
+
+def ddp_comm_hook(state, bucket):
+    """DistributedDataParallel's communication hook for an mlpo optimizer:
+
+        ddp_model.register_comm_hook(opt, mlpo.torch.ddp_comm_hook)
+
+    Averages each bucket of gradients over the ranks as DDP's own hook
+    does, and hands the averaged gradients to the optimizer's step as soon
+    as they are, so that it updates during backward (update_in_backward)
+    with the gradients step() would see. Without it, with data parallel,
+    step() runs the whole update."""
+    return state._ddp_bucket(bucket)
 
 
 class PlainStepNote(UserWarning):
@@ -143,6 +164,9 @@ class BackwardUpdate:
         self._spec_backoff = 2
         self._bwd_hooks = []
         self._auto = None
+        self._ddp_hooked = False  # ddp_comm_hook has run
+        self._ddp_searched = False  # for a DDP to hook (_hook_ddp)
+        self._ddp_why = None
         self._reset_backward()
         self.update_in_backward = bool(on)
         if on is False:
@@ -150,9 +174,9 @@ class BackwardUpdate:
         why = None
         if not hasattr(torch.Tensor, "register_post_accumulate_grad_hook"):
             why = "it needs torch >= 2.1 (register_post_accumulate_grad_hook)"
-        elif self._world > 1:
-            why = ("data parallel (DDP, FSDP, ZeRO shards) averages the "
-                   "gradients after backward; use the plain step")
+        elif self._world > 1 and self._fsdp:
+            why = ("FSDP reduce-scatters the gradients after the "
+                   "parameters' hooks run; use the plain step")
         elif self._device_path is not None:
             why = ("the parameters are on a device; the update in backward "
                    "reads host gradients")
@@ -166,7 +190,9 @@ class BackwardUpdate:
             raise ValueError(f"{cls}: update_in_backward=True is refused: "
                              f"{why}")
         self.update_in_backward = True
-        self._auto = _AutoChoice() if on is None else None
+        self._auto = _AutoChoice(
+            self._agree_times if self._world > 1 else None) \
+            if on is None else None
         self._hook_params()
 
     def _reset_backward(self):
@@ -178,6 +204,8 @@ class BackwardUpdate:
         self._bwd_stale = False    # a gradient changed once handed in
         self._bwd_beyond = False   # a backward past the updating one ran
         self._bwd_plain = False    # this step is step()'s to run whole
+        self._ddp_pending = []     # DDP buckets reduced or in flight
+        self._ddp_reduced = False  # DDP averaged this step's gradients
 
     def _hook_params(self):
         """Hooks every parameter (again after a reopen or a new group)."""
@@ -185,6 +213,12 @@ class BackwardUpdate:
         self._pieces_of = {}
         for k, (g, e, at, n, off) in enumerate(self._pieces):
             self._pieces_of.setdefault(id(e), []).append(k)
+        self._map_entries()
+        if self._world > 1:
+            # Data parallel: the gradients are final once DDP reduced
+            # them, which its communication hook sees (ddp_comm_hook); the
+            # parameters' own hooks fire before that.
+            return
         for l in self._layout:
             for e in l["entries"]:
                 # (a weak reference: the model does not keep the
@@ -194,6 +228,12 @@ class BackwardUpdate:
                         lambda p, e=e, me=weakref.ref(self):
                         me() is not None and me()._grad_final(e)))
 
+    def _map_entries(self):
+        """Each parameter's entry by its memory (DDP's buckets name
+        parameters; their objects need not be the ones given)."""
+        self._entry_at = {e["dparam"].data_ptr(): e
+                          for l in self._layout for e in l["entries"]}
+
     def _remove_backward_hooks(self):
         for h in getattr(self, "_bwd_hooks", ()):
             h.remove()
@@ -201,22 +241,25 @@ class BackwardUpdate:
 
     def _pass_ended(self):
         self._bwd_in_pass = False
+        if self._ddp_pending:
+            self._ddp_drain(wait=True)
 
-    def _grad_final(self, e):
-        """A parameter's gradient was accumulated: in the last backward
-        pass of a step (the accumulation_steps-th since step()) it goes to
-        the running step."""
-        eng = self._engine
-        if eng is None or self._failed_step is not None:
-            return  # closed, or reopening at the next call
+    def _count_pass(self):
+        """The first gradient of a backward pass counts it (and its end is
+        noted when the pass ends)."""
         if not self._bwd_in_pass:
             self._bwd_in_pass = True
             self._bwd_pass += 1
             me = weakref.ref(self)
             _queue_end_of_backward(
                 lambda: me() is not None and me()._pass_ended())
+
+    def _updating_pass(self, eng):
+        """Whether the pass running now is the step's last, the one whose
+        gradients go to the running step (a pass beyond it discards that
+        step: False)."""
         if self._bwd_pass < self._passes:
-            return
+            return False
         if self._bwd_pass > self._passes:
             # One more backward than the step expected (another
             # micro-batch, retain_graph): the gradients it accumulates are
@@ -226,16 +269,102 @@ class BackwardUpdate:
             # the plain step.
             if not self._bwd_beyond:
                 self._bwd_beyond = True
+                self._ddp_pending = []
                 if eng.stepping_in_backward:
                     self._discard_in_backward(None, mid_backward=True)
-            return
-        if id(e) in self._bwd_given:
+            return False
+        return not (self._bwd_plain or self._spec_pause > 0 or (
+            self._auto is not None and not self._auto.speculate()))
+
+    def _hook_ddp(self):
+        """update_in_backward on, data parallel and no ddp_comm_hook seen at
+        step(): a DistributedDataParallel wrapping these parameters (as
+        Trainer and Accelerate make it, out of the script's reach) gets
+        the hook, once, for the steps after this one. Whether it did."""
+        if self._ddp_searched:
+            return False
+        self._ddp_searched = True
+        ptrs = {e["dparam"].data_ptr() for l in self._layout
+                for e in l["entries"]}
+        DDP = torch.nn.parallel.DistributedDataParallel
+        for obj in gc.get_objects():
+            if not isinstance(obj, DDP):
+                continue
+            mine = {p.data_ptr() for p in obj.module.parameters()}
+            if not ptrs <= mine:
+                continue
+            try:
+                obj.register_comm_hook(self, ddp_comm_hook)
+            except (RuntimeError, ValueError, AssertionError) as err:
+                # (a hook of its own already: compression, PowerSGD)
+                self._ddp_why = f"its model's DDP has a hook already: {err}"
+                return False
+            return True
+        return False
+
+    def _ddp_bucket(self, bucket):
+        """DDP's communication hook (ddp_comm_hook): the bucket averaged
+        over the ranks as DDP's own hook does it; in the pass that updates,
+        its reduced gradients go to the running step (as soon as its
+        all-reduce is seen done: at a later bucket, or when the pass
+        ends)."""
+        buf = bucket.buffer()
+        buf.div_(self._world)
+        fut = dist.all_reduce(buf, group=self._pg,
+                              async_op=True).get_future()
+        self._ddp_reduced = self._ddp_hooked = True
+        eng = self._engine
+        if self.update_in_backward and eng is not None and \
+                self._failed_step is None:
+            self._count_pass()
+            if self._updating_pass(eng):
+                self._ddp_pending.append(
+                    (bucket.parameters(), bucket.gradients(), fut))
+                self._ddp_drain(wait=False)
+        return fut.then(lambda f: f.value()[0])
+
+    def _ddp_drain(self, wait):
+        """Reduced buckets, in the order they came, to the running step
+        (begun by the first); `wait`: every bucket, waiting for its
+        all-reduce."""
+        eng = self._engine
+        while self._ddp_pending:
+            params, grads, fut = self._ddp_pending[0]
+            if not wait and not fut.done():
+                return
+            self._ddp_pending.pop(0)
+            fut.wait()
+            if eng is None or self._bwd_plain or self._bwd_beyond:
+                continue
+            for p, g in zip(params, grads):
+                e = self._entry_at.get(p.data_ptr())
+                if e is None:
+                    # (a parameter's memory moved since: Trainer moves the
+                    # model after the optimizer is made)
+                    self._map_entries()
+                    e = self._entry_at.get(p.data_ptr())
+                if e is None or id(e) in self._bwd_given:
+                    continue
+                if not eng.stepping_in_backward and \
+                        not self._begin_in_backward(eng):
+                    self._ddp_pending = []
+                    return
+                self._hand_in(eng, e, g)
+
+    def _grad_final(self, e):
+        """A parameter's gradient was accumulated: in the last backward
+        pass of a step (the accumulation_steps-th since step()) it goes to
+        the running step."""
+        eng = self._engine
+        if eng is None or self._failed_step is not None:
+            return  # closed, or reopening at the next call
+        self._count_pass()
+        if id(e) in self._bwd_given and self._bwd_pass == self._passes:
             # A second gradient in the same pass (a hook of its own
             # accumulating again): step() redoes the step with the sum.
             self._bwd_stale = True
             return
-        if self._bwd_plain or self._spec_pause > 0 or (
-                self._auto is not None and not self._auto.speculate()):
+        if not self._updating_pass(eng):
             return
         if not eng.stepping_in_backward and not self._begin_in_backward(eng):
             return
@@ -278,11 +407,25 @@ class BackwardUpdate:
                 "accumulation_steps to the backwards per step, or leave it "
                 "None to have it learned", RuntimeWarning)
 
-    def _hand_in(self, eng, e):
+    def _hand_in(self, eng, e, reduced=None):
         """Entry e's gradient to the running step (read in place: its
-        version tells a change after this)."""
+        version tells a change after this). `reduced`: DDP's averaged
+        gradient of it in its bucket (p.grad gets a copy of it when
+        backward ends: its values tell a change)."""
         if not e["numel"]:
             self._bwd_given[id(e)] = (e, None, 0, None, None)
+            return
+        if reduced is not None:
+            if reduced.dtype != e["dtype"] or \
+                    tuple(reduced.shape) != e["shape"] or \
+                    not reduced.is_contiguous():
+                self._bwd_plain = True  # step() stages it, or says why not
+                if eng.stepping_in_backward:
+                    self._discard_in_backward(None, mid_backward=True)
+                return
+            self._bwd_given[id(e)] = (e, None, 0, reduced,
+                                      self._piece_digests(e, reduced))
+            self._borrow_pieces(eng, e, reduced)
             return
         try:
             grad = self._grad_of(e)
@@ -296,9 +439,17 @@ class BackwardUpdate:
         if grad is None:
             return
         orig = e["dparam"].grad
-        self._bwd_given[id(e)] = (e, orig, orig._version, grad,
-                                  self._digest(orig))
-        # The step writes a copy of the parameter, copied in at step().
+        self._bwd_given[id(e)] = (
+            e, orig, orig._version, grad,
+            self._piece_digests(e, grad) if self._world > 1
+            else self._digest(orig))
+        self._borrow_pieces(eng, e, grad)
+
+    def _borrow_pieces(self, eng, e, grad):
+        """This rank's pieces of entry e: the step reads `grad` in place
+        and writes a copy of the parameter, copied in at step()."""
+        if not self._pieces_of.get(id(e)):
+            return  # (data parallel: all of it in other ranks' shards)
         p = e["param"]
         copy = self._shadows.get(id(e))
         if copy is None or copy.dtype != p.dtype or \
@@ -367,9 +518,31 @@ class BackwardUpdate:
         return _mlpo.checksum(grad.data_ptr(),
                               grad.numel() * grad.element_size())
 
+    def _piece_digests(self, e, grad):
+        """Checksums of this rank's pieces of a gradient (data parallel:
+        what DDP handed in is compared with p.grad by value)."""
+        flat = grad.reshape(-1)
+        es = flat.element_size()
+        out = []
+        for k in self._pieces_of.get(id(e), ()):
+            _, _, at, n, _ = self._pieces[k]
+            out.append(_mlpo.checksum(flat.data_ptr() + at * es, n * es))
+        return tuple(out)
+
     def _changed_after_hand_in(self):
         if self._bwd_stale:
             return True
+        if self._world > 1:
+            # (DDP: p.grad holds a copy of the reduced bucket, or is it)
+            for e, _, _, _, digests in self._bwd_given.values():
+                g = e["dparam"].grad
+                if digests is None:
+                    continue
+                if g is None or not g.is_contiguous() or \
+                        g.dtype != e["dtype"] or \
+                        self._piece_digests(e, g) != digests:
+                    return True
+            return False
         for e, orig, version, _, digest in self._bwd_given.values():
             if orig is None:
                 continue
@@ -385,7 +558,14 @@ class BackwardUpdate:
     def _finish_in_backward(self, eng):
         """Decides a step running during backward: at step(), or at any
         other call on the state first (step() then has nothing left to
-        do)."""
+        do). Data parallel: step() decides it with the other ranks; any
+        other call first drops it (nothing applied), and step() runs the
+        plain step on every rank."""
+        if self._world > 1:
+            self._ddp_pending = []
+            self._bwd_plain = True
+            self._discard_in_backward(None, mid_backward=True)
+            return
         try:
             if self._changed_after_hand_in():
                 # Exact all the same: dropped, and redone as the plain step
@@ -417,6 +597,32 @@ class BackwardUpdate:
                 self._point_at_model(self._engine)
             sync_out(self._entries)
             self._note_versions()
+
+    def _finish_together(self, eng):
+        """Data parallel: step() on every rank finishes the step run during
+        backward, deciding clipping and overflow skips from every rank's
+        gradient statistics."""
+        for l in self._layout:
+            for e in l["entries"]:
+                if id(e) not in self._bwd_given and \
+                        e["dparam"].grad is not None:
+                    self._hand_in(eng, e)
+
+        def agree(sum_sq, nonfinite):
+            t = torch.tensor([sum_sq, float(nonfinite)], dtype=torch.float64)
+            dist.all_reduce(t, group=self._pg)
+            return float(t[0]), int(t[1])
+        rep = self._guarded(eng, "finish_step", agree)
+        if not rep["skipped"]:
+            self._copy_in()
+        return rep
+
+    def _agree_times(self, mine):
+        """_AutoChoice with data parallel: the ranks' median iteration
+        times, summed, so that every rank makes the same choice."""
+        t = torch.tensor(mine, dtype=torch.float64)
+        dist.all_reduce(t, group=self._pg)
+        return t.tolist()
 
     def _discard_in_backward(self, why, mid_backward=False):
         """A step running during backward that step() never asked for (or,

@@ -13,6 +13,7 @@ from ._stand_in import grad_of as stand_in_grad, sync_in, sync_out
 from ._warn import warn_user
 from ._checkpoints import _flat
 from ._opening import _DTYPES
+from ._backward import _note_plain_step_once
 
 
 def _refused(msg):
@@ -100,13 +101,18 @@ class Stepping:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        eng = self._require_engine()  # (a step run in backward finishes)
+        # (a step run in backward finishes; with data parallel, below,
+        # where every rank decides it together)
+        eng = self._require_engine(finish=self._world == 1)
         if self._bwd_done:
             self._bwd_done = False
             self._warn_skipped(eng, self.last_report)
             if self._auto is not None:
                 self._auto.stepped(True)
             return loss
+        if self._world > 1 and not self._fsdp:
+            return self._step_data_parallel(eng, loss,
+                                            loss_scale or self.loss_scale)
         self._learn_passes()  # (update in backward: the next step's count)
         self._reset_backward()  # fewer backwards than expected, or more
         self._check_groups()
@@ -121,20 +127,75 @@ class Stepping:
                 rep = self._step_device(eng, keep, scale)
             elif self._world == 1:
                 rep = self._step_host(eng, keep, scale)
-            elif self._fsdp:
-                rep = self._step_local_shards(eng, keep, scale)
             else:
-                rep = self._step_sharded(eng, keep, scale)
+                rep = self._step_local_shards(eng, keep, scale)
         finally:
             sync_out(self._entries)
         rep["in_backward"] = False
         self.last_report = rep
-        if not self._warn_skipped(eng, rep) and not rep["skipped"] and \
-                self._world > 1 and not self._fsdp:
-            self._publish_sharded()
+        self._warn_skipped(eng, rep)
         self._note_versions()
         if self._auto is not None:
             self._auto.stepped(False)
+        return loss
+
+    def _step_data_parallel(self, eng, loss, scale):
+        """step() of a rank of ZeRO data parallel (each rank's shard of the
+        state): the step run during backward (DDP's reduced buckets,
+        ddp_comm_hook) is finished where every rank can, else every rank
+        runs the plain step; then the new shards are gathered."""
+        running = eng.stepping_in_backward
+        if self.update_in_backward and not self._ddp_hooked and \
+                not self._hook_ddp():
+            _note_plain_step_once(
+                self._ddp_why or
+                "with data parallel it takes DDP's averaged gradients from "
+                "its communication hook, and no DistributedDataParallel "
+                "holds these parameters: wrap the model in one, or "
+                "ddp_model.register_comm_hook(opt, mlpo.torch.ddp_comm_hook)")
+        self._check_groups()
+        self._forget_prepared()
+        keep = []
+        sync_in(self._entries)
+        try:
+            if running:
+                self._ddp_drain(wait=True)
+            # (a loss_scale other than the one the running step began
+            # with: the plain step)
+            ok = running and scale == self.loss_scale and \
+                not self._changed_after_hand_in()
+            # One collective: which call, whether every rank can finish,
+            # and which parameters have gradients on any rank.
+            got = self._agree_call("step", [0 if ok else 1] + [
+                e["dparam"].grad is not None for l in self._layout
+                for e in l["entries"]])
+            together = int(got[0]) == 0
+            if together:
+                rep = self._finish_together(eng)
+            else:
+                if running:
+                    # (another rank's gradients changed, or it runs the
+                    # plain step: this one's speculation is dropped too)
+                    self._guarded(eng, "discard_step", True)
+                    self._point_at_model(eng)
+                for g, group in enumerate(self.param_groups):
+                    eng.set_hyper(g, self._hyper(group))
+                rep = self._step_sharded(eng, keep, scale, got[1:])
+            rep["in_backward"] = together
+            self.last_report = rep
+            if running:  # (a speculation dropped here is redone too)
+                self._note_redo(bool(rep.get("redone")))
+        finally:
+            self._learn_passes()
+            self._reset_backward()
+            if self._engine is not None:
+                self._point_at_model(self._engine)
+            sync_out(self._entries)
+        if not self._warn_skipped(eng, rep) and not rep["skipped"]:
+            self._publish_sharded()
+        self._note_versions()
+        if self._auto is not None:
+            self._auto.stepped(together)
         return loss
 
     def _warn_skipped(self, eng, rep):
@@ -261,7 +322,7 @@ class Stepping:
         code = self._CALLS[what]
         # One length for every call (a collective pairs tensors of one
         # size): a flag per parameter, at least two.
-        n = max(2, sum(len(l["entries"]) for l in self._layout))
+        n = max(2, 1 + sum(len(l["entries"]) for l in self._layout))
         flags = list(flags) + [0] * (n - len(flags))
         t = torch.tensor([code, -code] + flags, dtype=torch.int32)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._pg)
@@ -339,12 +400,10 @@ class Stepping:
                            dt, n)
         return self._step_with_global_stats(eng, scale)
 
-    def _step_sharded(self, eng, keep, scale):
+    def _step_sharded(self, eng, keep, scale, has):
+        """`has`: whether each parameter has a gradient on any rank (it has
+        one on every rank then)."""
         dt = _DTYPES[self._dtype]
-        # A parameter with a gradient on any rank has one on every rank.
-        has = self._agree_call("step", [
-            p.grad is not None for l in self._layout
-            for p in (e["param"] for e in l["entries"])])
         active = {}
         i = 0
         for l in self._layout:
@@ -354,6 +413,18 @@ class Stepping:
         for k, (g, e, at, n, off) in enumerate(self._pieces):
             p = e["param"]
             eng.set_param_memory(k, p.data_ptr() + at * p.element_size(), dt)
+        if self._ddp_reduced:
+            # DDP (its hook, ddp_comm_hook) averaged the gradients in
+            # backward: each rank's copy is the average already.
+            for k, (g, e, at, n, off) in enumerate(self._pieces):
+                grad = self._grad_of(e) if active[id(e["param"])] else None
+                if grad is None:
+                    continue
+                grad = grad.contiguous()
+                keep.append(grad)
+                eng.borrow_grad(g, off, grad.data_ptr() +
+                                at * grad.element_size(), dt, n)
+            return self._step_with_global_stats(eng, scale)
         for g, l in enumerate(self._layout):
             flat = torch.zeros(l["chunk"] * self._world, dtype=torch.float32)
             for e in l["entries"]:

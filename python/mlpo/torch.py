@@ -63,14 +63,14 @@ from ._export import export_state_dict
 from ._opening import _DTYPES, StoreOpening
 from ._retention import Retention
 from ._stepping import Stepping
-from ._backward import BackwardUpdate, PlainStepNote
+from ._backward import BackwardUpdate, PlainStepNote, ddp_comm_hook
 from ._rules import check_group, check_slots, manifest_hyper
 from ._stand_in import sync_in, sync_out
 from ._unsupported import refuse_unsupported
 from ._reshard import fsdp_mesh
 
 __all__ = ["AdamW", "Adam", "Lion", "Adagrad", "SGD", "export_state_dict",
-           "PlainStepNote"]
+           "PlainStepNote", "ddp_comm_hook"]
 
 
 

@@ -70,3 +70,63 @@ def test_accelerate_matches_torch_and_resumes(tmp_path):
     for n in full:
         assert torch.equal(resumed[n], full[n]), n
     assert tail == losses[4:]
+
+
+def run_accumulating(data, make_opt, clip):
+    """Accelerate's accumulate() over 2 micro-batches and its
+    clip_grad_norm_ at each real step; the final parameters and, for
+    mlpo, whether each step ran during backward."""
+    acc = Accelerator(cpu=True, gradient_accumulation_steps=2)
+    model = tiny_gpt2(len(data.vocab), seed=0)
+    opt = make_opt(model)
+    loader = torch.utils.data.DataLoader(data, batch_size=2, shuffle=False)
+    model, opt, loader = acc.prepare(model, opt, loader)
+    inner = getattr(opt, "optimizer", opt)
+    ran = []
+    for i, batch in enumerate(loader):
+        if i == 2 * STEPS:
+            break
+        with acc.accumulate(model):
+            acc.backward(model(**batch).loss)
+            if acc.sync_gradients:
+                acc.clip_grad_norm_(model.parameters(), clip)
+            opt.step()
+            opt.zero_grad()
+            if acc.sync_gradients and isinstance(inner, mt.AdamW):
+                r = inner.last_report
+                ran.append((bool(r["in_backward"]), bool(r.get("redone"))))
+    if isinstance(inner, mt.AdamW):
+        inner.close()
+    return params_of(acc.unwrap_model(model)), ran
+
+
+def test_accumulate_and_clip_update_during_backward_exactly(tmp_path):
+    """accumulate() (2 micro-batches) and clip_grad_norm_: with the update
+    in backward every step ends where the plain step ends, bit for bit;
+    a clip that does not clip (by 1e3) redoes nothing once seen, so the
+    steps after the first (which learns the count of micro-batches) run in
+    backward;
+    one that clips is redone (then paused), exactly."""
+    data = CharBlocks()
+
+    def opt_of(ib, name):
+        return lambda model: mt.AdamW(
+            model.named_parameters(), lr=3e-3, weight_decay=0.1,
+            store=str(tmp_path / name), subgroup_numel=4096,
+            update_in_backward=ib)
+
+    for clip in (1e3, 0.5):
+        ref, _ = run_accumulating(data, lambda model: torch.optim.AdamW(
+            model.parameters(), lr=3e-3, weight_decay=0.1), clip)
+        ib, ran = run_accumulating(data, opt_of(True, f"ib{clip}"), clip)
+        plain, _ = run_accumulating(data, opt_of(False, f"pl{clip}"), clip)
+        if clip > 1:
+            # (the first rewrite seen is redone; after it the gradients'
+            # values are compared, and a clip by 1.0 changes none)
+            assert ran == [(False, False), (True, True)] + \
+                [(True, False)] * (STEPS - 2), ran
+        else:
+            assert any(redone for _, redone in ran), ran
+        for n in ib:
+            assert torch.equal(ib[n], plain[n]), (clip, n)
+        assert max_param_diff(ib, ref) <= 2e-5

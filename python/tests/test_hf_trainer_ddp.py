@@ -59,6 +59,25 @@ def test_trainer_data_parallel_matches_torch_and_resumes(tmp_path):
     assert diff(params(one), params(full)) <= TOL
 
 
+def test_trainer_data_parallel_updates_during_backward(tmp_path):
+    """Nothing in the script but mlpo's optimizer and callback: step()
+    finds the DistributedDataParallel Trainer made and hooks it
+    (mlpo.torch.ddp_comm_hook), and the default's probe runs steps during
+    backward (here without Trainer's clipping, which clips every step of
+    this model and so pauses the speculation); the result is torch's."""
+    kw = dict(max_grad_norm=0, steps=8)
+    res, ref = run(tmp_path, 2, "ref", optimizer="torch",
+                   dir=tmp_path / "ref-out", **kw)
+    ok(res)
+    res, got = run(tmp_path, 2, "got", store=tmp_path / "s",
+                   dir=tmp_path / "out", **kw)
+    ok(res)
+    assert diff(params(got), params(ref)) <= TOL
+    with open(f"{got}.ran") as f:
+        ran = json.load(f)
+    assert len(ran) == 8 and ran[2] and ran[4], ran
+
+
 def test_rank0_save_without_the_callback_is_an_error(tmp_path):
     res, _ = run(tmp_path, 2, "x", store=tmp_path / "s",
                  dir=tmp_path / "out", callback=0)

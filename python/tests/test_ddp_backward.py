@@ -1,0 +1,120 @@
+"""The update during backward under DistributedDataParallel (2 gloo ranks):
+DDP's communication hook (mlpo.torch.ddp_comm_hook) hands each averaged
+bucket to the running step. Every pattern ends bit for bit where the
+plain step ends, on every rank, and near torch.optim.AdamW under the same
+DDP (mlpo's kernel rounds an ulp apart from torch's now and then)."""
+import json
+import warnings
+
+import pytest
+
+from test_distributed import launch
+
+TORCH_TOL = 1e-6
+
+
+def ddp_run(tmp_path, build_python_path, name, **kw):
+    """Both ranks' results of ddp_backward_worker.py."""
+    out = tmp_path / name
+    res = launch(tmp_path, build_python_path, 2, out,
+                 worker="ddp_backward_worker.py", store=tmp_path / f"s-{name}",
+                 **kw)
+    for rank, (code, text) in enumerate(res):
+        assert code == 0, f"rank {rank}:\n" + text[-3000:]
+    runs = []
+    for rank in range(2):
+        with open(f"{out}-{rank}.json") as f:
+            runs.append(json.load(f))
+    runs[0]["log"] = res[0][1]
+    return runs
+
+
+def max_diff(a, b):
+    return max(abs(x - y) for n in a["params"]
+               for x, y in zip(a["params"][n], b["params"][n]))
+
+
+def pattern(run):
+    return [(r["in_backward"], r["redone"], r["skipped"]) for r in run["ran"]]
+
+
+# (what each step of the run ran: in backward, redone, skipped)
+IB, REDO, PLAIN, SKIP = (True, False, False), (False, True, False), \
+    (False, False, False), (True, False, True)
+
+
+@pytest.mark.parametrize("kw, want", [
+    # no_sync on the first micro-batch; a parameter's gradient dropped
+    # after backward (redone); a call on the store between backward and
+    # step() (dropped, the plain step); an overflow (skipped whole)
+    (dict(accum=2, drop_bias_every=3, read_state_at=2, inf_at=5),
+     [IB, REDO, PLAIN, IB, REDO, SKIP, IB, REDO]),
+    # DDP reducing every micro-batch: the first step learns the count
+    (dict(accum=2, no_sync=0, drop_bias_every=3),
+     [PLAIN, REDO, IB, IB, REDO, IB, IB, REDO]),
+], ids=["no_sync-dropped-grad-read-overflow", "reduce-every-micro-batch"])
+def test_in_backward_is_the_plain_step_on_every_rank(tmp_path,
+                                                     build_python_path,
+                                                     kw, want):
+    ib = ddp_run(tmp_path, build_python_path, "ib", in_backward=1, **kw)
+    plain = ddp_run(tmp_path, build_python_path, "plain", in_backward=0, **kw)
+    for rank in range(2):
+        assert pattern(ib[rank]) == want, rank
+        assert max_diff(ib[rank], plain[rank]) == 0.0, rank
+        assert not any(r["in_backward"] for r in plain[rank]["ran"])
+    assert max_diff(ib[0], ib[1]) == 0.0  # the ranks agree
+    if "inf_at" not in kw:  # (torch.optim steps an overflow into nan)
+        ref = ddp_run(tmp_path, build_python_path, "torch",
+                      optimizer="torch", **kw)
+        assert max_diff(ib[0], ref[0]) <= TORCH_TOL
+
+
+def test_clipping_in_backward_redone_or_paused_exactly(tmp_path,
+                                                       build_python_path):
+    """The user's clip_grad_norm_ (clipping every step: redone, then
+    paused) and mlpo's max_grad_norm (decided from every rank's norm)."""
+    ib = ddp_run(tmp_path, build_python_path, "ib", in_backward=1,
+                 user_clip=0.5, steps=6)
+    plain = ddp_run(tmp_path, build_python_path, "plain", in_backward=0,
+                    user_clip=0.5, steps=6)
+    ref = ddp_run(tmp_path, build_python_path, "torch", optimizer="torch",
+                  user_clip=0.5, steps=6)
+    assert pattern(ib[0]) == [REDO, REDO, PLAIN, REDO, REDO, PLAIN]
+    for rank in range(2):
+        assert max_diff(ib[rank], plain[rank]) == 0.0
+    assert max_diff(ib[0], ref[0]) <= TORCH_TOL
+    # max_grad_norm, and a user clip that never clips (by 1.0: the values
+    # are the same, nothing is redone for it)
+    kw = dict(max_grad_norm=0.1, user_clip=100, steps=5)
+    ib = ddp_run(tmp_path, build_python_path, "ib2", in_backward=1, **kw)
+    plain = ddp_run(tmp_path, build_python_path, "plain2", in_backward=0, **kw)
+    assert [r["in_backward"] for r in ib[0]["ran"]][:2] == [True, True]
+    assert ib[0]["ran"][0]["redone"]  # the first steps' norms are above
+    for rank in range(2):
+        assert max_diff(ib[rank], plain[rank]) == 0.0
+
+
+def test_the_default_measures_on_every_rank_alike_and_without_the_hook_says_so(
+        tmp_path, build_python_path):
+    auto = ddp_run(tmp_path, build_python_path, "auto", steps=10)
+    plain = ddp_run(tmp_path, build_python_path, "plain", in_backward=0,
+                    steps=10)
+    assert pattern(auto[0]) == pattern(auto[1])  # one choice for both
+    assert any(r["in_backward"] for r in auto[0]["ran"])
+    assert max_diff(auto[0], plain[0]) == 0.0
+    # Without the hook in the script (as Trainer and Accelerate wrap the
+    # model): step() finds the DDP holding the parameters and hooks it.
+    found = ddp_run(tmp_path, build_python_path, "found", hook=0,
+                    in_backward=1, steps=4)
+    assert pattern(found[0]) == [PLAIN, IB, IB, IB]
+    assert max_diff(found[0], found[1]) == 0.0
+    # A hook of the script's own: the plain step, and a note that says so
+    taken = ddp_run(tmp_path, build_python_path, "taken", hook=2, steps=3)
+    assert "has a hook already" in taken[0]["log"]
+    assert not any(r["in_backward"] for r in taken[0]["ran"])
+    ref = ddp_run(tmp_path, build_python_path, "torch", optimizer="torch",
+                  steps=4)
+    assert max_diff(found[0], ref[0]) <= TORCH_TOL
+    assert max_diff(taken[0], ddp_run(tmp_path, build_python_path, "torch3",
+                                      optimizer="torch", steps=3)[0]) \
+        <= TORCH_TOL
