@@ -398,11 +398,14 @@ class StoreOpening:
             return
         common = [t for t in ranks[0][1] if all(t in tags for _, tags in
                                                ranks)]
+        # (the store's directory on its first path: the CLI takes it and
+        # acts on every rank's store in it)
+        where = os.path.dirname(self._engine.store_dirs[0])
         self.close()
         at = ", ".join(f"rank {r} at step {s}" for r, s in enumerate(steps))
         way = (f"restore every rank to one tag (the newest all hold is "
-               f"{common[-1]!r}: `mlpo restore <path>/{self.store_name} "
-               f"{common[-1]}` restores all its ranks), or load a state "
+               f"{common[-1]!r}: `mlpo restore {where} {common[-1]}` restores "
+               "all its ranks), or load a state "
                "dict" if common else "load a state dict")
         raise RuntimeError(
             f"mlpo.torch: the ranks' stores of {self.store_name!r} hold "

@@ -189,6 +189,14 @@ class Stepping:
             self._learn_passes()
             self._reset_backward()
             if self._engine is not None:
+                if self._engine.stepping_in_backward:
+                    # Raised before the step was decided (another rank
+                    # gone mid-collective): nothing of it is applied. (The
+                    # error raised is the one that stopped it.)
+                    try:
+                        self._engine.discard_step(False)
+                    except (RuntimeError, OSError):
+                        pass
                 self._point_at_model(self._engine)
             sync_out(self._entries)
         if not self._warn_skipped(eng, rep) and not rep["skipped"]:

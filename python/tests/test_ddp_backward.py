@@ -4,13 +4,15 @@ bucket to the running step. Every pattern ends bit for bit where the
 plain step ends, on every rank, and near torch.optim.AdamW under the same
 DDP (mlpo's kernel rounds an ulp apart from torch's now and then)."""
 import json
-import warnings
+import os
 
 import pytest
 
 from test_distributed import launch
 
 TORCH_TOL = 1e-6
+# Kills of the loop (MLPO_DDP_KILL_ROUNDS; 40 in the slow run)
+ROUNDS = int(os.environ.get("MLPO_DDP_KILL_ROUNDS", "3"))
 
 
 def ddp_run(tmp_path, build_python_path, name, **kw):
@@ -118,3 +120,82 @@ def test_the_default_measures_on_every_rank_alike_and_without_the_hook_says_so(
     assert max_diff(taken[0], ddp_run(tmp_path, build_python_path, "torch3",
                                       optimizer="torch", steps=3)[0]) \
         <= TORCH_TOL
+
+
+def test_killed_ranks_resume_or_say_how(tmp_path, build_python_path,
+                                        mlpo_cli):
+    """SIGKILL of both ranks (one, then the other a moment later) while
+    they update during backward, durability="step": every restart resumes
+    at the last step rank 0 saw return or the one before, with exactly the
+    parameters an unkilled run had there; or, where the kill fell between
+    the ranks' commits of one step (each rank commits its own shard), every
+    rank refuses, naming the ranks' steps and the command that restores
+    them to the newest checkpoint all hold, which then resumes exactly."""
+    import random
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+    import torch
+    from test_distributed import free_port
+    rng = random.Random(7)
+    work = tmp_path / "w"
+    work.mkdir()
+    worker = __file__.replace("test_ddp_backward.py", "ddp_kill_worker.py")
+    seen, refused = [], 0
+    for rnd in range(ROUNDS):
+        port = str(free_port())
+        procs = []
+        for r in range(2):
+            env = dict(os.environ, PYTHONPATH=build_python_path,
+                       RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                       GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+            procs.append(subprocess.Popen(
+                [sys.executable, worker, "--work", str(work), "--out", "-",
+                 "--resume", str(int(rnd > 0))], env=env,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        time.sleep(rng.uniform(4, 7))
+        first = rng.randrange(2)
+        procs[first].send_signal(signal.SIGKILL)
+        time.sleep(rng.uniform(0, 0.3))
+        procs[1 - first].send_signal(signal.SIGKILL)
+        out = procs[0].communicate()[0]
+        procs[1].communicate()
+        lines = out.splitlines()
+        start = [int(l.split()[1]) for l in lines if l.startswith("START")]
+        if not start:
+            m = re.search(r"hold different steps \(rank 0 at step (\d+), "
+                          r"rank 1 at step (\d+)\).*?`mlpo restore (\S+) "
+                          r"(step-\d+)`", out, re.S)
+            assert m, out[-3000:]
+            assert abs(int(m.group(1)) - int(m.group(2))) == 1, m.group(0)
+            refused += 1
+            cmd = subprocess.run([mlpo_cli, "restore", m.group(3),
+                                  m.group(4)], capture_output=True, text=True)
+            assert cmd.returncode == 0, cmd.stdout + cmd.stderr
+            seen.append((int(m.group(4)[5:]), None))
+            continue
+        if seen:
+            last = seen[-1][1]
+            if last is None:  # restored to the checkpoint
+                assert start[0] == seen[-1][0], (start, seen)
+            else:
+                assert last - 1 <= start[0] <= last + 1, (start, seen)
+        rets = [int(l.split()[1]) for l in lines if l.startswith("RET")]
+        assert rets and rets[-1] > start[0] + 1, out[-3000:]  # trained on
+        seen.append((start[0], rets[-1]))
+    print(f"{ROUNDS} kills: {refused} between the ranks' commits")
+    starts = sorted({s for s, r in seen if s > 0 and r is not None})
+    (tmp_path / "r").mkdir()
+    res = launch(tmp_path, build_python_path, 2, tmp_path / "ref",
+                 worker="ddp_kill_worker.py", work=tmp_path / "r",
+                 stop=max(starts), record=",".join(map(str, starts)))
+    for rank, (code, text) in enumerate(res):
+        assert code == 0, f"rank {rank}:\n" + text[-3000:]
+    ref = torch.load(tmp_path / "r" / "reference.pt")
+    for s in starts:
+        got = torch.load(work / f"start-{s}.pt")
+        for n in got:
+            assert torch.equal(got[n], ref[s][n]), (s, n)
