@@ -26,13 +26,22 @@ update)). Also the bytes each store path moved a step.
 
 --trainer runs Hugging Face Trainer's defaults: 4 micro-batches an
 iteration and clip_grad_norm_(1.0) after backward in every mode.
+
+--ddp N runs it on N gloo ranks of this machine (it starts them itself,
+one thread of the CPU's each): every model wrapped in
+DistributedDataParallel, each rank with batches of its own; torch.optim
+keeps the whole state on every rank, mlpo a shard of it per rank with
+DDP's communication hook (mlpo.torch.ddp_comm_hook, so in-backward
+updates from the averaged buckets); rank 0's times are printed.
 """
 import argparse
 import json
 import math
 import os
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import time
 
@@ -117,6 +126,9 @@ def parse_args(argv):
     ap.add_argument("--trainer", action="store_true",
                     help="Hugging Face Trainer's defaults: --accumulation 4 "
                          "--user-clip --clip 1.0 (each unless given)")
+    ap.add_argument("--ddp", type=int, default=1,
+                    help="ranks of DistributedDataParallel (gloo), started "
+                    "here (default 1: one process, no DDP)")
     ap.add_argument("--json", action="store_true",
                     help="print one JSON object")
     a = ap.parse_args(argv)
@@ -126,6 +138,8 @@ def parse_args(argv):
             a.accumulation = 4
         if a.clip is None:
             a.clip = "1.0"
+    if a.ddp < 1:
+        ap.error(f"--ddp must be 1 or more, not {a.ddp}")
     if a.accumulation < 1:
         ap.error("--accumulation must be 1 or more")
     if a.user_clip and a.clip is None:
@@ -146,14 +160,49 @@ def parse_args(argv):
     return a
 
 
+def launch_ranks(a, argv):
+    """--ddp N: this script again on N ranks (gloo on localhost); rank 0's
+    output is this run's; the exit status the worst rank's."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    procs = []
+    for r in range(a.ddp):
+        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r),
+                   WORLD_SIZE=str(a.ddp), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=port, GLOO_SOCKET_IFNAME="lo",
+                   OMP_NUM_THREADS=str(a.threads or 1))
+        procs.append(subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__)] + list(argv), env=env,
+            stdout=None if r == 0 else subprocess.DEVNULL,
+            stderr=None if r == 0 else subprocess.PIPE, text=True))
+    codes = [p.wait() for p in procs]
+    for r, p in enumerate(procs[1:], 1):
+        if codes[r]:
+            sys.stderr.write(f"iteration_bench: rank {r} failed:\n"
+                             + p.stderr.read()[-3000:])
+    sys.exit(max(codes))
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
     a = parse_args(argv)
+    if a.ddp > 1 and "RANK" not in os.environ:
+        launch_ranks(a, argv)
+    rank = 0
+    if a.ddp > 1:
+        torch.distributed.init_process_group("gloo")
+        rank = torch.distributed.get_rank()
+        torch.set_num_threads(a.threads or 1)
     if a.threads:
         torch.set_num_threads(a.threads)
     parent = os.path.dirname(os.path.abspath(a.dir))
     if not os.path.isdir(parent):
         sys.exit(f"iteration_bench: --dir {a.dir}: {parent} does not exist")
-    shutil.rmtree(a.dir, ignore_errors=True)
+    if rank == 0:
+        shutil.rmtree(a.dir, ignore_errors=True)
+    if a.ddp > 1:
+        torch.distributed.barrier()
     runs = {}
     torch.manual_seed(0)
     base = GPT(a.vocab, a.ctx, a.d_model, a.layers, a.heads)
@@ -170,6 +219,9 @@ def main(argv=None):
     for kind in KINDS:
         m = GPT(a.vocab, a.ctx, a.d_model, a.layers, a.heads)
         m.load_state_dict(base.state_dict())
+        net = m
+        if a.ddp > 1:
+            m = torch.nn.parallel.DistributedDataParallel(net)
         if kind == "torch":
             opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
         else:
@@ -181,19 +233,26 @@ def main(argv=None):
                      "cache": a.cache,
                      "write_behind": kind != "no-overlap",
                      "read_ahead": kind != "no-overlap"}
-            opt = mlpo.torch.AdamW(m.parameters(), lr=1e-4, store=store,
+            opt = mlpo.torch.AdamW(net.parameters(), lr=1e-4, store=store,
                                    subgroup_numel=a.subgroup,
                                    commits=a.commits, prefetch=a.prefetch,
                                    update_in_backward=kind == "in-backward",
                                    max_grad_norm=0.0 if a.user_clip
                                    else clip)
+            if a.ddp > 1:
+                m.register_comm_hook(opt, mlpo.torch.ddp_comm_hook)
         runs[kind] = dict(model=m, opt=opt, fb=[], step=[], io={}, redone=0,
                           clipped=0, redo_s=[])
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator().manual_seed(1 + rank)
+    if rank:  # (rank 0 prints)
+        sys.stderr = open(os.devnull, "w")
+        a.json = True
     print(f"iteration_bench: {nparams / 1e6:.1f}M parameters, "
           f"{a.batch}x{a.ctx} tokens an iteration, DRAM tier {a.cache} of "
           f"{12 * nparams / 2**30:.2f} GiB of state; {a.iters} timed "
-          "iterations each, interleaved", file=sys.stderr)
+          "iterations each, interleaved" + (
+              f"; DDP on {a.ddp} gloo ranks" if a.ddp > 1 else ""),
+          file=sys.stderr)
     for it in range(a.iters + 1):
         xs = [(torch.randint(0, a.vocab, (a.batch, a.ctx), generator=g),
                torch.randint(0, a.vocab, (a.batch, a.ctx), generator=g))
@@ -233,7 +292,7 @@ def main(argv=None):
                         p["written"]
             print(f"  iteration {it} {kind:>10}: forward+backward "
                   f"{t1 - t0:6.2f} s, step {t2 - t1:6.2f} s", file=sys.stderr)
-    out = dict(params=nparams, iters=a.iters, cache=a.cache,
+    out = dict(params=nparams, iters=a.iters, cache=a.cache, ranks=a.ddp,
                tokens_per_iteration=a.batch * a.ctx * a.accumulation, clip=clip or None,
                runs={})
     for kind, r in runs.items():
@@ -261,6 +320,11 @@ def main(argv=None):
     out["in_backward_vs_torch"] = ib["iteration_s"] / tq["iteration_s"]
     out["in_backward_vs_bound"] = ib["iteration_s"] / max(
         tq["forward_backward_s"], update_s)
+    if a.ddp > 1:
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+    if rank:
+        return
     if a.json:
         print(json.dumps(out, indent=2))
         return

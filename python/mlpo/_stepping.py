@@ -459,9 +459,14 @@ class Stepping:
             for e, at, n, off in self._shard_pieces(g):
                 shard[off:off + n] = _flat(e["param"])[at:at + n]
             flat = self._gather(shard, l)
+            lo, hi = l["start"], l["start"] + l["numel"]  # this rank's
             for e in l["entries"]:
-                _flat(e["param"]).copy_(
-                    flat[e["offset"]:e["offset"] + e["numel"]])
+                a, b = e["offset"], e["offset"] + e["numel"]
+                dst = _flat(e["param"])
+                # (the other ranks' parts only: this rank's are there)
+                for x, y in ((a, min(b, lo)), (max(a, hi), b)):
+                    if x < y:
+                        dst[x - a:y - a].copy_(flat[x:y])
 
     def _adopt_edits(self):
         """Edits made since the last step, into the store before a tag. On

@@ -285,11 +285,18 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
         return out
 
     def _gather(self, shard, l):
-        padded = torch.zeros(l["chunk"], dtype=shard.dtype)
-        padded[:shard.numel()] = shard
-        out = [torch.empty_like(padded) for _ in range(self._world)]
-        dist.all_gather(out, padded, group=self._pg)
-        return torch.cat(out)[:l["flat"]]
+        """Every rank's shard of group l, as its flat vector (gathered into
+        one buffer: each rank's chunk a view of it, no concatenation)."""
+        chunk = l["chunk"]
+        if shard.numel() == chunk:
+            padded = shard.contiguous()
+        else:
+            padded = torch.zeros(chunk, dtype=shard.dtype)
+            padded[:shard.numel()] = shard
+        flat = torch.empty(chunk * self._world, dtype=shard.dtype)
+        dist.all_gather(list(flat.view(self._world, chunk)), padded,
+                        group=self._pg)
+        return flat[:l["flat"]]
 
     def _require_engine(self, finish=True):
         """The open engine (reopened after a failed step); a step running
