@@ -345,6 +345,11 @@ class BackwardUpdate:
                     e = self._entry_at.get(p.data_ptr())
                 if e is None or id(e) in self._bwd_given:
                     continue
+                if e["dparam"].grad is None:
+                    # Unused here (find_unused_parameters): DDP gives it a
+                    # gradient after backward if another rank used it, else
+                    # leaves it None; step() hands in what it finds.
+                    continue
                 if not eng.stepping_in_backward and \
                         not self._begin_in_backward(eng):
                     self._ddp_pending = []

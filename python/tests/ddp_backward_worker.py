@@ -32,13 +32,35 @@ ap.add_argument("--drop-bias-every", type=int, default=0)  # grad None
 ap.add_argument("--inf-at", type=int, default=-1)  # a non-finite gradient
 ap.add_argument("--read-state-at", type=int, default=-1)  # opt.state between
 ap.add_argument("--bucket-mb", type=float, default=0.001)
+ap.add_argument("--unused-every", type=int, default=0)  # a branch off
+ap.add_argument("--set-to-none", type=int, default=1)  # zero_grad's
 a = ap.parse_args()
 
+ap_unused = a.unused_every
 dist.init_process_group("gloo")
 world, rank = dist.get_world_size(), dist.get_rank()
 net = make_model()
+if ap_unused:
+    # A branch used on some steps only (DDP must look for unused
+    # parameters; their grads stay None where no rank used them).
+    torch.manual_seed(5)
+    net.append(torch.nn.Linear(8, 8))
+    branch = {"on": True}
+
+    class Branchy(torch.nn.Module):
+        def __init__(self, seq):
+            super().__init__()
+            self.seq = seq
+
+        def forward(self, x):
+            h = self.seq[2](self.seq[1](self.seq[0](x)))
+            return self.seq[3](h) if branch["on"] else h
+    inner = Branchy(net)
+else:
+    inner = net
 model = torch.nn.parallel.DistributedDataParallel(
-    net, bucket_cap_mb=a.bucket_mb)
+    inner, bucket_cap_mb=a.bucket_mb,
+    find_unused_parameters=bool(ap_unused))
 groups = two_groups(net, named=a.optimizer == "mlpo")
 if a.optimizer == "torch":
     opt = torch.optim.AdamW(groups, lr=1e-2)
@@ -53,7 +75,9 @@ if a.hook == 2:  # a hook of the script's own: mlpo cannot take it
     model.register_comm_hook(None, default_hooks.allreduce_hook)
 losses, ran = {}, []
 for step in range(a.steps):
-    opt.zero_grad()
+    opt.zero_grad(set_to_none=bool(a.set_to_none))
+    if ap_unused:
+        branch["on"] = step % ap_unused != 0
     total = 0.0
     for m in range(a.accum):
         last = m == a.accum - 1

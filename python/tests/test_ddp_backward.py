@@ -54,7 +54,12 @@ IB, REDO, PLAIN, SKIP = (True, False, False), (False, True, False), \
     # DDP reducing every micro-batch: the first step learns the count
     (dict(accum=2, no_sync=0, drop_bias_every=3),
      [PLAIN, REDO, IB, IB, REDO, IB, IB, REDO]),
-], ids=["no_sync-dropped-grad-read-overflow", "reduce-every-micro-batch"])
+    # a branch unused every other step (find_unused_parameters): its
+    # parameters' gradients stay None, or zeros kept by set_to_none=False
+    (dict(unused_every=2), [IB] * 8),
+    (dict(unused_every=2, set_to_none=0, steps=4), [IB] * 4),
+], ids=["no_sync-dropped-grad-read-overflow", "reduce-every-micro-batch",
+        "unused-branch", "unused-branch-zeros-kept"])
 def test_in_backward_is_the_plain_step_on_every_rank(tmp_path,
                                                      build_python_path,
                                                      kw, want):
