@@ -26,6 +26,7 @@ ap.add_argument("--callback", type=int, default=1)
 ap.add_argument("--seed", type=int, default=0)
 ap.add_argument("--batch", type=int, default=2)  # per rank
 ap.add_argument("--max-grad-norm", type=float, default=1.0)  # Trainer's
+ap.add_argument("--gas", type=int, default=1)  # gradient_accumulation_steps
 a = ap.parse_args()
 
 data = CharBlocks()
@@ -35,7 +36,7 @@ args = transformers.TrainingArguments(
     learning_rate=3e-3, weight_decay=0.1, save_strategy="steps",
     save_steps=3, report_to="none", use_cpu=True, seed=0, data_seed=0,
     dataloader_num_workers=0, disable_tqdm=True, optim="adamw_torch",
-    max_grad_norm=a.max_grad_norm)
+    max_grad_norm=a.max_grad_norm, gradient_accumulation_steps=a.gas)
 kw = {}
 if a.optimizer == "mlpo":
     kw["optimizer_cls_and_kwargs"] = (mt.AdamW, dict(

@@ -64,8 +64,9 @@ def test_trainer_data_parallel_updates_during_backward(tmp_path):
     finds the DistributedDataParallel Trainer made and hooks it
     (mlpo.torch.ddp_comm_hook), and the default's probe runs steps during
     backward (here without Trainer's clipping, which clips every step of
-    this model and so pauses the speculation); the result is torch's."""
-    kw = dict(max_grad_norm=0, steps=8)
+    this model and so pauses the speculation), with Trainer's gradient
+    accumulation; the result is torch's."""
+    kw = dict(max_grad_norm=0, steps=8, gas=4)  # (no_sync but the 4th)
     res, ref = run(tmp_path, 2, "ref", optimizer="torch",
                    dir=tmp_path / "ref-out", **kw)
     ok(res)
