@@ -4,6 +4,8 @@
 // writes p, m, v and a bf16 parameter: 28 B per element in fp32, 20 with
 // bf16 moments, about 16 with int8 moments) with trivial math, for each
 // state format.
+#include <unistd.h>
+
 #include <cstdio>
 #include <iostream>
 #include <thread>
@@ -184,6 +186,21 @@ void AddKernelBench(CLI::App& app) {
   cmd->callback([a] {
     // --quick shrinks only what was left at its default.
     size_t n = a->f.quick && !a->n_given ? (size_t{16} << 20) : a->n;
+    {
+      // Its arrays (p, m, v, a gradient, a compact copy: under 24 bytes an
+      // element) must fit half this machine's memory: a huge count ended
+      // in std::bad_alloc (or the OOM killer).
+      double mem = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                   static_cast<double>(sysconf(_SC_PAGESIZE));
+      if (n == 0 || static_cast<double>(n) * 24 > mem / 2) {
+        std::cerr << "mlpo-bench kernel: --elements " << n
+                  << ": its arrays (about 24 bytes an element) must fit in "
+                     "half this machine's memory ("
+                  << FormatBytes(static_cast<uint64_t>(mem)) << "); at most "
+                  << static_cast<uint64_t>(mem / 48) << "\n";
+        throw CLI::RuntimeError(2);
+      }
+    }
     std::vector<StateFormat> formats;
     for (auto part : absl::StrSplit(a->formats, ',')) {
       auto f = ParseStateFormat(part);

@@ -20,6 +20,7 @@
 #include "store/fs/file_util.h"
 #include "base/status_macros.h"
 #include "store/store_target.h"
+#include "tools/cli_checks.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/output_path.h"
@@ -52,7 +53,8 @@ void AddExportCommand(CLI::App& app) {
                 "directory <path>/<store>")
       ->required();
   c->add_option("out", a->out, "Output file")->required();
-  c->add_option("--tag", a->tag, "Tag to export (default: the heads)");
+  c->add_option("--tag", a->tag, "Tag to export (default: the heads)")
+      ->check(NotEmpty());
   c->add_option("--format", a->format, "Output format")
       ->capture_default_str()
       ->check(CLI::IsMember({"safetensors"}));

@@ -20,6 +20,7 @@
 #include "store/object_store.h"
 #include "store/store_options.h"
 #include "store/store_target.h"
+#include "tools/cli_checks.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/plan/plan_model.h"
@@ -145,7 +146,8 @@ void AddPlanCommand(CLI::App& app) {
   cmd->add_option("--kernel-rate", a->kernel_rate,
                   "R_adam (the rule's kernel rate) of one rank in params/s "
                   "(default: measured here, "
-                  "with this machine's cores shared by the ranks)");
+                  "with this machine's cores shared by the ranks)")
+      ->check(FiniteIn(1, 1e15));
   cmd->add_option("--state-format", a->state_format,
                   "How the store holds Adam's moments: fp32 (12 B/param), "
                   "bf16-moments (8), int8-moments (~6.03)")

@@ -4,6 +4,7 @@
 // and deletes its files. With --store it measures the store's paths with
 // their caps and records the figures in the store's index, where a store
 // opened without explicit fractions takes its stripe fractions from them.
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "tools/probe/bandwidth_probe.h"
 #include "store/object_store.h"
 #include "base/size_units.h"
+#include "tools/cli_checks.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 
@@ -54,7 +56,7 @@ void AddProfileCommand(CLI::App& app) {
   cmd->add_option("--seconds", a->seconds,
                   "Run each load this long (0 = one pass over the file)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 3600.0));
+      ->check(FiniteIn(0, 3600));
   cmd->add_option("--engine", a->engine, "auto, uring or threadpool")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "uring", "threadpool"}));
@@ -121,6 +123,20 @@ void AddProfileCommand(CLI::App& app) {
       }
       seen.push_back(c);
       distinct.push_back(t);
+      // The test file must leave the disk most of its room: a size above
+      // half the free space filled the disk (and the store on it).
+      struct statvfs fs;
+      if (statvfs(t.root.c_str(), &fs) == 0) {
+        uint64_t free_bytes =
+            static_cast<uint64_t>(fs.f_bavail) * static_cast<uint64_t>(fs.f_frsize);
+        if (*size > free_bytes / 2) {
+          std::cerr << "mlpo profile: --size " << FormatBytes(*size)
+                    << " is more than half the free space of " << t.root
+                    << " (" << FormatBytes(free_bytes)
+                    << " free); give a smaller --size\n";
+          throw CLI::RuntimeError(1);
+        }
+      }
     }
     targets = std::move(distinct);
     nlohmann::json out = nlohmann::json::object();

@@ -12,6 +12,7 @@
 #include "store/admin/salvage.h"
 #include "store/object_store.h"
 #include "store/store_target.h"
+#include "tools/cli_checks.h"
 #include "tools/cli_util.h"
 #include "tools/store_cmd_util.h"
 
@@ -42,7 +43,8 @@ void AddRecoverCommand(CLI::App& app) {
                   "directory; a failed device replaced by an empty one "
                   "mounted at the same place): versions copied elsewhere "
                   "with `tag --copy-to` are kept, the rest are named as "
-                  "lost, and the path starts empty");
+                  "lost, and the path starts empty")
+        ->check(NotEmpty());
     auto salvage = std::make_shared<bool>(false);
     auto* sv = c->add_flag(
         "--salvage", *salvage,

@@ -27,6 +27,7 @@
 #include "store/object_store.h"
 #include "store/store_files.h"
 #include "store/store_target.h"
+#include "tools/cli_checks.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
 #include "tools/store_cmd_util.h"
@@ -319,7 +320,8 @@ void AddStoreCommands(CLI::App& app) {
                           "--copy-to: nothing lost, but one copy is bad), 1 "
                           "when something is unreadable",
                           a.get());
-    c->add_option("--tag", *tag, "Verify this tag's versions instead of heads");
+    c->add_option("--tag", *tag, "Verify this tag's versions instead of heads")
+        ->check(NotEmpty());
     auto deep = std::make_shared<bool>(false);
     c->add_flag("--deep", *deep,
                 "Also check the index against the data without trusting "

@@ -268,5 +268,17 @@ TEST(StepBenchTest, FormatsThatWouldNotFitInMemoryStopTheRunCleanly) {
   EXPECT_EQ(json::parse(r.out)["timed_step_order"].size(), 3u);
 }
 
+// A kernel run whose arrays cannot fit is refused with the bound, not
+// ended by std::bad_alloc.
+TEST(StepBenchTest, KernelElementsBeyondMemoryAreRefused) {
+  CommandResult r = RunCommand(std::string(MLPO_BENCH) +
+                               " kernel --elements 1000000000000 2>&1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("must fit in half this machine's memory"),
+            std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("bad_alloc"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace mlpo
+

@@ -350,6 +350,50 @@ TEST_F(CliTest, BadArgumentsAreNamedWithoutOutputOrHanging) {
   EXPECT_EQ(r.out, "");  // no table header before the error
 }
 
+// Numbers and names out of range are refused before anything runs: nan
+// passed CLI::Range, 0 and empty names were taken as "not given", and a
+// profile larger than the disk filled it.
+TEST_F(CliTest, AbsurdNumbersAndEmptyNamesAreRefusedBeforeAnythingRuns) {
+  for (const char* rate : {"0", "-1", "nan", "inf", "x"}) {
+    CliRun r = Mlpo(std::string("plan --params 1M --path nvme:1G/1G/1G "
+                                "--kernel-rate ") + rate, true);
+    EXPECT_EQ(r.code, 2) << rate;
+    EXPECT_NE(r.out.find("--kernel-rate"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("must be a number from 1"), std::string::npos)
+        << r.out;
+  }
+  CliRun r = Mlpo("profile " + dir_.path() + " --seconds nan", true);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("--seconds: 'nan' must be a number from 0 to 3600"),
+            std::string::npos) << r.out;
+  r = Mlpo("profile " + dir_.path() + " --size 100000T", true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("more than half the free space"), std::string::npos)
+      << r.out;
+  size_t files = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir_.path())) {
+    (void)e;
+    ++files;
+  }
+  CliRun again = Mlpo("profile " + dir_.path() + " --size 100000T", true);
+  EXPECT_EQ(again.code, 1);
+  size_t after = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir_.path())) {
+    (void)e;
+    ++after;
+  }
+  EXPECT_EQ(after, files);  // no probe file left
+  for (const std::string& cmd :
+       {"verify " + store_dir_ + " --tag ''",
+        "recover " + store_dir_ + " --lost-path ''",
+        "export " + store_dir_ + " --tag '' -o " + dir_.path() + "/x.st"}) {
+    r = Mlpo(cmd, true);
+    EXPECT_EQ(r.code, 2) << cmd;
+    EXPECT_NE(r.out.find("must not be empty"), std::string::npos) << r.out;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/x.st"));
+}
+
 // `mlpo plan --optimizer`: each rule's bytes per parameter (p and its
 // slots) set the state's size and the step's bytes; a typo is named.
 TEST_F(CliTest, PlanCountsEachRulesBytesPerParameter) {
