@@ -43,6 +43,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 try:
@@ -166,21 +167,25 @@ def launch_ranks(a, argv):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = str(s.getsockname()[1])
-    procs = []
+    procs, logs = [], []
     for r in range(a.ddp):
         env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r),
                    WORLD_SIZE=str(a.ddp), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=port, GLOO_SOCKET_IFNAME="lo",
                    OMP_NUM_THREADS=str(a.threads or 1))
+        # (the other ranks' errors into a file, not a pipe: a pipe read only
+        # after the rank ends would stall it once full)
+        logs.append(None if r == 0 else tempfile.TemporaryFile("w+"))
         procs.append(subprocess.Popen(
             [sys.executable, os.path.abspath(__file__)] + list(argv), env=env,
             stdout=None if r == 0 else subprocess.DEVNULL,
-            stderr=None if r == 0 else subprocess.PIPE, text=True))
+            stderr=logs[-1], text=True))
     codes = [p.wait() for p in procs]
-    for r, p in enumerate(procs[1:], 1):
+    for r in range(1, a.ddp):
         if codes[r]:
+            logs[r].seek(0)
             sys.stderr.write(f"iteration_bench: rank {r} failed:\n"
-                             + p.stderr.read()[-3000:])
+                             + logs[r].read()[-3000:])
     sys.exit(max(codes))
 
 

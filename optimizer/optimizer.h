@@ -140,8 +140,9 @@ class Optimizer {
   // discards the step (report.skipped, nothing changed, the model's
   // memory rewound); a global norm above max_grad_norm discards it and
   // redoes it with the clipped gradients (report.redone); else it commits.
-  // The result is the plain step's bit for bit either way. `global`: the
-  // gradient statistics over every rank (as Step's). DiscardStep: the
+  // The result is the plain step's bit for bit either way; with data
+  // parallel, from every rank's gradient statistics (`agree`, below).
+  // DiscardStep: the
   // step is dropped (nothing applied; the model's memory holds what it
   // held before it): with `redo`, the next Step() redoes it from the
   // gradients staged then (after gradients changed once handed in: a
@@ -151,13 +152,12 @@ class Optimizer {
   // other call on the state finishes a running one first.
   absl::Status BeginStep(double loss_scale = 1.0);
   absl::Status GradReady(int param);
-  absl::StatusOr<StepReport> FinishStep(const GradStats* global = nullptr);
-  // Data parallel with the update during backward: `agree` is given this
-  // rank's statistics once the running step has stopped (whatever it
-  // ended in: every rank calls it, so collectives inside it pair) and
-  // returns every rank's, from which FinishStep decides as above.
+  // Data parallel: `agree` is given this rank's statistics once the
+  // running step has stopped (whatever it ended in: every rank calls it,
+  // so collectives inside it pair) and returns every rank's, from which
+  // FinishStep decides as above; empty: this rank's own.
   using AgreeStats = std::function<GradStats(const GradStats& local)>;
-  absl::StatusOr<StepReport> FinishStep(const AgreeStats& agree);
+  absl::StatusOr<StepReport> FinishStep(const AgreeStats& agree = {});
   absl::Status DiscardStep(bool redo);
   // Steps redone after a speculative one was discarded, since Open.
   uint64_t redone_steps() const { return redone_; }

@@ -267,12 +267,6 @@ absl::Status Optimizer::GradReady(int param) {
   return backward_->Ready(param);
 }
 
-absl::StatusOr<StepReport> Optimizer::FinishStep(const GradStats* global) {
-  if (global == nullptr) return FinishStep(AgreeStats());
-  const GradStats g = *global;
-  return FinishStep([g](const GradStats&) { return g; });
-}
-
 absl::StatusOr<StepReport> Optimizer::FinishStep(const AgreeStats& agree) {
   if (backward_ == nullptr) {
     absl::Status st = absl::FailedPreconditionError(

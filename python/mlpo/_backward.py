@@ -190,8 +190,10 @@ class BackwardUpdate:
             raise ValueError(f"{cls}: update_in_backward=True is refused: "
                              f"{why}")
         self.update_in_backward = True
+        # (data parallel: the ranks' median times summed, so that every
+        # rank makes the same choice)
         self._auto = _AutoChoice(
-            self._agree_times if self._world > 1 else None) \
+            self._sum_over_ranks if self._world > 1 else None) \
             if on is None else None
         self._hook_params()
 
@@ -284,8 +286,8 @@ class BackwardUpdate:
         if self._ddp_searched:
             return False
         self._ddp_searched = True
-        ptrs = {e["dparam"].data_ptr() for l in self._layout
-                for e in l["entries"]}
+        self._map_entries()  # (the parameters' memory now)
+        ptrs = self._entry_at.keys()
         DDP = torch.nn.parallel.DistributedDataParallel
         for obj in gc.get_objects():
             if not isinstance(obj, DDP):
@@ -614,20 +616,12 @@ class BackwardUpdate:
                     self._hand_in(eng, e)
 
         def agree(sum_sq, nonfinite):
-            t = torch.tensor([sum_sq, float(nonfinite)], dtype=torch.float64)
-            dist.all_reduce(t, group=self._pg)
-            return float(t[0]), int(t[1])
+            sum_sq, nonfinite = self._sum_over_ranks((sum_sq, nonfinite))
+            return sum_sq, int(nonfinite)
         rep = self._guarded(eng, "finish_step", agree)
         if not rep["skipped"]:
             self._copy_in()
         return rep
-
-    def _agree_times(self, mine):
-        """_AutoChoice with data parallel: the ranks' median iteration
-        times, summed, so that every rank makes the same choice."""
-        t = torch.tensor(mine, dtype=torch.float64)
-        dist.all_reduce(t, group=self._pg)
-        return t.tolist()
 
     def _discard_in_backward(self, why, mid_backward=False):
         """A step running during backward that step() never asked for (or,

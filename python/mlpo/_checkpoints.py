@@ -2,10 +2,13 @@
 store tags, resharding a checkpoint of W ranks into W' ranks, importing a
 torch.optim state dict, and export_state_dict(). A mixin of the optimizer
 class in torch.py, which owns the layout, the engine and the step."""
+import atexit
 import copy
 import hashlib
 import json
 import os
+import sys
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -18,6 +21,28 @@ from ._tag_ids import (check_reader_tag, check_tag, check_tag_ids,
                        is_store, reader_holds, tag_id)
 
 _MANIFEST_FORMAT = 1
+
+# Every optimizer made in this process (weakly): closed at interpreter exit.
+_MADE = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit():
+    """A script that ends, or dies of an uncaught exception, without
+    close(): its optimizers are closed here, while the interpreter is whole,
+    so the steps that returned are in the store as close() leaves them.
+    Left to __del__ in the interpreter's teardown, a rank of a data-parallel
+    job that raised sometimes exited before its store was closed (under
+    durability="tag" its steps since the last tag were gone at resume, the
+    other rank's kept: their stores no longer one state)."""
+    for opt in list(_MADE):
+        if getattr(opt, "_engine", None) is None:
+            continue
+        try:
+            opt.close()
+        except Exception as e:  # noqa: BLE001 (reported, exit goes on)
+            print(f"mlpo.torch: closing the optimizer at exit failed: {e}",
+                  file=sys.stderr)
 
 
 def _flat(t):

@@ -383,10 +383,15 @@ class Stepping:
         """The step of a rank whose gradients are staged, with the norm and
         the non-finite count of every rank's (clipping and overflow skips
         decide as one process would)."""
-        sum_sq, nonfinite = eng.local_grad_stats()
-        stats = torch.tensor([sum_sq, float(nonfinite)], dtype=torch.float64)
-        dist.all_reduce(stats, group=self._pg)
-        return self._guarded(eng, "step", scale, float(stats[0]), int(stats[1]))
+        sum_sq, nonfinite = self._sum_over_ranks(eng.local_grad_stats())
+        return self._guarded(eng, "step", scale, sum_sq, int(nonfinite))
+
+    def _sum_over_ranks(self, values):
+        """Each of `values` (numbers) summed over the ranks, in float64:
+        gradient statistics, the default's iteration times."""
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64)
+        dist.all_reduce(t, group=self._pg)
+        return t.tolist()
 
     def _step_local_shards(self, eng, keep, scale):
         """FSDP: FSDP has averaged the gradients and left each rank its

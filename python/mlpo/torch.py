@@ -55,7 +55,7 @@ import torch.distributed as dist
 
 from . import _mlpo, store_config
 from ._opening import STATE_BYTES, STATE_FORMATS  # noqa: F401
-from ._checkpoints import CheckpointMixin, _flat
+from ._checkpoints import CheckpointMixin, _MADE, _flat
 from ._layout import Layout
 from ._torch_import import TorchImport
 from ._state_view import StateView
@@ -126,6 +126,7 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
         params, self._names = self._split_names(params)
         self._layout = None
         self._engine = None
+        _MADE.add(self)  # closed at interpreter exit if still open
         self._failed_step = None  # (step, error) of a step that failed
         self._bwd_done = False  # a step ran in backward; step() is done
         self.update_in_backward = False

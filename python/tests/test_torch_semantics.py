@@ -323,3 +323,36 @@ def test_edits_reach_the_device_path(store_dir):
     opt.load_state_dict(sd)
     assert torch.equal(model[2].bias, torch.ones(8))
     assert model[0].weight.abs().max() <= 0.05
+
+
+DIES = r"""
+import atexit, os, sys, torch
+atexit.register(os._exit, 7)  # runs after mlpo's own exit handler: a
+sys.path.insert(0, sys.argv[1])  # process that dies in its teardown (a
+import mlpo.torch as mt  # gloo rank once did, SIGABRT) before __del__
+torch.manual_seed(0)
+m = torch.nn.Linear(8, 8)
+opt = mt.AdamW(m.parameters(), lr=1e-2, store=sys.argv[2],
+               resume=sys.argv[3] == "1")
+for _ in range(3):
+    opt.zero_grad(); m(torch.randn(4, 8)).sum().backward(); opt.step()
+print(opt.step_count, flush=True)
+raise RuntimeError("the script fails after its steps")
+"""
+
+
+def test_a_script_that_dies_without_close_keeps_its_steps(tmp_path,
+                                                           build_python_path):
+    """A script that raises after its steps, without close(), and whose
+    process then dies in the interpreter's teardown: under the default
+    durability ("tag") its steps were in the store only if __del__ had run
+    (a rank of a data-parallel test once resumed at step 0 beside one at
+    step 3). mlpo closes its optimizers at exit, before the teardown."""
+    script = tmp_path / "dies.py"
+    script.write_text(DIES)
+    for resume, want in (("0", "3"), ("1", "6")):
+        r = subprocess.run([sys.executable, str(script), build_python_path,
+                            str(tmp_path / "s"), resume],
+                           capture_output=True, text=True)
+        assert r.returncode == 7, r.stderr[-2000:]
+        assert r.stdout.split() == [want], r.stderr[-2000:]
