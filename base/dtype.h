@@ -6,10 +6,9 @@
 
 #include <cstdint>
 #include <cstring>
-#include "absl/strings/string_view.h"
-
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "base/isa_inline.h"
 
 namespace mlpo {
 
@@ -34,20 +33,20 @@ inline absl::StatusOr<DType> ParseDType(absl::string_view s) {
       std::string("unknown dtype '") + std::string(s) + "' (f32, f16, bf16)");
 }
 
-inline float BF16ToFloat(uint16_t h) {
+MLPO_ISA_INLINE float BF16ToFloat(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;
   float f;
   std::memcpy(&f, &u, 4);
   return f;
 }
-inline uint16_t FloatToBF16(float f) {
+MLPO_ISA_INLINE uint16_t FloatToBF16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40;  // quiet NaN
   u += 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>(u >> 16);
 }
-inline float F16ToFloat(uint16_t h) {
+MLPO_ISA_INLINE float F16ToFloat(uint16_t h) {
   uint32_t sign = (h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1f;
   uint32_t man = h & 0x3ffu;
@@ -73,7 +72,7 @@ inline float F16ToFloat(uint16_t h) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-inline uint16_t FloatToF16(float f) {
+MLPO_ISA_INLINE uint16_t FloatToF16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   uint32_t sign = (u >> 16) & 0x8000u;
@@ -98,7 +97,7 @@ inline uint16_t FloatToF16(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
-inline float LoadAsFloat(const void* base, DType t, size_t i) {
+MLPO_ISA_INLINE float LoadAsFloat(const void* base, DType t, size_t i) {
   switch (t) {
     case DType::kF32: return static_cast<const float*>(base)[i];
     case DType::kF16: return F16ToFloat(static_cast<const uint16_t*>(base)[i]);
@@ -106,7 +105,7 @@ inline float LoadAsFloat(const void* base, DType t, size_t i) {
     default: return BF16ToFloat(static_cast<const uint16_t*>(base)[i]);
   }
 }
-inline void StoreFromFloat(void* base, DType t, size_t i, float v) {
+MLPO_ISA_INLINE void StoreFromFloat(void* base, DType t, size_t i, float v) {
   switch (t) {
     case DType::kF32: static_cast<float*>(base)[i] = v; break;
     case DType::kF16: static_cast<uint16_t*>(base)[i] = FloatToF16(v); break;

@@ -149,7 +149,7 @@ void Int8Blocks(const AdamSlice& s, const AdamStepConsts& c) {
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
   alignas(32) float mt[kQuantBlock], rt[kQuantBlock];
   for (size_t b0 = 0, b = 0; b0 < s.n; b0 += kQuantBlock, ++b) {
-    const size_t end = std::min<size_t>(b0 + kQuantBlock, s.n);
+    const size_t end = s.n - b0 < kQuantBlock ? s.n : b0 + kQuantBlock;
     const __m256 sm = _mm256_set1_ps(s.ms[b]), sv = _mm256_set1_ps(s.vs[b]);
     __m256i amv = _mm256_setzero_si256(), arv = _mm256_setzero_si256();
     size_t i = b0;

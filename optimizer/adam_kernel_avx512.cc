@@ -136,7 +136,7 @@ void Int8Blocks(const AdamSlice& s, const AdamStepConsts& c) {
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
   alignas(64) float mt[kQuantBlock], rt[kQuantBlock];
   for (size_t b0 = 0, b = 0; b0 < s.n; b0 += kQuantBlock, ++b) {
-    const size_t end = std::min<size_t>(b0 + kQuantBlock, s.n);
+    const size_t end = s.n - b0 < kQuantBlock ? s.n : b0 + kQuantBlock;
     const __m512 sm = _mm512_set1_ps(s.ms[b]), sv = _mm512_set1_ps(s.vs[b]);
     __m512i amv = _mm512_setzero_si512(), arv = _mm512_setzero_si512();
     size_t i = b0;

@@ -42,6 +42,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "base/isa_inline.h"
 #include "base/state_format.h"
 #include "optimizer/update_rule.h"
 
@@ -148,19 +149,19 @@ inline constexpr int kV8Mantissa = 4;  // r = sqrt(v): E4M4
 inline constexpr float kM8Max = 1.875f;
 inline constexpr float kV8Max = 1.9375f;
 
-inline uint32_t FloatBits(float f) {
+MLPO_ISA_INLINE uint32_t FloatBits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
 }
-inline float BitsFloat(uint32_t u) {
+MLPO_ISA_INLINE float BitsFloat(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
 }
 // Code (0 .. 2^(4+M) - 1) of x >= 0 (NaN saturates to the largest code).
 template <int M>
-inline uint32_t EncodeMag(float x) {
+MLPO_ISA_INLINE uint32_t EncodeMag(float x) {
   constexpr int k = 23 - M;
   constexpr uint32_t max_code = (1u << (4 + M)) - 1;
   uint32_t q;
@@ -175,7 +176,7 @@ inline uint32_t EncodeMag(float x) {
   return q < max_code ? q : max_code;
 }
 template <int M>
-inline float DecodeMag(uint32_t q) {
+MLPO_ISA_INLINE float DecodeMag(uint32_t q) {
   constexpr int k = 23 - M;
   if ((q >> M) == 0)
     return static_cast<float>(q) * (1.0f / static_cast<float>(1u << (14 + M)));
@@ -183,27 +184,27 @@ inline float DecodeMag(uint32_t q) {
 }
 // A block's scale from its largest magnitude (bits of |x|, so NaN and inf
 // order as integers: every ISA agrees).
-inline float BlockScale(uint32_t amax_bits, float max_code_value) {
+MLPO_ISA_INLINE float BlockScale(uint32_t amax_bits, float max_code_value) {
   return BitsFloat(amax_bits) / max_code_value;
 }
 // The codes of a block with scale s are taken with inv = 1 / s.
-inline float InverseScale(float scale) { return 1.0f / scale; }
-inline uint8_t EncodeM8(float m, float scale) {
+MLPO_ISA_INLINE float InverseScale(float scale) { return 1.0f / scale; }
+MLPO_ISA_INLINE uint8_t EncodeM8(float m, float scale) {
   uint32_t sign = FloatBits(m) >> 31;
   float a = BitsFloat(FloatBits(m) & 0x7fffffffu);
   uint32_t q =
       scale == 0.0f ? 0 : EncodeMag<kM8Mantissa>(a * InverseScale(scale));
   return static_cast<uint8_t>((sign << 7) | q);
 }
-inline float DecodeM8(uint8_t c, float scale) {
+MLPO_ISA_INLINE float DecodeM8(uint8_t c, float scale) {
   float a = DecodeMag<kM8Mantissa>(c & 0x7fu) * scale;
   return BitsFloat(FloatBits(a) | (static_cast<uint32_t>(c >> 7) << 31));
 }
-inline uint8_t EncodeV8(float r, float scale) {
+MLPO_ISA_INLINE uint8_t EncodeV8(float r, float scale) {
   return static_cast<uint8_t>(
       scale == 0.0f ? 0 : EncodeMag<kV8Mantissa>(r * InverseScale(scale)));
 }
-inline float DecodeV8(uint8_t c, float scale) {
+MLPO_ISA_INLINE float DecodeV8(uint8_t c, float scale) {
   return DecodeMag<kV8Mantissa>(c) * scale;
 }
 
