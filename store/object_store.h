@@ -436,9 +436,13 @@ class ObjectStore final : public StoreMaintenance {
   void DropTransaction(bool free_extents, std::vector<ExtentRef>* to_free,
                        std::vector<AlignedBuffer>* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // FailedPrecondition naming `what` while a transaction is open or ending.
-  absl::Status CheckNoTransaction(absl::string_view what) const
+  // Waits for an ending transaction's batch; then FailedPrecondition
+  // naming `what` while a transaction is open.
+  absl::Status CheckNoTransaction(absl::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits (mu_ not held) until no transaction is ending: its commits'
+  // extents are written and its batch is in the index.
+  void AwaitEndedTransaction() ABSL_LOCKS_EXCLUDED(mu_);
   // Allocates `op`'s extents (failed paths left out), hashes them and
   // starts their writes; the last completion posts FinalizeCommit.
   absl::Status StartWrites(std::shared_ptr<CommitOp> op);

@@ -135,7 +135,8 @@ absl::Status ObjectStore::TagImpl(const std::string& name) {
   MLPO_RETURN_IF_ERROR(CheckWritable("tag"));
   MLPO_RETURN_IF_ERROR(ValidateName("tag", name));
   // Commits finish their own durability; a tag must also cover what was
-  // committed under durability "tag".
+  // committed under durability "tag", a step's batch still ending included.
+  AwaitEndedTransaction();
   MLPO_RETURN_IF_ERROR(SyncAllPaths());
   MutexLock l(&mu_);
   MLPO_RETURN_IF_ERROR(CheckNoTransaction(absl::StrCat("tag ", name)));

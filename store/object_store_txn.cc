@@ -23,12 +23,22 @@
 
 namespace mlpo {
 
-absl::Status ObjectStore::CheckNoTransaction(absl::string_view what) const {
-  if (!txn_.open && !txn_.ending) return absl::OkStatus();
+absl::Status ObjectStore::CheckNoTransaction(absl::string_view what) {
+  // An ended transaction's batch is under way and needs nobody: wait for
+  // it (a step returns before its batch under write-behind). An open one
+  // is somebody's step in progress.
+  mu_.Await(Condition(
+      +[](Transaction* t) { return !t->ending; }, &txn_));
+  if (!txn_.open) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      what, ": a transaction (an optimizer step) is ",
-      txn_.open ? "open" : "ending", " on store ", options_.meta_dir,
-      "; end or abort it first"));
+      what, ": a transaction (an optimizer step) is open on store ",
+      options_.meta_dir, "; end or abort it first"));
+}
+
+void ObjectStore::AwaitEndedTransaction() {
+  MutexLock l(&mu_);
+  mu_.Await(Condition(
+      +[](Transaction* t) { return !t->ending; }, &txn_));
 }
 
 absl::Status ObjectStore::BeginTransaction() {

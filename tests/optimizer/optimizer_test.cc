@@ -202,7 +202,10 @@ TEST(OptimizerCacheTest, WriteBackSavesWritesAndLosesNothing) {
   EXPECT_GT(cs.dirty_entries, 0u);
   EXPECT_GT(cs.writes_saved, 0u);
   // A tag writes every dirty version back first.
-  ASSERT_TRUE((*opt)->store()->Tag("after4").ok());
+  {
+    auto tagged = (*opt)->store()->Tag("after4");
+    ASSERT_TRUE(tagged.ok()) << tagged.ToString();
+  }
   EXPECT_EQ((*opt)->store()->cache_stats().dirty_entries, 0u);
   auto verified = Verify(*(*opt)->store(), "after4");
   ASSERT_TRUE(verified.ok());
