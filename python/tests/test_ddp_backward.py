@@ -159,12 +159,21 @@ def test_killed_ranks_resume_or_say_how(tmp_path, build_python_path,
                 [sys.executable, worker, "--work", str(work), "--out", "-",
                  "--resume", str(int(rnd > 0))], env=env,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        time.sleep(rng.uniform(4, 7))
+        # Killed while training: after rank 0 says it resumed (starting
+        # torch takes seconds, more on a loaded machine), or once it ends
+        # (a refusal).
+        head = []
+        while True:
+            line = procs[0].stdout.readline()
+            head.append(line)
+            if not line or line.startswith("START"):
+                break
+        time.sleep(rng.uniform(1, 3.5))
         first = rng.randrange(2)
         procs[first].send_signal(signal.SIGKILL)
         time.sleep(rng.uniform(0, 0.3))
         procs[1 - first].send_signal(signal.SIGKILL)
-        out = procs[0].communicate()[0]
+        out = "".join(head) + procs[0].communicate()[0]
         procs[1].communicate()
         lines = out.splitlines()
         start = [int(l.split()[1]) for l in lines if l.startswith("START")]
