@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 import torch
 
+from ._callers import called_from
 from ._rules import RULES
 
 # torch.optim.Adagrad makes every parameter's state (step 0, the initial
@@ -53,6 +54,17 @@ class _StateCopy(torch.Tensor):
 
     def __repr__(self, **kwargs):
         return repr(self._plain())
+
+
+def _lightning_moving_state():
+    """Whether PyTorch Lightning's _optimizer_to_device is iterating
+    opt.state. Its strategies "move the optimizer state to the device" at
+    setup and at teardown by reading every entry and writing it back. An
+    mlpo optimizer's state lives in the store and goes to no device, so
+    that loop sees no entries: reading them would cost a pass over the
+    whole state twice a fit (and a rank's shard is refused with data
+    parallel)."""
+    return called_from("fabric.utilities.optimizer", "_optimizer_to_device")
 
 
 class StateView(Mapping):
@@ -114,7 +126,8 @@ class StateView(Mapping):
 
     def __iter__(self):
         opt = self._opt
-        if opt._layout is None or opt._engine is None:
+        if opt._layout is None or opt._engine is None or \
+                _lightning_moving_state():
             return
         steps = opt._engine.param_steps
         for k, (g, e, at, n, off) in enumerate(opt._pieces):

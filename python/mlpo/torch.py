@@ -81,6 +81,15 @@ def _world(process_group):
     return 1, 0
 
 
+def _wrapped(obj):
+    """The mlpo optimizer `obj` wraps when it is a proxy object whose class
+    derives from an mlpo optimizer's (Lightning's LightningOptimizer);
+    None for an optimizer itself."""
+    real = obj.__dict__.get("_optimizer")
+    return real if isinstance(real, _MlpoOptimizer) and real is not obj \
+        else None
+
+
 class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
                      Retention, BackwardUpdate, Stepping,
                      torch.optim.Optimizer):
@@ -132,6 +141,10 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
         self.update_in_backward = False
         self._prepared = None  # (step, dict) of prepare_state_dict()
         self._last_handed = None  # the tag state_dict() handed out last
+        # What torch.distributed.checkpoint's get_optimizer_state_dict
+        # gets: "reference" (a tag of the store, no copy) or "copy" (the
+        # state itself, a checkpoint that stands alone).
+        self.dcp_state = "reference"
         super().__init__(params, defaults)
         self.state = StateView(self)
         self.loss_scale = float(loss_scale)
@@ -187,6 +200,26 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
         if self._world > 1:
             self._agree_steps(self._agree_open(
                 (self._engine.step_count, self._engine.tag_order()), None))
+
+    # Wrapped as a base class: PyTorch Lightning's LightningOptimizer makes
+    # an object of a class derived from its own and this one, holding this
+    # optimizer in `_optimizer` and reading what it lacks from it
+    # (__getattr__). Methods called through that wrapper run with the
+    # wrapper as self: what they write goes to the optimizer that owns the
+    # state, and the wrapper's end (garbage) closes nothing.
+    def __setattr__(self, name, value):
+        real = _wrapped(self)
+        if real is not None and name not in self.__dict__:
+            setattr(real, name, value)
+        else:
+            object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        real = _wrapped(self)
+        if real is not None and name not in self.__dict__:
+            delattr(real, name)
+        else:
+            object.__delattr__(self, name)
 
     def __getstate__(self):
         # torch.optim's optimizers pickle (and deepcopy) with their state;

@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(__file__))
 import mlpo.torch as mt  # noqa: E402
-from helpers import make_model, two_groups, loss_of  # noqa: E402
+from helpers import dcp_load, dcp_save, loss_of, make_model, two_groups  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--store", required=True)
@@ -23,6 +23,9 @@ ap.add_argument("--load")
 ap.add_argument("--save")
 ap.add_argument("--save-at", type=int, default=-1)
 ap.add_argument("--out", required=True)
+# --save/--load through torch.distributed.checkpoint (a directory):
+# "sync" (dcp.save) or "async" (dcp.async_save)
+ap.add_argument("--dcp")
 ap.add_argument("--state-format", default="fp32")
 ap.add_argument("--ddp", type=int, default=0)  # wrap in DistributedDataParallel
 ap.add_argument("--resume", type=int, default=0)
@@ -52,7 +55,9 @@ opt = mt.AdamW(two_groups(net, named=True), lr=1e-2, store=store,
                subgroup_numel=100,  # several subgroups per shard
                state_format=a.state_format, resume=bool(a.resume))
 load = a.rank1_load if a.rank1_load and rank == 1 else a.load
-if load and (rank == 0 or not a.load_on_rank0_only):
+if load and a.dcp:
+    dcp_load(load, net, opt)
+elif load and (rank == 0 or not a.load_on_rank0_only):
     ckpt = torch.load(load)
     net.load_state_dict(ckpt["model"])
     opt.load_state_dict(ckpt["opt"])
@@ -69,7 +74,9 @@ for step in range(a.start, a.stop):
         dist.all_reduce(full)
         full /= world
     losses[step] = full.item()
-    if step + 1 == a.save_at and (rank == 0 or not a.save_on_rank0_only):
+    if step + 1 == a.save_at and a.dcp:
+        dcp_save(a.save, net, opt, a.dcp)
+    elif step + 1 == a.save_at and (rank == 0 or not a.save_on_rank0_only):
         sd = opt.state_dict()  # every rank tags its store
         if rank == 0:
             torch.save({"model": net.state_dict(), "opt": sd}, a.save)

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(__file__))
 import mlpo.torch as mt  # noqa: E402
-from helpers import loss_of  # noqa: E402
+from helpers import dcp_load, dcp_save, loss_of  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--optimizer", choices=["mlpo", "torch"], default="mlpo")
@@ -25,6 +25,9 @@ ap.add_argument("--save-at", type=int, default=-1)
 ap.add_argument("--save")
 ap.add_argument("--load")
 ap.add_argument("--out", required=True)
+# --save/--load through torch.distributed.checkpoint (a directory):
+# "sync" (dcp.save) or "async" (dcp.async_save)
+ap.add_argument("--dcp")
 ap.add_argument("--clip", type=float, default=0.0)
 a = ap.parse_args()
 
@@ -59,7 +62,9 @@ if a.optimizer == "mlpo":
                    max_grad_norm=a.clip)
 else:
     opt = torch.optim.AdamW(groups(), lr=1e-2)
-if a.load:
+if a.load and a.dcp:
+    dcp_load(a.load, net, opt)
+elif a.load:
     ckpt = torch.load(a.load, weights_only=True)
     opt.load_state_dict(ckpt["opt"])  # restores the parameters too
 
@@ -81,7 +86,9 @@ for step in range(a.start, a.stop):
         torch.nn.utils.clip_grad_norm_(net.parameters(), a.clip)
     opt.step()
     losses[step] = loss.item()
-    if step + 1 == a.save_at:
+    if step + 1 == a.save_at and a.dcp:
+        dcp_save(a.save, net, opt, a.dcp)
+    elif step + 1 == a.save_at:
         sd = opt.state_dict()  # every rank tags its store
         if rank == 0:
             torch.save({"opt": sd}, a.save)

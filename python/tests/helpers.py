@@ -43,3 +43,29 @@ def assert_params_are(model, want):
     """Each of `model`'s parameters equals want[name] exactly."""
     for n, p in model.named_parameters():
         assert torch.equal(p, want[n]), n
+
+
+def dcp_save(path, model, opt, how="sync"):
+    """model and optimizer through torch.distributed.checkpoint, the way
+    torchtitan saves: get_state_dict, then dcp.save (or async_save)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    msd, osd = get_state_dict(model, opt)
+    sd = {"model": msd, "optim": osd}
+    if how == "async":
+        dcp.async_save(sd, checkpoint_id=str(path)).result()
+    else:
+        dcp.save(sd, checkpoint_id=str(path))
+
+
+def dcp_load(path, model, opt):
+    """The other way: get_state_dict as the template, dcp.load into it,
+    set_state_dict."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, \
+        set_state_dict
+    msd, osd = get_state_dict(model, opt)
+    sd = {"model": msd, "optim": osd}
+    dcp.load(sd, checkpoint_id=str(path))
+    set_state_dict(model, opt, model_state_dict=sd["model"],
+                   optim_state_dict=sd["optim"])

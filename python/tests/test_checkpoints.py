@@ -521,3 +521,46 @@ def test_moving_a_bf16_models_state_keeps_its_fp32_masters(tmp_path):
     with pytest.raises(ValueError, match="master_params"):
         new.load_state_dict(bad)
     assert new.step_count == 10
+
+
+@pytest.mark.parametrize("saved_named,loaded_named",
+                         [(True, False), (False, True)])
+def test_named_and_unnamed_dicts_load_into_each_other(store_dir, saved_named,
+                                                      loaded_named):
+    """As torch.optim: a dict of an optimizer built from named_parameters()
+    loads into one built from parameters() and the reverse, by position;
+    training on matches torch.optim trained without the break."""
+    model = make_model()
+    ref_model = make_model()
+    ref = torch.optim.AdamW(two_groups(ref_model), lr=1e-2)
+    opt = mt.AdamW(two_groups(model, named=saved_named), lr=1e-2,
+                   store=store_dir)
+    train(model, opt, range(3))
+    train(ref_model, ref, range(3))
+    sd = opt.state_dict()
+    opt.close()
+    again = mt.AdamW(two_groups(model, named=loaded_named), lr=1e-2,
+                     store=store_dir)
+    again.load_state_dict(sd)
+    assert again.step_count == 3
+    train(model, again, range(3, 6))
+    train(ref_model, ref, range(3, 6))
+    assert max_diff(model, ref_model) <= 1e-6
+    again.close()
+
+
+def test_named_dicts_of_other_names_are_refused(store_dir):
+    """Names are compared where both sides have them: the same shapes
+    under other names are another model."""
+    model = make_model()
+    opt = mt.AdamW(two_groups(model, named=True), lr=1e-2, store=store_dir)
+    train(model, opt, range(2))
+    sd = opt.state_dict()
+    opt.close()
+    renamed = [{**g, "params": [("x." + n, p) for n, p in g["params"]]}
+               for g in two_groups(model, named=True)]
+    other = mt.AdamW(renamed, lr=1e-2, store=store_dir)
+    with pytest.raises(ValueError, match="another model"):
+        other.load_state_dict(sd)
+    assert other.step_count == 0
+    other.close()
