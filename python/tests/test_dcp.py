@@ -11,13 +11,13 @@ import shutil
 
 import pytest
 import torch
-import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (
-    get_optimizer_state_dict, get_state_dict, set_optimizer_state_dict)
+    get_optimizer_state_dict, set_optimizer_state_dict)
 
 import mlpo.torch as mt
+from conftest import BUILD
 from helpers import dcp_load, dcp_save
-from test_distributed import launch
+from test_distributed import launch_json, params_close
 from test_fsdp import needs_cpu_fsdp
 
 pytestmark = pytest.mark.filterwarnings(
@@ -155,23 +155,8 @@ def test_torch_optim_refuses_a_plain_mlpo_dict_still(tmp_path):
 
 
 def _run(tmp_path, worker, world, name, **kw):
-    out = tmp_path / f"{name}.json"
-    for rank, (code, text) in enumerate(launch(
-            tmp_path, os.environ.get("PYTHONPATH_BUILD", _build()), world,
-            out, worker=worker, **kw)):
-        assert code == 0, f"rank {rank}:\n" + text[-3000:]
-    with open(out) as f:
-        return json.load(f)
-
-
-def _build():
-    from conftest import BUILD
-    return os.path.join(BUILD, "python")
-
-
-def _diff(a, b):
-    return max(abs(x - y) for n in a["params"]
-               for x, y in zip(a["params"][n], b["params"][n]))
+    return launch_json(tmp_path, os.path.join(BUILD, "python"), world,
+                       tmp_path / f"{name}.json", worker=worker, **kw)
 
 
 def test_data_parallel_resumes_on_two_ranks_and_on_one(tmp_path):
@@ -186,7 +171,7 @@ def test_data_parallel_resumes_on_two_ranks_and_on_one(tmp_path):
     assert again["params"] == full["params"]
     one = _run(tmp_path, "dist_worker.py", 1, "one", store=tmp_path / "s1",
                load=tmp_path / "ck", dcp="sync", start=4, stop=8)
-    assert _diff(one, full) <= 1e-6
+    assert params_close(one, full) <= 1e-6
 
 
 @needs_cpu_fsdp
@@ -202,7 +187,7 @@ def test_fsdp_resumes_on_two_ranks_and_on_one(tmp_path):
     assert again["params"] == full["params"]
     one = _run(tmp_path, "fsdp_worker.py", 1, "one", store=tmp_path / "s1",
                load=tmp_path / "ck", dcp="sync", start=4)
-    assert _diff(one, full) <= 1e-6
+    assert params_close(one, full) <= 1e-6
 
 
 def test_copy_mode_stands_alone_and_a_torch_optim_dcp_checkpoint_loads(

@@ -60,6 +60,16 @@ def launch(tmp_path, build_python_path, world, out, timeout=600,
     return [(code, text) for text, code in results]
 
 
+def launch_json(tmp_path, build_python_path, world, out, **kw):
+    """launch(), every rank required to succeed; what rank 0 wrote to
+    `out` (JSON)."""
+    for rank, (code, text) in enumerate(launch(
+            tmp_path, build_python_path, world, out, **kw)):
+        assert code == 0, f"rank {rank}:\n" + text[-3000:]
+    with open(out) as f:
+        return json.load(f)
+
+
 def close(a, b, steps):
     return max(abs(a["losses"][str(s)] - b["losses"][str(s)]) for s in steps)
 

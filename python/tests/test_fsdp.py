@@ -4,14 +4,13 @@ under the same FSDP loop; a checkpoint resumed on 2 ranks exactly; a
 checkpoint of 2 FSDP ranks loaded into one process and into mlpo's own
 data parallel, and one of one process loaded into FSDP ranks; export of
 an FSDP checkpoint puts its shards together."""
-import json
 import os
 
 import pytest
 import torch
 
 import mlpo.torch as mt
-from test_distributed import free_port, launch
+from test_distributed import free_port, launch_json
 
 TOL = 1e-6
 # fully_shard on the CPU (gloo) fails inside torch before 2.8 (2.6:
@@ -23,12 +22,8 @@ needs_cpu_fsdp = pytest.mark.skipif(
 
 
 def run(tmp_path, build_python_path, world, out, **kw):
-    for rank, (code, text) in enumerate(launch(
-            tmp_path, build_python_path, world, out,
-            worker="fsdp_worker.py", **kw)):
-        assert code == 0, f"rank {rank}:\n" + text[-3000:]
-    with open(out) as f:
-        return json.load(f)
+    return launch_json(tmp_path, build_python_path, world, out,
+                       worker="fsdp_worker.py", **kw)
 
 
 def diff(a, b):

@@ -6,7 +6,6 @@ run's checkpoint continued by mlpo; save_top_k with
 mlpo.lightning.StoreCheckpoints leaving the store's tags exactly the
 files Lightning kept; the DDP strategy on 2 gloo ranks, resumed on 2
 ranks and (slow) on 1 process."""
-import json
 import os
 
 import pytest
@@ -17,7 +16,7 @@ import mlpo.lightning
 import mlpo.torch as mt
 from conftest import BUILD
 from lightning_helpers import TOL, Net, ckpts, fit, max_diff
-from test_distributed import launch
+from test_distributed import launch_json, params_close
 
 BUILD_PYTHON = os.path.join(BUILD, "python")
 
@@ -141,18 +140,9 @@ def test_a_checkpoint_whose_store_is_gone_is_a_clear_error(tmp_path):
 
 
 def _run(tmp_path, world, name, **kw):
-    out = tmp_path / f"{name}.json"
-    res = launch(tmp_path, BUILD_PYTHON, world, out,
-                 worker="lightning_worker.py", timeout=300, **kw)
-    for rank, (code, text) in enumerate(res):
-        assert code == 0, f"rank {rank}:\n" + text[-3000:]
-    with open(out) as f:
-        return json.load(f)
-
-
-def _diff(a, b):
-    return max(abs(x - y) for n in a["params"]
-               for x, y in zip(a["params"][n], b["params"][n]))
+    return launch_json(tmp_path, BUILD_PYTHON, world,
+                       tmp_path / f"{name}.json",
+                       worker="lightning_worker.py", timeout=300, **kw)
 
 
 def test_ddp_strategy_matches_torch_and_resumes(tmp_path):
@@ -162,14 +152,14 @@ def test_ddp_strategy_matches_torch_and_resumes(tmp_path):
     ranks bit-identical."""
     ref = _run(tmp_path, 2, "ref", optimizer="torch", root=tmp_path / "r")
     got = _run(tmp_path, 2, "got", store=tmp_path / "s", root=tmp_path / "m")
-    assert _diff(ref, got) <= TOL
+    assert params_close(ref, got) <= TOL
     assert got["ckpts"] == ["step=4.ckpt", "step=8.ckpt"]
     assert [t for t in got["tags"] if t.startswith("step-")] == \
         ["step-4", "step-8"]
     again = _run(tmp_path, 2, "again", store=tmp_path / "s",
                  root=tmp_path / "m2", resume="first",
                  resume_root=tmp_path / "m", seed=5)
-    assert _diff(again, got) == 0.0
+    assert params_close(again, got) == 0.0
 
 
 @pytest.mark.skipif(not os.environ.get("MLPO_SLOW"),
@@ -186,4 +176,4 @@ def test_ddp_checkpoint_resumes_in_one_process(tmp_path):
                resume_root=tmp_path / "m", seed=5, batch=16)
     t1 = _run(tmp_path, 1, "t1", optimizer="torch", root=tmp_path / "r3",
               resume="first", resume_root=tmp_path / "r", seed=5, batch=16)
-    assert _diff(one, t1) <= TOL
+    assert params_close(one, t1) <= TOL
