@@ -32,7 +32,8 @@ class Net(L.LightningModule):
     """An MLP in two parameter groups (weights decay, biases do not),
     optimized by mlpo.torch.AdamW or torch.optim.AdamW."""
 
-    def __init__(self, optimizer="mlpo", store=None, seed=0, opt_kw=None):
+    def __init__(self, optimizer="mlpo", store=None, seed=0, opt_kw=None,
+                 fsdp=False):
         super().__init__()
         torch.manual_seed(seed)
         self.net = torch.nn.Sequential(
@@ -40,6 +41,19 @@ class Net(L.LightningModule):
             torch.nn.Tanh(), torch.nn.Linear(32, 1))
         self.optimizer, self.store = optimizer, store
         self.opt_kw = opt_kw or {}
+        self.fsdp = fsdp
+
+    def configure_model(self):
+        """ModelParallelStrategy: FSDP2 (fully_shard) over its data
+        parallel mesh, every Linear and the root."""
+        if not self.fsdp:
+            return
+        from torch.distributed.fsdp import fully_shard
+        mesh = self.device_mesh["data_parallel"]
+        for layer in self.net:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(self, mesh=mesh)
 
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -62,7 +76,8 @@ class Net(L.LightningModule):
 
 
 def params_of(module):
-    return {n: p.detach().clone() for n, p in module.named_parameters()}
+    return {n: (p.full_tensor() if hasattr(p, "full_tensor") else p)
+            .detach().clone() for n, p in module.named_parameters()}
 
 
 def max_diff(a, b):
@@ -71,12 +86,12 @@ def max_diff(a, b):
 
 def fit(root, optimizer="mlpo", store=None, max_steps=8, every=None,
         top_k=-1, ckpt_path=None, follow=False, seed=0, batch=8,
-        callbacks=(), close=True, trainer_kw=None, opt_kw=None):
+        callbacks=(), close=True, trainer_kw=None, opt_kw=None, fsdp=False):
     """One Trainer.fit; (final parameters, trainer). `every`: a
     ModelCheckpoint every that many steps into root/ckpt keeping `top_k`
     (by train_loss); `follow`: mlpo.lightning.StoreCheckpoints beside it.
     The mlpo optimizer is closed after (as the process ending would)."""
-    module = Net(optimizer, store, seed, opt_kw)
+    module = Net(optimizer, store, seed, opt_kw, fsdp)
     cbs = list(callbacks)
     if every:
         cbs.append(ModelCheckpoint(
@@ -99,4 +114,7 @@ def fit(root, optimizer="mlpo", store=None, max_steps=8, every=None,
 
 
 def ckpts(root):
-    return sorted(glob.glob(os.path.join(root, "ckpt", "*.ckpt")))
+    """ModelCheckpoint's files (or, under ModelParallelStrategy, its
+    distributed checkpoint folders), oldest step first."""
+    return sorted(glob.glob(os.path.join(root, "ckpt", "*.ckpt")),
+                  key=lambda p: int(p.rsplit("=", 1)[1].split(".")[0]))

@@ -20,6 +20,7 @@ ap.add_argument("--resume")  # a .ckpt file, or "first" of --resume-root's
 ap.add_argument("--resume-root")
 ap.add_argument("--seed", type=int, default=0)
 ap.add_argument("--batch", type=int, default=8)  # per rank
+ap.add_argument("--fsdp", type=int, default=0)  # ModelParallelStrategy
 a = ap.parse_args()
 
 world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -33,10 +34,18 @@ def keep_tags(trainer):
         tags["tags"] = sorted(opt._engine.tags())
 
 
+def strategy():
+    if a.fsdp:
+        from lightning.pytorch.strategies import ModelParallelStrategy
+        return ModelParallelStrategy(data_parallel_size=world,
+                                     tensor_parallel_size=1)
+    return "ddp" if world > 1 else "auto"
+
+
 params, trainer = fit(
     a.root, a.optimizer, store=a.store, every=4, top_k=2, follow=True,
     ckpt_path=ckpt, seed=a.seed, batch=a.batch, close=False,
-    trainer_kw=dict(devices=world, strategy="ddp" if world > 1 else "auto"))
+    fsdp=bool(a.fsdp), trainer_kw=dict(devices=world, strategy=strategy()))
 keep_tags(trainer)
 import mlpo.lightning  # noqa: E402
 for opt in mlpo.lightning.mlpo_optimizers(trainer):

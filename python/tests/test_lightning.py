@@ -5,7 +5,8 @@ fit(ckpt_path=) bit-identical to an uninterrupted run; a torch.optim
 run's checkpoint continued by mlpo; save_top_k with
 mlpo.lightning.StoreCheckpoints leaving the store's tags exactly the
 files Lightning kept; the DDP strategy on 2 gloo ranks, resumed on 2
-ranks and (slow) on 1 process."""
+ranks and (slow) on 1 process; ModelParallelStrategy (FSDP2) on 2 ranks,
+its DCP checkpoints resumed exactly."""
 import os
 
 import pytest
@@ -17,6 +18,7 @@ import mlpo.torch as mt
 from conftest import BUILD
 from lightning_helpers import TOL, Net, ckpts, fit, max_diff
 from test_distributed import launch_json, params_close
+from test_fsdp import needs_cpu_fsdp
 
 BUILD_PYTHON = os.path.join(BUILD, "python")
 
@@ -159,6 +161,24 @@ def test_ddp_strategy_matches_torch_and_resumes(tmp_path):
     again = _run(tmp_path, 2, "again", store=tmp_path / "s",
                  root=tmp_path / "m2", resume="first",
                  resume_root=tmp_path / "m", seed=5)
+    assert params_close(again, got) == 0.0
+
+
+@needs_cpu_fsdp
+def test_model_parallel_strategy_fsdp2_matches_torch_and_resumes(tmp_path):
+    """Lightning's ModelParallelStrategy (FSDP2: fully_shard in
+    configure_model, 2 gloo ranks): its checkpoints are DCP folders, which
+    get_optimizer_state_dict fills with the reference to the tag; within
+    TOL of torch.optim, and the step-4 folder resumed bit-identical."""
+    ref = _run(tmp_path, 2, "ref", optimizer="torch", root=tmp_path / "r",
+               fsdp=1)
+    got = _run(tmp_path, 2, "got", store=tmp_path / "s",
+               root=tmp_path / "m", fsdp=1)
+    assert params_close(ref, got) <= TOL
+    assert got["ckpts"] == ["step=4.ckpt", "step=8.ckpt"]
+    again = _run(tmp_path, 2, "again", store=tmp_path / "s",
+                 root=tmp_path / "m2", resume="first",
+                 resume_root=tmp_path / "m", seed=5, fsdp=1)
     assert params_close(again, got) == 0.0
 
 
