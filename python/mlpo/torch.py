@@ -403,10 +403,46 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
         self._engine.import_state(t, fill, steps)
 
 
-_MLPO_KEYWORDS = """Extra keywords (mlpo's): store, name, durability ("tag" | "step"),
-    resume, subgroup_numel, max_grad_norm, loss_scale, prefetch, commits,
-    threads, restore_tag, keep_checkpoints, process_group, device_backend,
-    state_format."""
+_MLPO_KEYWORDS = """
+
+    The parameters and torch's keywords are those of the torch.optim
+    class it replaces. mlpo's own keywords (docs/user-guide.md has each in
+    full):
+
+    store: where the state lives: a directory, a list of directories (the
+        first NVMe, the others PFS), a .toml config, or a dict of its keys;
+        None is ./mlpo-store.
+    name: the namespace in the store (several optimizers share a store).
+    durability: "tag" (steps durable at tags and close) or "step" (each
+        step durable once the next returns).
+    resume: continue from what the store holds (else it starts fresh, as
+        torch.optim does; load_state_dict continues from a checkpoint).
+    restore_tag: open at that tag.
+    keep_checkpoints: how many automatic checkpoints (state_dict() tags)
+        to keep; 0 keeps all.
+    subgroup_numel, prefetch, commits, threads: the pipeline's object
+        size, read-ahead, writes in flight and kernel threads.
+    max_grad_norm, loss_scale: clipping over the global gradient norm,
+        and a static loss scale to divide out.
+    process_group: data parallel (each rank a shard of the state).
+    device_backend: None/"auto", "cuda" or "host" for device parameters.
+    state_format: "fp32", "bf16-moments" or "int8-moments" (fixed when a
+        namespace is created).
+    update_in_backward, accumulation_steps: the update during backward
+        (None: on where it is exact and faster).
+
+    opt.state_dict() is a small dict naming a tag of the store; save it
+    with the model. opt.dcp_state ("reference" or "copy") is what
+    torch.distributed.checkpoint's get_optimizer_state_dict gets.
+    """
+
+
+def _with_keywords(cls):
+    """Appends mlpo's keywords to an optimizer class's docstring (a
+    docstring is a literal: one built with a sum is not one, and help()
+    showed nothing)."""
+    cls.__doc__ = (cls.__doc__ or "").rstrip() + _MLPO_KEYWORDS
+    return cls
 
 
 class _AdamBase(_MlpoOptimizer):
@@ -428,26 +464,28 @@ class _AdamBase(_MlpoOptimizer):
             capturable=False, differentiable=False, fused=fused), **mlpo)
 
 
+@_with_keywords
 class AdamW(_AdamBase):
     """torch.optim.AdamW (decoupled weight decay, default 0.01; amsgrad and
-    maximize honoured per group) over an mlpo store. """ + _MLPO_KEYWORDS
+    maximize honoured per group) over an mlpo store."""
     _mode = "adamw"
     _default_weight_decay = 1e-2
 
 
+@_with_keywords
 class Adam(_AdamBase):
-    """torch.optim.Adam (L2 weight decay, default 0) over an mlpo store. """ \
-        + _MLPO_KEYWORDS
+    """torch.optim.Adam (L2 weight decay, default 0) over an mlpo store."""
     _mode = "adam"
     _default_weight_decay = 0.0
 
 
+@_with_keywords
 class Lion(_MlpoOptimizer):
     """Lion (Chen et al. 2023, "Symbolic Discovery of Optimization
     Algorithms"): p -= lr * (sign(b1*m + (1-b1)*g) + wd*p), then
     m = b2*m + (1-b2)*g. One moment (exp_avg): 8 bytes of state per
     parameter in fp32 against Adam's 12. Defaults as lion-pytorch
-    (lr 1e-4, betas (0.9, 0.99), weight_decay 0). """ + _MLPO_KEYWORDS
+    (lr 1e-4, betas (0.9, 0.99), weight_decay 0)."""
     _mode = "lion"
 
     def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0,
@@ -458,9 +496,9 @@ class Lion(_MlpoOptimizer):
                                       maximize=maximize), **mlpo)
 
 
+@_with_keywords
 class Adagrad(_MlpoOptimizer):
-    """torch.optim.Adagrad over an mlpo store (state: step, sum). """ \
-        + _MLPO_KEYWORDS
+    """torch.optim.Adagrad over an mlpo store (state: step, sum)."""
     _mode = "adagrad"
 
     def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0,
@@ -475,10 +513,11 @@ class Adagrad(_MlpoOptimizer):
             fused=fused), **mlpo)
 
 
+@_with_keywords
 class SGD(_MlpoOptimizer):
     """torch.optim.SGD (momentum, dampening, nesterov, weight decay,
     maximize) over an mlpo store (state: momentum_buffer; none, and 4 bytes
-    per parameter, at momentum 0). """ + _MLPO_KEYWORDS
+    per parameter, at momentum 0)."""
     _mode = "sgd"
 
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0,

@@ -252,3 +252,19 @@ def test_maximize_as_torch_wherever_it_is_set(tmp_path):
     assert max_diff(m2, m3) > 1e-2  # not what minimizing does
     x, y = batch(0)  # the one batch: ascending raised its loss
     assert ((m2(x) - y) ** 2).mean() > ((make_model()(x) - y) ** 2).mean()
+
+
+def test_help_shows_every_optimizer_and_its_keywords():
+    """help(mlpo.torch.AdamW) documents the class and mlpo's keywords
+    (the docstrings were once sums of strings, which Python does not take
+    as docstrings: help() showed nothing)."""
+    import pydoc
+    for cls in (mt.AdamW, mt.Adam, mt.Lion, mt.Adagrad, mt.SGD):
+        text = pydoc.render_doc(cls, renderer=pydoc.plaintext)
+        assert cls.__doc__ and cls.__doc__.split()[0] in text
+        for word in ("store:", "durability:", "keep_checkpoints:",
+                     "state_format:", "dcp_state"):
+            assert word in text, (cls.__name__, word)
+        for method in ("step", "state_dict", "load_state_dict", "close",
+                       "flush", "checkpoint", "tags"):
+            assert getattr(cls, method).__doc__, (cls.__name__, method)
