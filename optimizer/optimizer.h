@@ -169,7 +169,6 @@ class Optimizer {
   // Sum of squares and non-finite count of what is staged for this step.
   GradStats LocalGradStats();
 
-  void SetLr(int group, double lr) { options_.groups.at(group).hyper.lr = lr; }
   // All hyperparameters of a group, read every step (InvalidArgument for a
   // value out of range, FailedPrecondition for an option whose slot the
   // store lacks; the group keeps its old ones).
@@ -233,7 +232,6 @@ class Optimizer {
   // `dst`.
   absl::Status CopyParams(int group, uint64_t offset, void* dst,
                           uint64_t count) const;
-  double lr(int group) const { return options_.groups.at(group).hyper.lr; }
   uint64_t step() const { return step_; }
   uint64_t skipped_steps() const { return skipped_; }
 

@@ -8,21 +8,14 @@ namespace {
 
 using Fn = uint64_t (*)(const void*, size_t);
 
-Fn Pick(const char** name) {
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {
-    *name = "avx512";
+Fn Pick() {
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
     return ChecksumAvx512;
-  }
-  if (__builtin_cpu_supports("avx2")) {
-    *name = "avx2";
-    return ChecksumAvx2;
-  }
-  *name = "baseline";
+  if (__builtin_cpu_supports("avx2")) return ChecksumAvx2;
   return ChecksumBaseline;
 }
 
-const char* g_name = nullptr;
-const Fn g_fn = Pick(&g_name);
+const Fn g_fn = Pick();
 
 }  // namespace
 
@@ -30,6 +23,5 @@ uint64_t ChecksumBaseline(const void* data, size_t n) {
   return XXH3_64bits(data, n);
 }
 uint64_t Checksum(const void* data, size_t n) { return g_fn(data, n); }
-const char* ChecksumIsa() { return g_name; }
 
 }  // namespace mlpo

@@ -14,7 +14,6 @@
 namespace mlpo {
 
 uint64_t Checksum(const void* data, size_t n);
-const char* ChecksumIsa();
 
 // Per-ISA implementations (one translation unit each).
 uint64_t ChecksumBaseline(const void* data, size_t n);

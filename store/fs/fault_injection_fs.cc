@@ -224,11 +224,6 @@ void FaultInjectionFileSystem::BeforeRename(const std::string& to) {
   before_rename_[to] = std::move(f);
 }
 
-void FaultInjectionFileSystem::Forget(const std::string& path) {
-  MutexLock l(&mu_);
-  files_.erase(path);
-}
-
 void FaultInjectionFileSystem::BeforeDelete(const std::string& path) {
   std::string content;
   bool there = ReadAll(path, &content);

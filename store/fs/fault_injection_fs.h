@@ -127,7 +127,6 @@ class FaultInjectionFileSystem final : public FileSystem {
   void DirSynced(const std::string& dir) ABSL_LOCKS_EXCLUDED(mu_);
   void Renamed(const std::string& from, const std::string& to)
       ABSL_LOCKS_EXCLUDED(mu_);
-  void Forget(const std::string& path) ABSL_LOCKS_EXCLUDED(mu_);
   // A deletion by RocksDB: durable only once its directory is synced.
   void BeforeDelete(const std::string& path) ABSL_LOCKS_EXCLUDED(mu_);
   void Deleted(const std::string& path) ABSL_LOCKS_EXCLUDED(mu_);

@@ -17,10 +17,6 @@ std::string AbsolutePath(const std::string& p) {
   return std::filesystem::absolute(p).lexically_normal().string();
 }
 
-absl::Status MakePrivateDirs(const std::string& dir) {
-  return DefaultFileSystem()->CreateDirs(dir);
-}
-
 absl::Status SyncDir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open directory ", dir));

@@ -22,11 +22,6 @@ inline constexpr int kPrivateFileMode = 0600;
 // lexically (no symlinks resolved): how store records name directories.
 std::string AbsolutePath(const std::string& p);
 
-// DefaultFileSystem()->CreateDirs: mkdir -p; each directory it creates gets
-// mode 0700 and is durable on return. Existing ones are left
-// as they are.
-absl::Status MakePrivateDirs(const std::string& dir);
-
 // Replaces `file` with `data`: writes "<file>.tmp" (0600), fdatasyncs it,
 // renames it over `file` and syncs the directory, so a crash leaves either the
 // old or the new content, never a torn one.

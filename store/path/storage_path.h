@@ -82,9 +82,6 @@ struct PathUsage {
 struct PathCounters {
   uint64_t bytes_read = 0, bytes_written = 0;
   double busy_s = 0;  // wall time with at least one transfer in flight
-  double observed_bps() const {
-    return busy_s > 0 ? (bytes_read + bytes_written) / busy_s : 0;
-  }
 };
 
 class StoragePath {
