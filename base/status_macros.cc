@@ -41,7 +41,11 @@ absl::Status ErrnoStatus(int err, absl::string_view context) {
 
 absl::Status Annotate(const absl::Status& s, absl::string_view context) {
   if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat(context, ": ", s.message()));
+  absl::Status out(s.code(), absl::StrCat(context, ": ", s.message()));
+  s.ForEachPayload([&out](absl::string_view url, const absl::Cord& p) {
+    out.SetPayload(url, p);  // (a reason, status_reason.h, stays)
+  });
+  return out;
 }
 
 }  // namespace mlpo

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "base/status_reason.h"
 #include "base/trace.h"
 
 namespace mlpo {
@@ -186,19 +187,25 @@ absl::Status Optimizer::CheckStateFormat() {
   auto have = store_->GetAttribute(kStateFormatAttribute);
   if (have.ok()) {
     if (*have == want) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "store ", store_->options().meta_dir, " holds its state as ", *have,
-        ", not ", want, ": a store's state format is fixed when it is created "
-        "(open it with state_format ", *have, ", or export the checkpoint and "
-        "import it into a new store)"));
+    return WithReason(
+        absl::FailedPreconditionError(absl::StrCat(
+            "store ", store_->options().meta_dir, " holds its state as ",
+            *have, ", not ", want,
+            ": a store's state format is fixed when it is created (open it "
+            "with state_format ", *have, ", or export the checkpoint and "
+            "import it into a new store)")),
+        kReasonStateFormat, *have);
   }
   if (!absl::IsNotFound(have.status())) return have.status();
   // A store from before formats holds fp32 state.
   for (const ObjectInfo& i : store_->List())
     if (by_object_.count(i.name) && format_ != StateFormat::kF32)
-      return absl::FailedPreconditionError(absl::StrCat(
-          "store ", store_->options().meta_dir, " holds its state as fp32, "
-          "not ", want, ": a store's state format is fixed when it is created"));
+      return WithReason(
+          absl::FailedPreconditionError(absl::StrCat(
+              "store ", store_->options().meta_dir, " holds its state as "
+              "fp32, not ", want,
+              ": a store's state format is fixed when it is created")),
+          kReasonStateFormat, "fp32");
   return store_->SetAttribute(kStateFormatAttribute, want);
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "base/status_reason.h"
 #include "optimizer/optimizer.h"
 
 namespace mlpo {
@@ -57,23 +58,28 @@ absl::Status Optimizer::LoadStep() {
       has = true, at = i.head_step;
   }
   if (versions.size() > 1)
-    return absl::FailedPreconditionError(absl::StrCat(
-        "store ", store_->options().meta_dir,
-        " holds optimizer state from different steps (",
-        absl::StrJoin(versions, ", "),
-        "): a step was interrupted; restore a tag (OptimizerOptions."
-        "restore_tag, or `mlpo restore STORE TAG`)"));
+    return WithReason(
+        absl::FailedPreconditionError(absl::StrCat(
+            "store ", store_->options().meta_dir,
+            " holds optimizer state from different steps (",
+            absl::StrJoin(versions, ", "),
+            "): a step was interrupted; restore a tag (OptimizerOptions."
+            "restore_tag, or `mlpo restore STORE TAG`)")),
+        kReasonStepInterrupted);
   step_ = versions.empty() ? 0 : *versions.begin();
   param_steps_.assign(params_.size(), step_);
   initial_stored_ = stored;
   initial_failed_ = false;  // whatever an attempt left, these heads replace
   if (!has) return absl::OkStatus();  // a store from before per-parameter steps
   if (at != step_)
-    return absl::FailedPreconditionError(absl::StrCat(
-        "store ", store_->options().meta_dir, ": the parameters' step counts "
-        "are of step ", at, ", the state of step ", step_,
-        ": a step was interrupted; restore a tag (OptimizerOptions."
-        "restore_tag, or `mlpo restore STORE TAG`)"));
+    return WithReason(
+        absl::FailedPreconditionError(absl::StrCat(
+            "store ", store_->options().meta_dir,
+            ": the parameters' step counts are of step ", at,
+            ", the state of step ", step_,
+            ": a step was interrupted; restore a tag (OptimizerOptions."
+            "restore_tag, or `mlpo restore STORE TAG`)")),
+        kReasonStepInterrupted);
   MLPO_ASSIGN_OR_RETURN(Lease l, store_->Checkout(steps_object).get());
   MLPO_ASSIGN_OR_RETURN(param_steps_, ParamStepsIn(*l, params_.size()));
   for (uint64_t t : param_steps_)

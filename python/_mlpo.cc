@@ -535,6 +535,17 @@ class Engine {
 }  // namespace mlpo
 
 PYBIND11_MODULE(_mlpo, m) {
+  // What Throw raises for an engine error (binding_util.h); kept alive by
+  // the module's reference.
+  mlpo::EngineErrorType() = PyErr_NewExceptionWithDoc(
+      "_mlpo.EngineError",
+      "An engine error (a RuntimeError): `code` is the absl status code's "
+      "name, `reason` one of mlpo's reasons (store_held, layout_mismatch, "
+      "state_format, step_interrupted) or None, `detail` what the reason "
+      "names (the holding pid, the store's state format)",
+      PyExc_RuntimeError, nullptr);
+  m.attr("EngineError") =
+      py::reinterpret_borrow<py::object>(mlpo::EngineErrorType());
   mlpo::DefineCodecBindings(m);
   using mlpo::Engine;
   m.doc() = "mlpo: optimizer state in a tiered object store (C++ engine)";

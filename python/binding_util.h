@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/status_reason.h"
 #include "optimizer/adam_kernel.h"
 #include "optimizer/update_rule.h"
 #include "store/store_options.h"
@@ -20,8 +21,17 @@ namespace mlpo {
 
 namespace py = pybind11;
 
+// _mlpo.EngineError, a RuntimeError (made at module init).
+inline PyObject*& EngineErrorType() {
+  static PyObject* type = nullptr;
+  return type;
+}
+
 // ValueError for InvalidArgument and OutOfRange, FileNotFoundError for
-// NotFound, RuntimeError otherwise; the message names the problem.
+// NotFound, _mlpo.EngineError (a RuntimeError) otherwise; the message names
+// the problem. An EngineError carries `code` (the status code's name) and
+// `reason`/`detail` (status_reason.h; None and "" without one): what the
+// adapter acts on, instead of the message's words. Called with the GIL.
 [[noreturn]] inline void Throw(const absl::Status& s) {
   std::string msg(s.message());
   switch (s.code()) {
@@ -31,8 +41,20 @@ namespace py = pybind11;
     case absl::StatusCode::kNotFound:
       PyErr_SetString(PyExc_FileNotFoundError, msg.c_str());
       throw py::error_already_set();
-    default:
-      throw std::runtime_error(absl::StatusCodeToString(s.code()) + ": " + msg);
+    default: {
+      const std::string code = absl::StatusCodeToString(s.code());
+      PyObject* type = EngineErrorType();
+      if (type == nullptr) throw std::runtime_error(code + ": " + msg);
+      py::object err = py::reinterpret_borrow<py::object>(type)(
+          py::str(code + ": " + msg));
+      err.attr("code") = py::str(code);
+      auto reason = ReasonOf(s);
+      err.attr("reason") =
+          reason ? py::object(py::str(reason->first)) : py::object(py::none());
+      err.attr("detail") = py::str(reason ? reason->second : std::string());
+      PyErr_SetObject(type, err.ptr());
+      throw py::error_already_set();
+    }
   }
 }
 inline void Check(const absl::Status& s) {

@@ -28,6 +28,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_reason.h"
 #include "base/trace.h"
 #include "base/status_macros.h"
 
@@ -100,9 +101,10 @@ absl::Status ObjectStore::Declare(const std::string& object,
   if (it == objects_.end()) MLPO_RETURN_IF_ERROR(CheckWritable("declare"));
   if (it != objects_.end()) {
     if (it->second.layout == layout) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat(
+    return WithReason(absl::FailedPreconditionError(absl::StrCat(
         "object ", object, " is declared as {", it->second.layout.DebugString(),
-        "}, not {", layout.DebugString(), "}"));
+        "}, not {", layout.DebugString(), "}")),
+        kReasonLayoutMismatch, it->second.layout.DebugString());
   }
   MetaIndex::Batch b = meta_->NewBatch();
   b.PutObject(object, layout);

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "base/size_units.h"
 #include "base/status_macros.h"
+#include "base/status_reason.h"
 #include "store/store_survey.h"
 
 namespace mlpo {
@@ -72,7 +73,7 @@ absl::StatusOr<WriterLock> WriterLock::Acquire(const std::string& meta_dir,
     // have the other store open, not this one.
     auto links = fs->LinkCount(fd, file);
     const bool shared = links.ok() && *links > 1;
-    return absl::FailedPreconditionError(absl::StrCat(
+    return WithReason(absl::FailedPreconditionError(absl::StrCat(
         "store ", meta_dir, " is already open by ", holder,
         " (one writer per store)",
         shared ? absl::StrCat(
@@ -81,7 +82,9 @@ absl::StatusOr<WriterLock> WriterLock::Acquire(const std::string& meta_dir,
                      " links: a `cp -al` copy). Once that process has "
                      "exited, `mlpo relocate` (on the copy) or `mlpo "
                      "unshare` gives this store files of its own")
-               : ""));
+               : "")),
+        kReasonStoreHeld,
+        named.pid > 0 && named.running ? absl::StrCat(named.pid) : "");
   }
   // Who holds it, for the message above; padded so no older pid's digits
   // outlive it. Not into a lock file shared through hard links (a `cp -al`

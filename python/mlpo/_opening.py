@@ -130,9 +130,11 @@ class StoreOpening:
             try:
                 eng = self._make_engine(ns, restore_tag)
             except RuntimeError as e:
-                msg = str(e)
-                if "already open by" in msg:
-                    mine = f"pid {os.getpid()}" in msg
+                # (the engine's reason for the failure: _mlpo.EngineError)
+                reason = getattr(e, "reason", None)
+                detail = getattr(e, "detail", "")
+                if reason == "store_held":
+                    mine = detail == str(os.getpid())
                     if mine and not collected:
                         # An optimizer of this process nobody can reach any
                         # more (a notebook cell run again) still holds it.
@@ -140,16 +142,18 @@ class StoreOpening:
                         collected = True
                         continue
                     if not mine and getattr(self, "_resuming", False):
-                        self._check_held(ns, msg)
+                        self._check_held(
+                            ns, f"pid {detail}" if detail else
+                            "another process")
                     return None
-                if "is declared as" in msg:
+                if reason == "layout_mismatch":
                     # Objects of another size: another model, or this one
                     # in other subgroups, which resuming must not skip.
                     self._skipped.append(
-                        (ns, self._check_subgroups(ns, msg, restore_tag)))
+                        (ns, self._check_subgroups(ns, detail, restore_tag)))
                     return None
-                if "holds its state as" in msg:
-                    theirs = msg.split("holds its state as ")[1].split(",")[0]
+                if reason == "state_format":
+                    theirs = detail
                     raise ValueError(
                         f"mlpo.torch: namespace {ns!r} of the store holds "
                         f"{theirs} state and this optimizer asks for "
@@ -176,12 +180,11 @@ class StoreOpening:
                     return None
             return eng
 
-    def _check_held(self, ns, msg):
+    def _check_held(self, ns, holder):
         """Resuming, a namespace another process holds: RuntimeError when it
         holds this model's state (the last job still running: resuming
         elsewhere would silently start afresh); noted as passed over when
         it holds another model's."""
-        holder = msg.split("already open by ")[-1].split(" (one writer")[0]
         try:  # its manifest, read beside the writer
             held = _mlpo.read_store_attribute(
                 self._toml_text, self._base_dir,
@@ -268,7 +271,7 @@ class StoreOpening:
                 f"{eng.step_count}, while {what} (a later state of another "
                 f"run). To continue that one instead, {how}")
 
-    def _check_subgroups(self, ns, msg, restore_tag):
+    def _check_subgroups(self, ns, held, restore_tag):
         """Resuming (or restoring a tag), a namespace whose objects have
         another size but whose manifest is this model's holds this model's
         state in other subgroups (another subgroup_numel): a ValueError
@@ -288,12 +291,11 @@ class StoreOpening:
             return "objects of another size"
         if diff is not None:
             return _another_model(diff)
-        # "object g0.s000000 is declared as {p:f32[N], ...}, not {...}"
-        held = msg.split("is declared as ")[1].split(", not")[0]
+        # (`held`: the first object's layout, "p:f32[N], ...")
         raise ValueError(
             f"mlpo.torch: namespace {ns!r} of the store holds this model's "
             f"state in subgroups of another size (its first object is "
-            f"{held}; this optimizer asks for subgroup_numel="
+            f"{{{held}}}; this optimizer asks for subgroup_numel="
             f"{self._opts['subgroup_numel']}). Pass the subgroup_numel it "
             "was created with (the element count of that first object "
             "works) to resume it: a namespace's subgroups are fixed when it "
@@ -422,7 +424,7 @@ class StoreOpening:
                 eng.step_count else "step 0 (the initial parameters a " \
                 "checkpoint before the first step stored)"
         except RuntimeError as e:
-            if "interrupted" not in str(e):
+            if getattr(e, "reason", None) != "step_interrupted":
                 raise
             tags = eng.tag_order()
             if not tags:

@@ -16,10 +16,11 @@ from ._opening import _DTYPES
 from ._backward import _note_plain_step_once
 
 
-def _refused(msg):
+def _refused(e):
     """An engine error that changed nothing (a bad argument, an unknown
     tag): no reopen needed."""
-    return msg.startswith(("INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS"))
+    return getattr(e, "code", None) in ("INVALID_ARGUMENT", "NOT_FOUND",
+                                        "ALREADY_EXISTS")
 
 
 class Stepping:
@@ -269,7 +270,7 @@ class Stepping:
             return getattr(eng, call)(*args)
         except (RuntimeError, OSError) as e:
             if self._world == 1 and (call.endswith("step") or (
-                    isinstance(e, RuntimeError) and not _refused(str(e)))):
+                    isinstance(e, RuntimeError) and not _refused(e))):
                 # (a failed step leaves the step count where it was)
                 what = f"step {eng.step_count + 1}" if call.endswith("step") \
                     else f"{call} {args[0]!r}"

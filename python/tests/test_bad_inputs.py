@@ -553,3 +553,61 @@ def test_tags_are_listed_oldest_first(store_dir):
     assert [t for t in opt.tags() if not t.startswith("step-")] == \
         ["zeta", "alpha", "beta", "mid"]
     opt.close()
+
+
+def test_engine_errors_carry_their_reason_not_only_words(store_dir):
+    """The adapter acts on the engine's reason for a failure
+    (_mlpo.EngineError.reason), not on its message's words: a namespace
+    held by a live process, one of another state format, one whose
+    objects have another size; each opening decision checked here."""
+    import sys
+    import textwrap
+    from mlpo import _mlpo
+    model, opt = trained(store_dir, steps=2)
+    # Held by this process: a second optimizer on the namespace takes
+    # another one, as before.
+    m2 = make_model(seed=1)
+    o2 = mt.AdamW(m2.named_parameters(), lr=1e-2, store=store_dir)
+    assert o2.store_name != opt.store_name
+    o2.close()
+    opt.close()
+    # Another state format asked of the namespace by name: a ValueError
+    # naming the one it holds.
+    with pytest.raises(ValueError, match="state_format='fp32'"):
+        mt.AdamW(make_model().named_parameters(), lr=1e-2, store=store_dir,
+                 name="mlpo", state_format="bf16-moments")
+    # Held by another live process while resuming: refused, naming its pid.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time
+            sys.path.insert(0, {os.path.dirname(__file__)!r})
+            import mlpo.torch as mt
+            from helpers import make_model
+            m = make_model()
+            o = mt.AdamW(m.named_parameters(), lr=1e-2, store={store_dir!r},
+                         resume=True)
+            print("OPEN", flush=True)
+            time.sleep(60)
+        """)], stdout=subprocess.PIPE, text=True,
+        env=dict(os.environ, PYTHONPATH=os.path.dirname(
+            os.path.dirname(mt.__file__))))
+    try:
+        assert holder.stdout.readline().strip() == "OPEN"
+        with pytest.raises(RuntimeError, match=f"pid {holder.pid}"):
+            mt.AdamW(make_model().named_parameters(), lr=1e-2,
+                     store=store_dir, resume=True)
+    finally:
+        holder.kill()
+        holder.wait()
+    # The binding's own error type and attributes.
+    o3 = mt.AdamW(make_model().named_parameters(), lr=1e-2, store=store_dir,
+                  resume=True)
+    try:
+        o3.checkpoint("kept")
+        with pytest.raises(_mlpo.EngineError) as e:
+            o3._engine.tag("kept")
+        assert isinstance(e.value, RuntimeError)
+        assert e.value.code == "ALREADY_EXISTS" and e.value.reason is None
+        assert str(e.value).startswith("ALREADY_EXISTS: ")
+    finally:
+        o3.close()
