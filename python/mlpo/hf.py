@@ -12,11 +12,13 @@ Trainer saves `optimizer.state_dict()` into each checkpoint folder
 (`optimizer.pt`, a few hundred bytes naming a tag of the store) and loads
 it on `resume_from_checkpoint`: that works without this module. What
 TrainerCheckpoints adds: the store's checkpoints follow Trainer's folders.
-After every save it drops each automatic tag ("step-<t>", the ones
-state_dict() takes) that no `checkpoint-*/optimizer.pt` under
-`args.output_dir` names any more, so `save_total_limit` frees the store's
-space as it deletes folders, and every folder left loads. A tag you took
-with `opt.checkpoint(name)` is never dropped.
+After every save it drops the automatic tags ("step-<t>", the ones
+state_dict() takes) that this run's saves took or that a
+`checkpoint-*/optimizer.pt` under `args.output_dir` named, once no such
+file names them any more: `save_total_limit` frees the store's space as
+it deletes folders, and every folder left loads. Tags it never saw (the
+folders of a run in another output_dir, the one a run resumed from) are
+left alone, as is every tag you took with `opt.checkpoint(name)`.
 """
 import glob
 import os
@@ -68,6 +70,13 @@ class TrainerCheckpoints(transformers.TrainerCallback):
     has every rank take the checkpoint just before Trainer saves it on
     rank 0 alone (prepare_state_dict): without it that save is refused."""
 
+    def __init__(self):
+        # (name, store uuid, tag) of each checkpoint this callback saw
+        # taken or named by a folder under output_dir: the only ones it
+        # drops. A run resumed into another output_dir leaves the old
+        # folders' tags alone.
+        self._known = set()
+
     def _prepare(self, control, optimizer):
         opt = mlpo_optimizer(optimizer)
         if control.should_save and opt is not None and opt._world > 1:
@@ -79,19 +88,40 @@ class TrainerCheckpoints(transformers.TrainerCallback):
     def on_epoch_end(self, args, state, control, optimizer=None, **kwargs):
         self._prepare(control, optimizer)
 
+    def _note_folders(self, args, opt):
+        named = folder_tags(args.output_dir, opt)
+        mine = (opt._ns, opt._engine.store_uuid)
+        self._known.update((*mine, t) for t in named or ())
+        return named
+
+    def on_train_begin(self, args, state, control, optimizer=None,
+                       **kwargs):
+        # The folders there before this run's first save (a resumed run
+        # may save over one): their tags are this output_dir's. So is the
+        # step-0 checkpoint Accelerate's prepare() took of this optimizer.
+        opt = mlpo_optimizer(optimizer)
+        if opt is not None and opt._engine is not None:
+            self._note_folders(args, opt)
+            if opt._last_handed is not None:
+                self._known.add((opt._ns, opt._engine.store_uuid,
+                                 opt._last_handed))
+
     def on_save(self, args, state, control, optimizer=None, **kwargs):
         opt = mlpo_optimizer(optimizer)
         if opt is None or opt._engine is None:
             return
-        named = folder_tags(args.output_dir, opt)
+        named = self._note_folders(args, opt)
         if named is None:
             return  # the next save tries again
         # The checkpoint just taken stays whatever the folders say: on
         # ranks other than the one that saves, its optimizer.pt may not be
         # written yet.
         named.add(opt._last_handed)
+        mine = (opt._ns, opt._engine.store_uuid)
+        self._known.add((*mine, opt._last_handed))
         stale = [t for t in opt._engine.tags()
-                 if _step_tag_key(t) is not None and t not in named]
+                 if _step_tag_key(t) is not None and t not in named
+                 and (*mine, t) in self._known]
         opt._drop_checkpoints(
             stale, "because no checkpoint folder under "
             f"{args.output_dir} names it any more (mlpo.hf."

@@ -180,14 +180,15 @@ def test_tags_follow_trainer_folders(tmp_path, data, mlpo_cli):
     user's own stays."""
     store = str(tmp_path / "store")
     out = tmp_path / "out"
-    cb = [mlpo.hf.TrainerCheckpoints()]
-    full, _, trainer, _ = train(out, data, store=store, callbacks=cb,
+    # (a callback of its own each run, as a new process has)
+    cb = lambda: [mlpo.hf.TrainerCheckpoints()]  # noqa: E731
+    full, _, trainer, _ = train(out, data, store=store, callbacks=cb(),
                                 save_strategy="steps", save_steps=2,
                                 save_total_limit=2)
     assert folders_and_tags(out) == {"checkpoint-6": "step-6",
                                      "checkpoint-8": "step-8"}
     assert store_tags(mlpo_cli, store) == {"step-6", "step-8"}
-    resumed, _, _, _ = train(out, data, store=store, callbacks=cb,
+    resumed, _, _, _ = train(out, data, store=store, callbacks=cb(),
                              resume=str(out / "checkpoint-6"),
                              save_strategy="steps", save_steps=2,
                              save_total_limit=2, pre_close=lambda o:
@@ -201,7 +202,29 @@ def test_tags_follow_trainer_folders(tmp_path, data, mlpo_cli):
     subprocess.run([mlpo_cli, "verify", "--deep", os.path.join(
         store, "mlpo", "rank-0")], check=True, capture_output=True)
     # Each folder left loads, and resumes to the same end.
-    again, _, _, _ = train(out, data, store=store, callbacks=cb,
+    again, _, _, _ = train(out, data, store=store, callbacks=cb(),
                            resume=str(out / "checkpoint-6"))
     for n in full:
         assert torch.equal(again[n], full[n]), n
+
+
+def test_a_run_resumed_into_another_output_dir_keeps_the_old_folders(
+        tmp_path, data, mlpo_cli):
+    """A careless rerun: resumed from run A's folder into output_dir B on
+    the same store, with TrainerCheckpoints and save_total_limit=1. The
+    callback drops only tags it saw taken or named under B: A's folders
+    still load (they did not: it dropped every tag B's folders did not
+    name)."""
+    store = str(tmp_path / "store")
+    a, b = tmp_path / "a", tmp_path / "b"
+    train(a, data, store=store, callbacks=[mlpo.hf.TrainerCheckpoints()],
+          save_strategy="steps", save_steps=2)
+    before = folders_and_tags(a)
+    train(b, data, store=store, callbacks=[mlpo.hf.TrainerCheckpoints()],
+          resume=str(a / "checkpoint-4"), save_strategy="steps",
+          save_steps=2, save_total_limit=1)
+    assert folders_and_tags(a) == before
+    assert set(before.values()) <= store_tags(mlpo_cli, store)
+    # B's own deleted folders' tags went.
+    assert store_tags(mlpo_cli, store) == set(before.values()) | set(
+        folders_and_tags(b).values())
