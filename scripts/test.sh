@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # README command 2: install what is missing, build, run every test.
 #   scripts/test.sh           default suite (Release unit tests, pytest, the
-#                             pip install check): about 16 minutes from a
+#                             pip install check): about 22 minutes from a
 #                             clean clone on 2 cores
 #   scripts/test.sh --slow    also the slow tests (crash loops, big runs),
 #                             the clang ASan+UBSan build's unit tests with
