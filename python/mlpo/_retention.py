@@ -53,3 +53,24 @@ class Retention:
         dropped = dict(list(dropped.items())[-1000:])
         eng.set_attribute("dropped_tags", json.dumps(dropped))
         eng.gc()
+
+    def _names_this_store(self, info):
+        """Whether a state dict's 'mlpo' entry names this optimizer's
+        namespace and store (this rank's)."""
+        uuids = info.get("store_uuids") or []
+        return info.get("name") == self._ns and self._rank < len(uuids) \
+            and uuids[self._rank] == self._engine.store_uuid
+
+    def _drop_unfollowed(self, named, known, why):
+        """The trainer callbacks' retention (mlpo.hf, mlpo.lightning): drops
+        the automatic tags that `known` holds ((name, store uuid, tag) the
+        callback saw taken or named) and no file names (`named`, plus the
+        checkpoint just handed out: on the ranks that do not write it, its
+        file may not be there yet)."""
+        named = set(named) | {self._last_handed}
+        mine = (self._ns, self._engine.store_uuid)
+        stale = [t for t in self._engine.tags()
+                 if _step_tag_key(t) is not None and t not in named
+                 and (*mine, t) in known]
+        self._drop_checkpoints(stale, why)
+

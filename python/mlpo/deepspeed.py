@@ -152,18 +152,25 @@ def _step_of(st, where):
     return int(float(s))
 
 
+def _rank_states(files, world, first):
+    """(rank, its ZeRO optimizer_state_dict, the base optimizer's state,
+    its groups' hyperparameters) of each rank in turn, one file read at a
+    time (`first`: rank 0's, read already)."""
+    for r in range(world):
+        data = first if r == min(files) else _load(files[r])
+        osd = data["optimizer_state_dict"]
+        base = _base_state(osd, files[r])
+        yield r, osd, base, [{k: v for k, v in g.items() if k != "params"}
+                             for g in base["param_groups"]]
+
+
 def _read_zero12(d, files, world, first):
     """ZeRO 1/2: each group flattened and cut into `world` equal
     partitions; each rank's file maps the names it holds to (numel,
     start) in its partition (param_slice_mappings)."""
     params, groups = {}, None
-    for r in range(world):
-        data = first if r == min(files) else _load(files[r])
-        osd = data["optimizer_state_dict"]
-        base = _base_state(osd, files[r])
-        if groups is None:
-            groups = [{k: v for k, v in g.items() if k != "params"}
-                      for g in base["param_groups"]]
+    for r, osd, base, g_hyper in _rank_states(files, world, first):
+        groups = groups or g_hyper
         maps = osd.get("param_slice_mappings")
         fp32 = osd.get("single_partition_of_fp32_groups")
         if maps is None or fp32 is None:
@@ -206,13 +213,8 @@ def _read_zero3(d, files, world, first):
     ceil(numel / world) (the last padded); a rank's flat group is its
     partitions of the group's parameters in order."""
     params, groups = [], None
-    for r in range(world):
-        data = first if r == min(files) else _load(files[r])
-        osd = data["optimizer_state_dict"]
-        base = _base_state(osd, files[r])
-        if groups is None:
-            groups = [{k: v for k, v in g.items() if k != "params"}
-                      for g in base["param_groups"]]
+    for r, osd, base, g_hyper in _rank_states(files, world, first):
+        groups = groups or g_hyper
         flat = osd.get("fp32_flat_groups")
         mfile = os.path.join(d, f"zero_pp_rank_{r}_mp_rank_00_model_states.pt")
         if not os.path.exists(mfile):

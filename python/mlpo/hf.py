@@ -26,7 +26,6 @@ import os
 import torch
 import transformers
 
-from ._checkpoints import _step_tag_key
 
 __all__ = ["TrainerCheckpoints", "mlpo_optimizer"]
 
@@ -46,7 +45,7 @@ def folder_tags(output_dir, opt):
     output_dir name (their optimizer.pt files); None when one of those
     files cannot be read (being written by another rank, or damaged):
     then nothing may be dropped."""
-    eng = opt._require_engine()
+    opt._require_engine()
     out = set()
     for path in glob.glob(os.path.join(output_dir, "checkpoint-*",
                                        "optimizer.pt")):
@@ -55,10 +54,7 @@ def folder_tags(output_dir, opt):
         except Exception:
             return None
         info = sd.get("mlpo") if isinstance(sd, dict) else None
-        if not isinstance(info, dict) or info.get("name") != opt._ns:
-            continue
-        uuids = info.get("store_uuids") or []
-        if opt._rank < len(uuids) and uuids[opt._rank] == eng.store_uuid:
+        if isinstance(info, dict) and opt._names_this_store(info):
             out.add(info.get("tag"))
     return out
 
@@ -113,16 +109,8 @@ class TrainerCheckpoints(transformers.TrainerCallback):
         named = self._note_folders(args, opt)
         if named is None:
             return  # the next save tries again
-        # The checkpoint just taken stays whatever the folders say: on
-        # ranks other than the one that saves, its optimizer.pt may not be
-        # written yet.
-        named.add(opt._last_handed)
-        mine = (opt._ns, opt._engine.store_uuid)
-        self._known.add((*mine, opt._last_handed))
-        stale = [t for t in opt._engine.tags()
-                 if _step_tag_key(t) is not None and t not in named
-                 and (*mine, t) in self._known]
-        opt._drop_checkpoints(
-            stale, "because no checkpoint folder under "
+        self._known.add((opt._ns, opt._engine.store_uuid, opt._last_handed))
+        opt._drop_unfollowed(
+            named, self._known, "because no checkpoint folder under "
             f"{args.output_dir} names it any more (mlpo.hf."
             "TrainerCheckpoints follows Trainer's save_total_limit)")

@@ -32,7 +32,6 @@ try:
 except ImportError:  # the standalone package of the same code
     from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 
-from ._checkpoints import _step_tag_key
 
 __all__ = ["StoreCheckpoints", "mlpo_optimizers"]
 
@@ -89,7 +88,7 @@ class StoreCheckpoints(Callback):
         """The tags of opt's store that the .ckpt files in the
         ModelCheckpoint directories name; None when one of them cannot be
         read (being written, or damaged): then nothing may be dropped."""
-        eng = opt._require_engine()
+        opt._require_engine()
         out = set()
         dirs = {cb.dirpath for cb in trainer.callbacks
                 if isinstance(cb, ModelCheckpoint) and cb.dirpath}
@@ -106,11 +105,8 @@ class StoreCheckpoints(Callback):
                             self._note(info)
                 except (OSError, ValueError):
                     return None
-                for info in seen[1]:
-                    uuids = info.get("store_uuids") or []
-                    if info.get("name") == opt._ns and opt._rank < len(
-                            uuids) and uuids[opt._rank] == eng.store_uuid:
-                        out.add(info.get("tag"))
+                out.update(info.get("tag") for info in seen[1]
+                           if opt._names_this_store(info))
         return out
 
     def _follow(self, trainer):
@@ -120,17 +116,10 @@ class StoreCheckpoints(Callback):
             named = self._named(trainer, opt)
             if named is None:
                 continue  # the next save tries again
-            # The checkpoint just taken stays whatever the files say: on
-            # ranks other than the one that writes, it may not be there yet.
-            named.add(opt._last_handed)
-            mine = (opt._ns, opt._engine.store_uuid)
-            stale = [t for t in opt._engine.tags()
-                     if _step_tag_key(t) is not None and t not in named
-                     and (*mine, t) in self._known]
-            opt._drop_checkpoints(
-                stale, "because no .ckpt file in the ModelCheckpoint "
-                "directories names it any more (mlpo.lightning."
-                "StoreCheckpoints follows Lightning's save_top_k)")
+            opt._drop_unfollowed(
+                named, self._known, "because no .ckpt file in the "
+                "ModelCheckpoint directories names it any more (mlpo."
+                "lightning.StoreCheckpoints follows Lightning's save_top_k)")
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint):
         for sd in checkpoint.get("optimizer_states") or []:

@@ -61,6 +61,7 @@ from ._torch_import import TorchImport
 from ._state_view import StateView
 from ._export import export_state_dict
 from ._opening import _DTYPES, StoreOpening
+from ._dcp import DcpShapes
 from ._retention import Retention
 from ._stepping import Stepping
 from ._backward import BackwardUpdate, PlainStepNote, ddp_comm_hook
@@ -91,7 +92,7 @@ def _wrapped(obj):
 
 
 class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
-                     Retention, BackwardUpdate, Stepping,
+                     DcpShapes, Retention, BackwardUpdate, Stepping,
                      torch.optim.Optimizer):
     _mode = "adamw"
 
