@@ -55,7 +55,7 @@ if [ $slow -eq 1 ]; then
   # test_retention_model.py, test_kill_resume.py, test_fuzz_state_dict.py).
   export MLPO_WORKFLOW_EXAMPLES=${MLPO_WORKFLOW_EXAMPLES:-1500}
   export MLPO_KILL_ROUNDS=${MLPO_KILL_ROUNDS:-12}
-  # Kills right after step() returns: 4 configurations x 60 (test_kill_after_step.py).
+  # Kills right after step() returns: 6 configurations x 60 (test_kill_after_step.py).
   export MLPO_KILL_AFTER_STEP_ROUNDS=${MLPO_KILL_AFTER_STEP_ROUNDS:-60}
   # Kills of a 2-rank DDP job updating during backward (test_ddp_backward.py).
   export MLPO_DDP_KILL_ROUNDS=${MLPO_DDP_KILL_ROUNDS:-40}
