@@ -30,6 +30,7 @@
 #ifndef MLPO_STORE_OBJECT_STORE_H_
 #define MLPO_STORE_OBJECT_STORE_H_
 
+#include <atomic>
 #include <functional>
 #include <future>
 #include <map>
@@ -431,6 +432,12 @@ class ObjectStore final : public StoreMaintenance {
   // The transaction's one index write (on the finalizer thread), or its
   // abort when a commit failed.
   void FinishTransaction();
+  // Durability "step": after a transaction's synced index write, the seal
+  // copies in place (WriteSealCopyInPlace) at the index's sequence, so that
+  // losing meta/'s log and MLPO-SEAL together is seen at the last step.
+  // Best effort, as WriteSealCopies.
+  void WriteStepSealCopies();
+  std::atomic<uint64_t> seal_copy_turn_{0};
   // Drops every version the transaction made and puts the dirty versions
   // back; the transaction is over.
   void DropTransaction(bool free_extents, std::vector<ExtentRef>* to_free,

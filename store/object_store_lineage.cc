@@ -116,6 +116,21 @@ void ObjectStore::WriteSealCopies() {
                  Where().c_str(), std::string(st.message()).c_str());
 }
 
+void ObjectStore::WriteStepSealCopies() {
+  if (options_.read_only || store_uuid_.empty() || !meta_->poisoned().ok())
+    return;
+  const uint64_t seq = meta_->sequence();
+  const uint64_t turn = seal_copy_turn_.fetch_add(1);
+  absl::Status st;
+  for (auto& p : paths_) {
+    st = WriteSealCopyInPlace(p->dir(), fs(), store_uuid_, seq, turn);
+    if (!st.ok()) break;
+  }
+  if (!st.ok())
+    std::fprintf(stderr, "mlpo: %s: the index seal's copies: %s\n",
+                 Where().c_str(), std::string(st.message()).c_str());
+}
+
 absl::Status ObjectStore::Tag(const std::string& name) {
   MLPO_RETURN_IF_ERROR(CheckWritable("tag"));
   MLPO_RETURN_IF_ERROR(ValidateName("tag", name));

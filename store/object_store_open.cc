@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -34,8 +35,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "base/size_units.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "store/config_sanity.h"
 #include "store/fs/file_util.h"
 #include "store/object_store.h"
 #include "store/placement/stripe.h"
@@ -102,6 +105,34 @@ static absl::Status CheckNoStoreData(const StoreOptions& o, const Survey& sv,
         "the index at ", other, ": is meta_dir misspelt?"));
   return absl::OkStatus();
 }
+
+namespace {
+
+// A new store's sizes (CheckConfiguredSizes), and its segment files, which
+// are preallocated whole: one larger than the
+// free space of its disk would let steps return into the DRAM tier and then
+// fail every write-back with "every path is full" (a "1T" for "1G"). Checked
+// before anything is created, so a refused config leaves nothing behind.
+absl::Status CheckSegmentsFit(const StoreOptions& o) {
+  MLPO_RETURN_IF_ERROR(CheckConfiguredSizes(o));
+  for (size_t i = 0; i < o.paths.size(); ++i) {
+    const auto& po = o.paths[i].path;
+    struct statvfs vfs;
+    if (::statvfs(po.root.c_str(), &vfs) != 0) continue;  // PathUuid says why
+    const uint64_t free =
+        static_cast<uint64_t>(vfs.f_bavail) * static_cast<uint64_t>(vfs.f_frsize);
+    if (po.segment_bytes > free)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "path[", i, "] ", po.root, ": segment_bytes ",
+          FormatBytes(po.segment_bytes), " is more than the ",
+          FormatBytes(free), " free on its disk: each segment file is "
+          "preallocated whole. Pick a smaller segment_bytes (default "
+          "256 MiB); nothing was created"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status ObjectStore::PreparePaths(const std::string& uuid) {
   for (auto& pc : options_.paths) {
@@ -271,6 +302,7 @@ absl::Status ObjectStore::OpenImpl() {
       return absl::NotFoundError(absl::StrCat(
           "store ", options_.name, " rank ", options_.rank,
           " has no index in ", options_.meta_dir));
+    MLPO_RETURN_IF_ERROR(CheckSegmentsFit(options_));
     if (!lock_.held()) {
       MLPO_RETURN_IF_ERROR(fs()->CreateDirs(options_.meta_dir));
       MLPO_ASSIGN_OR_RETURN(lock_, WriterLock::Acquire(options_.meta_dir, fs()));

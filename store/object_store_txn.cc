@@ -119,6 +119,7 @@ void ObjectStore::FinishTransaction() {
   std::vector<AlignedBuffer> released;
   std::shared_ptr<std::promise<absl::Status>> done;
   absl::Status st;
+  bool seal_copies = false;
   {
     MutexLock l(&mu_);
     done = std::move(txn_.done);
@@ -144,6 +145,7 @@ void ObjectStore::FinishTransaction() {
                              options_.durability == Durability::kStep,
                              &to_free);
         index_failed = !st.ok();
+        seal_copies = st.ok() && options_.durability == Durability::kStep;
       }
       if (st.ok()) {
         for (auto& [obj, os] : objects_) {
@@ -188,6 +190,7 @@ void ObjectStore::FinishTransaction() {
   }
   Recycle(&released);
   FreeExtents(to_free);
+  if (seal_copies && st.ok()) WriteStepSealCopies();
   if (done) done->set_value(st);
 }
 

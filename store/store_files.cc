@@ -16,6 +16,7 @@
 #include "base/size_units.h"
 #include "base/status_macros.h"
 #include "base/status_reason.h"
+#include "store/meta/meta_index.h"  // kSealCopyFile
 #include "store/store_survey.h"
 
 namespace mlpo {
@@ -159,8 +160,12 @@ absl::Status WriteStoreDescriptors(const StoreOptions& o,
 absl::StatusOr<std::vector<SharedFile>> SharedStoreFiles(
     const StoreOptions& o, FileSystem* fs) {
   std::vector<std::string> files;
-  for (const char* name : {"MLPO-SEAL", "MLPO-LOCK", "LOCK"})
+  // Every file written in place: the seal, the locks, RocksDB's info log
+  // (appended to by each open), and each path's seal copy (written in place
+  // after every step under durability "step").
+  for (const char* name : {"MLPO-SEAL", "MLPO-LOCK", "LOCK", "LOG"})
     files.push_back(absl::StrCat(o.meta_dir, "/", name));
+  std::vector<std::string> seal_copies;
   for (auto& pc : o.paths) {
     const std::string dir =
         absl::StrCat(pc.path.root, "/", StoreNamespace(o));
@@ -170,7 +175,9 @@ absl::StatusOr<std::vector<SharedFile>> SharedStoreFiles(
     for (const std::string& n : *names)
       if (n.size() == 10 && n.rfind("seg-", 0) == 0)
         files.push_back(absl::StrCat(dir, "/", n));
+    seal_copies.push_back(absl::StrCat(dir, "/", kSealCopyFile));
   }
+  files.insert(files.end(), seal_copies.begin(), seal_copies.end());
   std::vector<SharedFile> shared;
   for (const std::string& f : files) {
     auto st = fs->Stat(f);

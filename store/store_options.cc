@@ -18,9 +18,15 @@
 #include "base/json_number.h"
 #include "base/size_units.h"
 #include "base/status_macros.h"
+#include "store/config_sanity.h"
 #include "store/fs/file_util.h"
 
 namespace mlpo {
+
+// A cap below this (1 MiB/s) is a typo ("1" for "1G"): a step of a few GB
+// would take days, and close() would wait for it.
+constexpr uint64_t kMinCapBytesPerS = uint64_t{1} << 20;
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -139,9 +145,11 @@ const std::vector<ConfigKey>& StoreConfigKeys() {
          "share of each object striped here (a weight, normalised; all 0: "
          "equal shares, or `mlpo profile --store`'s figures)"},
         {"path.read_cap", kSize, "0", "0", SizeText(kMaxCapBytesPerS),
-         "bytes/s read from this path at most; 0 = uncapped"},
+         "bytes/s read from this path at most; 0 = uncapped, else at "
+         "least 1 MiB/s"},
         {"path.write_cap", kSize, "0", "0", SizeText(kMaxCapBytesPerS),
-         "bytes/s written to this path at most; 0 = uncapped"},
+         "bytes/s written to this path at most; 0 = uncapped, else at "
+         "least 1 MiB/s"},
         {"path.slots", kInt, "-1", "-1", std::to_string(kMaxSlots),
          "processes of a node that transfer here at once; -1: 1 for pfs, "
          "else no limit; 0: no limit"},
@@ -153,7 +161,8 @@ const std::vector<ConfigKey>& StoreConfigKeys() {
         {"path.segment_bytes", kSize, SizeText(uint64_t{256} << 20),
          SizeText(64 << 10), SizeText(kMaxSegmentBytes),
          "size of each preallocated segment file; a multiple of 4K, at "
-         "least `extent_bytes`"},
+         "least `extent_bytes`, at most the path's capacity (a new store: "
+         "at most the free space of its disk)"},
         {"path.queue_depth", kInt, "32", "1", "4096",
          "I/O requests in flight on this path"},
         {"path.engine", "`\"auto\"`, `\"uring\"` or `\"threadpool\"`",
@@ -442,7 +451,29 @@ absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
     }
   }
   MLPO_RETURN_IF_ERROR(ValidateStoreOptions(o));
+  MLPO_RETURN_IF_ERROR(CheckConfiguredSizes(o));
   return o;
+}
+
+absl::Status CheckConfiguredSizes(const StoreOptions& o) {
+  for (size_t i = 0; i < o.paths.size(); ++i) {
+    const auto& p = o.paths[i].path;
+    for (auto [key, cap] : {std::pair<const char*, uint64_t>{
+                                "read_cap", p.read_cap},
+                            {"write_cap", p.write_cap}})
+      if (cap != 0 && cap < kMinCapBytesPerS)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "path[", i, "] ", p.root, ": ", key, " ", cap,
+            " bytes/s is below 1 MiB/s (a step of a few GB would take "
+            "days): write the unit (\"400M\", \"2G\"), or 0 for no cap"));
+    if (p.capacity != 0 && p.segment_bytes > p.capacity)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "path[", i, "] ", p.root, ": segment_bytes ",
+          FormatBytes(p.segment_bytes), " is more than its capacity ",
+          FormatBytes(p.capacity),
+          ": each segment file is preallocated whole"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StoreOptions> LoadStoreOptions(const std::string& file) {

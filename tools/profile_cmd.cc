@@ -21,6 +21,7 @@
 #include "base/size_units.h"
 #include "tools/cli_checks.h"
 #include "tools/cli_util.h"
+#include "tools/ownership.h"
 #include "tools/commands.h"
 
 namespace mlpo {
@@ -89,6 +90,7 @@ void AddProfileCommand(CLI::App& app) {
         std::cerr << "mlpo profile: " << o.status().message() << "\n";
         throw CLI::RuntimeError(1);
       }
+      WillWrite(*o);  // run as root: the owner keeps the files
       auto s = ObjectStore::Open(*o);  // the lock: no job is running on it
       if (!s.ok()) {
         std::cerr << "mlpo profile: " << s.status().message() << "\n";

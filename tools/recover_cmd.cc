@@ -14,6 +14,7 @@
 #include "store/store_target.h"
 #include "tools/cli_checks.h"
 #include "tools/cli_util.h"
+#include "tools/ownership.h"
 #include "tools/store_cmd_util.h"
 
 namespace mlpo {
@@ -57,6 +58,7 @@ void AddRecoverCommand(CLI::App& app) {
     c->callback([a, discard, lost, salvage] {
       auto o = StoreOptionsForTarget(a->store);
       if (!o.ok()) Fail("recover", o.status());
+      WillWrite(*o);  // run as root: the owner keeps the files
       if (*salvage) {
         auto rep = Salvage(*o, [](uint64_t d, uint64_t t) {
           Progress("salvage: read " + FormatBytes(d) + " / " + FormatBytes(t));

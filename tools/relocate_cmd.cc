@@ -22,6 +22,7 @@
 #include "store/store_target.h"
 #include "tools/commands.h"
 #include "tools/cli_util.h"
+#include "tools/ownership.h"
 #include "tools/store_cmd_util.h"
 
 namespace mlpo {
@@ -270,6 +271,7 @@ json RelocateOne(const RelocateArgs& a, const std::string& dir) {
   StoreOptions o = *old;
   for (size_t i = 0; i < roots.size(); ++i) o.paths[i].path.root = roots[i];
   o.meta_dir = meta;
+  WillWrite(o);  // run as root: the owner keeps the files
   auto rep = Relocate(o, copy, UnshareProgressLines());
   Progress("");
   if (!rep.ok()) Refuse(rep.status());
@@ -335,6 +337,7 @@ void AddUnshareCommand(CLI::App& app) {
     auto one = [&](const std::string& target) {
       auto o = StoreOptionsForTarget(target);
       if (!o.ok()) Refuse(o.status());
+      WillWrite(*o);
       auto rep = Unshare(*o, UnshareProgressLines());
       Progress("");
       if (!rep.ok()) Refuse(rep.status());

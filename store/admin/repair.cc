@@ -200,9 +200,14 @@ absl::StatusOr<RecoverReport> RepairIndex(
       if (!seal.ok()) return seal.status();
       seal = std::max(*seal, ReadSealCopies(sv.dirs(), fsys, uuid));
       auto m = MetaIndex::Open(o.meta_dir, MetaIndex::Mode::kRecover, fsys);
-      if (m.ok()) {
-        auto snap = (*m)->Load();
-        if (!snap.ok()) return snap.status();
+      // A damaged block anywhere (one no lookup reads too) or records that
+      // do not load: the index is unusable whatever the damage, and the
+      // backup below rebuilds it (issue 51: four flipped bytes in a data
+      // block made recover fail where the backups were good).
+      const absl::Status live = m.ok() ? (*m)->VerifyChecksums() : m.status();
+      absl::StatusOr<MetaSnapshot> snap =
+          live.ok() ? (*m)->Load() : absl::StatusOr<MetaSnapshot>(live);
+      if (snap.ok()) {
         for (auto& [t, objs] : snap->tags) recovered_tags.insert(t);
         rep.acknowledged_sequence = *seal;
         rep.recovered_sequence = (*m)->sequence();
@@ -225,7 +230,7 @@ absl::StatusOr<RecoverReport> RepairIndex(
               snap->store_uuid.empty() ? NewUuid() : snap->store_uuid));
         }
       } else {
-        unrecoverable = m.status();
+        unrecoverable = snap.status();
       }
     } else if (sv.CreationCutShort()) {
       // Nothing was stored: the leftovers go, and the next open creates

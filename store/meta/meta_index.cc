@@ -113,6 +113,14 @@ absl::Status RocksStatus(const rocksdb::Status& s, absl::string_view what) {
   std::string msg = absl::StrCat(what, ": ", s.ToString());
   if (s.IsNoSpace()) return absl::ResourceExhaustedError(msg);
   if (s.IsCorruption()) return absl::DataLossError(msg);
+  // RocksDB says EACCES only in words: a file of the index another user
+  // owns (a command run as root) is the user's to fix, not an internal
+  // error.
+  if (s.IsIOError() && absl::StrContains(s.ToString(), "Permission denied"))
+    return absl::PermissionDeniedError(absl::StrCat(
+        msg, " (a file of the index belongs to another user: `ls -l` the "
+        "index directory; run as its owner, or give the files back with "
+        "chown)"));
   if (s.IsIOError()) return absl::InternalError(msg);
   if (s.IsBusy() || s.IsTryAgain()) return absl::UnavailableError(msg);
   return absl::InternalError(msg);
@@ -181,6 +189,20 @@ absl::Status WriteSealCopy(const std::string& dir, FileSystem* fs,
   if (fs == nullptr) fs = DefaultFileSystem();
   return fs->WriteFileAtomic(absl::StrCat(dir, "/", kSealCopyFile),
                              SealSlot(uuid, sequence));
+}
+
+absl::Status WriteSealCopyInPlace(const std::string& dir, FileSystem* fs,
+                                  const std::string& uuid, uint64_t sequence,
+                                  uint64_t turn) {
+  if (fs == nullptr) fs = DefaultFileSystem();
+  const std::string file = absl::StrCat(dir, "/", kSealCopyFile);
+  MLPO_ASSIGN_OR_RETURN(int fd, fs->OpenLockFile(file, /*create=*/true));
+  absl::Status st = fs->CheckSoleLink(fd, file, "index seal copy");
+  if (st.ok())
+    st = fs->WriteAt(fd, file, SealSlot(uuid, sequence),
+                     (turn % 2) * kSealSlot);
+  ::close(fd);
+  return st;
 }
 
 void RemoveSealCopies(const std::vector<std::string>& dirs, FileSystem* fs) {

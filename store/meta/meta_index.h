@@ -77,7 +77,8 @@ absl::StatusOr<uint64_t> ReadSeal(const std::string& dir, FileSystem* fs,
                                   const std::string& uuid);
 
 // Copies of the seal in each path's store directory, written at every tag
-// (and drop-tag, restore) and at a clean close: the seal in a second place,
+// (and drop-tag, restore), at a clean close and, under durability "step",
+// after every step (WriteSealCopyInPlace): the seal in a second place,
 // so that losing the index's write-ahead log together with MLPO-SEAL is a
 // refused open, not a silent rollback to the last flush.
 inline constexpr char kSealCopyFile[] = "INDEX-SEAL";
@@ -88,6 +89,15 @@ uint64_t ReadSealCopies(const std::vector<std::string>& dirs, FileSystem* fs,
                         const std::string& uuid);
 absl::Status WriteSealCopy(const std::string& dir, FileSystem* fs,
                            const std::string& uuid, uint64_t sequence);
+// The same copy written in place, into slot `turn % 2` (two slots in turn,
+// as MLPO-SEAL): what durability "step" writes after each step's index
+// write, so that the copies follow every acknowledged step and a lost
+// write-ahead log together with MLPO-SEAL is seen at the step, not only at
+// the last tag. Not synced and no rename (a few microseconds): a torn slot
+// leaves the other, older one. Refuses a file a hard-linked copy shares.
+absl::Status WriteSealCopyInPlace(const std::string& dir, FileSystem* fs,
+                                  const std::string& uuid, uint64_t sequence,
+                                  uint64_t turn);
 // Removes the copies (recover, which changes what the index holds).
 void RemoveSealCopies(const std::vector<std::string>& dirs, FileSystem* fs);
 

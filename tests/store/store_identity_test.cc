@@ -376,6 +376,48 @@ TEST(StoreIdentityTest, OutOfRangeConfigValuesAreErrorsNamingTheKey) {
   EXPECT_FALSE(fs::exists(o.paths[0].path.root + "/t"));
 }
 
+// Issue 51 item 5: "1" for a cap of "1G" made close() wait for hours, and a
+// segment of "1T" let steps return and then every write-back fail with
+// "every path is full" on a disk with 50 GB free. Both are refused at open,
+// before anything is written, naming the key and what to write instead.
+TEST(StoreIdentityTest, AbsurdCapsAndSegmentsAreRefusedBeforeAnythingIsWritten) {
+  TempDir dir;
+  auto refused = [&](const StoreOptions& o, const std::string& key,
+                     const std::string& why) {
+    auto s = ObjectStore::Open(o);
+    ASSERT_FALSE(s.ok()) << key;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find(key), std::string::npos) << s.status();
+    EXPECT_NE(s.status().message().find(why), std::string::npos) << s.status();
+    EXPECT_FALSE(fs::exists(o.paths[0].path.root + "/.mlpo")) << key;
+    EXPECT_FALSE(fs::exists(o.meta_dir)) << key;
+  };
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  o.paths[1].path.write_cap = 1;
+  refused(o, "write_cap", "1 MiB/s");
+  o.paths[1].path.write_cap = 0;
+  o.paths[0].path.read_cap = 1000;
+  refused(o, "read_cap", "1 MiB/s");
+  o.paths[0].path.read_cap = 0;
+  o.paths[0].path.capacity = uint64_t{1} << 30;
+  o.paths[0].path.segment_bytes = uint64_t{2} << 30;
+  refused(o, "segment_bytes", "capacity");
+  o.paths[0].path.capacity = 0;
+  o.paths[0].path.segment_bytes = uint64_t{1} << 40;  // more than this disk
+  refused(o, "segment_bytes", "free on its disk");
+  // The TOML says the same.
+  auto t = ParseStoreOptions("[[path]]\nroot = \"p\"\nwrite_cap = 1\n",
+                             dir.path());
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("write_cap"), std::string::npos);
+  // One at the floor, and sizes that fit, open and write.
+  o.paths[0].path.segment_bytes = uint64_t{64} << 20;
+  o.paths[1].path.write_cap = uint64_t{1} << 20;
+  auto s = ObjectStore::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(fs::exists(o.paths[0].path.root + "/.mlpo"));
+}
+
 // Item 14: descriptors are written before the index, so a store cut short
 // after creating its index is reachable from its directories; a creation cut
 // before the index (descriptors, no data) is finished by the next open.
