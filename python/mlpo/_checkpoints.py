@@ -303,6 +303,22 @@ class CheckpointMixin:
 
     def _forget_prepared(self):
         self._prepared = None
+        self._loaded_ref = None
+
+    def _loaded_reference(self, eng, tag):
+        """The loaded dict's "mlpo" when this optimizer still holds exactly
+        what it copied in from it (`tag`, the copy's own tag, unchanged)
+        and the dict's own tag is still there: so that two optimizers that
+        loaded one dict hand out equal state dicts, as torch.optim's do.
+        Else None (the optimizer's own tag is named)."""
+        ref = self._loaded_ref
+        if ref is None or ref[0] != tag or ref[1] != tag_id(eng, tag):
+            return None
+        try:  # dropped or taken again since: our own tag is the one to name
+            check_reader_tag(self._checkpoint_reader(ref[2]), ref[2])
+        except (OSError, ValueError, RuntimeError):
+            return None
+        return copy.deepcopy(ref[2])
 
     def _take_state_dict(self):
         eng = self._require_engine()
@@ -347,6 +363,10 @@ class CheckpointMixin:
             d = {k: v for k, v in g.items() if k != "params"}
             d["params"] = []
             groups.append(d)
+        loaded = self._loaded_reference(eng, tag) if self._world == 1 \
+            else None
+        if loaded is not None:
+            return {"state": {}, "param_groups": groups, "mlpo": loaded}
         return {
             "state": {},
             "param_groups": groups,
@@ -464,7 +484,11 @@ class CheckpointMixin:
                 # a live optimizer holds it.
                 if self._switch_namespace(ns, theirs, tag, info):
                     return
-                self._reshard(info)
+                own = self._reshard(info)
+                if self._world == 1:
+                    eng = self._require_engine()
+                    self._loaded_ref = (own, tag_id(eng, own),
+                                        copy.deepcopy(info))
                 return
             if not ours:
                 raise ValueError(
@@ -516,8 +540,9 @@ class CheckpointMixin:
         return True
 
     def _reshard(self, info):
-        """Reads the shards a checkpoint of another world size holds for this
-        rank and imports them (into a fresh store)."""
+        """Reads the shards a checkpoint of another world size (or of a
+        namespace another live optimizer holds) holds for this rank and
+        imports them (into a fresh store); returns the tag it takes."""
         reader = self._checkpoint_reader(info)
         check_reader_tag(reader, info)
         self._check_manifest_of(json.loads(reader.manifest()))
@@ -535,6 +560,7 @@ class CheckpointMixin:
             tag, k = f"step-{reader.step}.{k}", k + 1
         self._guarded(eng, "tag", tag)
         self._params_from_store()
+        return tag
 
     def _checkpoint_reader(self, info):
         """The reader of the checkpoint of another world size that `info`

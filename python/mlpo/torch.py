@@ -142,6 +142,10 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
         self.update_in_backward = False
         self._prepared = None  # (step, dict) of prepare_state_dict()
         self._last_handed = None  # the tag state_dict() handed out last
+        # (own tag, its id, the dict's "mlpo") of a dict loaded by copying
+        # its tag in (another live optimizer held its namespace): handed
+        # back by state_dict() while the state is still that tag's.
+        self._loaded_ref = None
         # What torch.distributed.checkpoint's get_optimizer_state_dict
         # gets: "reference" (a tag of the store, no copy) or "copy" (the
         # state itself, a checkpoint that stands alone).

@@ -268,3 +268,53 @@ def test_help_shows_every_optimizer_and_its_keywords():
         for method in ("step", "state_dict", "load_state_dict", "close",
                        "flush", "checkpoint", "tags"):
             assert getattr(cls, method).__doc__, (cls.__name__, method)
+
+
+def test_two_optimizers_that_loaded_one_dict_give_equal_state_dicts(tmp_path):
+    """torch.optim's: two optimizers in the same state (both loaded one
+    dict) hand out equal state dicts. The first optimizer still holds the
+    dict's namespace, so the other two copy its tag in; each hands the
+    loaded dict back until it steps, or until the dict's own tag is
+    dropped (then it names its own tag, which loads to the same state)."""
+    store = str(tmp_path / "s")
+    m1 = make_model()
+    o1 = mt.AdamW(m1.named_parameters(), lr=1e-2, store=store, name="a",
+                  keep_checkpoints=1)
+    for s in range(3):
+        train_step(m1, o1, s)
+    d = o1.state_dict()
+    twins = []
+    for name in ("b", "c"):
+        m = make_model()
+        m.load_state_dict(m1.state_dict())
+        o = mt.AdamW(m.named_parameters(), lr=1e-2, store=store, name=name)
+        o.load_state_dict(d)
+        twins.append((m, o))
+    (m2, o2), (m3, o3) = twins
+    assert o2.state_dict() == o3.state_dict() == d
+    assert o2.state_dict() == d  # asked twice
+    # Either one's dict loads the state into a fourth optimizer.
+    m4 = make_model()
+    o4 = mt.AdamW(m4.named_parameters(), lr=1e-2, store=store, name="d")
+    o4.load_state_dict(o3.state_dict())
+    assert max_diff(m4, m1) == 0
+    o4.close()
+    # The dict's own tag dropped (o1 keeps one checkpoint): o2 names its
+    # own, which holds the same state.
+    train_step(m1, o1, 3)
+    o1.state_dict()
+    assert d["mlpo"]["tag"] not in o1.tags()
+    own = o2.state_dict()
+    assert own["mlpo"]["name"] != d["mlpo"]["name"]
+    m5 = make_model()
+    o5 = mt.AdamW(m5.named_parameters(), lr=1e-2, store=store, name="e")
+    o5.load_state_dict(own)
+    assert max_diff(m5, m3) == 0
+    assert o5.step_count == o3.step_count == 3
+    # After a step the state is no longer the dict's: its own tag.
+    train_step(m3, o3, 3)
+    after = o3.state_dict()
+    assert after["mlpo"]["name"] != d["mlpo"]["name"]
+    assert after["mlpo"]["step"] == 4
+    for o in (o1, o2, o3, o5):
+        o.close()
