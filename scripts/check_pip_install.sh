@@ -2,7 +2,8 @@
 # `pip wheel .` (scikit-build-core running mlpo's CMake build), then the
 # wheel installed into a fresh venv that has torch and used from outside the
 # source tree: mlpo.torch.AdamW against torch.optim.AdamW for a few steps, a
-# checkpoint, and the installed `mlpo` command on the store it left.
+# checkpoint, the installed `mlpo` command on the store it left, and the
+# installed `mlpo-bench`.
 # Part of scripts/test.sh.
 #   MLPO_PIP_BUILD_DIR=build   reuse that CMake build tree (scripts/test.sh
 #                              does: its options are passed back unchanged)
@@ -70,4 +71,10 @@ PY
 "$venv/bin/mlpo" tags store/mlpo/rank-0 | grep -q "step-5" ||
   { echo "pip install: the installed mlpo command does not list tag step-5"; exit 1; }
 "$venv/bin/mlpo" verify store/mlpo/rank-0 >/dev/null
-echo "pip install: the installed mlpo command reads the store (tags, verify)"
+"$venv/bin/mlpo" health store/mlpo/rank-0 | grep -q "^OK " ||
+  { echo "pip install: the installed mlpo health does not say OK"; exit 1; }
+echo "pip install: the installed mlpo command reads the store (tags, verify, health)"
+"$venv/bin/mlpo-bench" kernel --quick --json >kernel.json ||
+  { echo "pip install: the installed mlpo-bench kernel --quick failed"; exit 1; }
+"$venv/bin/python" -c 'import json; json.load(open("kernel.json"))'
+echo "pip install: the installed mlpo-bench runs (kernel --quick --json)"

@@ -12,6 +12,7 @@ void AddExportCommand(CLI::App& app);  // export (the adapter's checkpoints)
 void AddPlanCommand(CLI::App& app);    // plan (the capacity planner)
 void AddRelocateCommand(CLI::App& app);  // relocate (a moved or copied store)
 void AddUnshareCommand(CLI::App& app);   // unshare (a hard-linked copy)
+void AddCompletionCommand(CLI::App& app);  // completion (bash), last
 
 }  // namespace mlpo
 

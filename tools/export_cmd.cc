@@ -23,6 +23,7 @@
 #include "tools/cli_checks.h"
 #include "tools/cli_util.h"
 #include "tools/commands.h"
+#include "tools/json_errors.h"
 #include "tools/output_path.h"
 #include "absl/strings/str_cat.h"
 
@@ -35,6 +36,7 @@ struct ExportArgs {
 };
 
 [[noreturn]] void Fail(const absl::Status& s) {
+  NoteFailureStatus(s.code());
   std::cerr << "mlpo export: " << s.message() << "\n";
   throw CLI::RuntimeError(1);
 }

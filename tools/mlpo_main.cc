@@ -3,8 +3,15 @@
 
 #include "CLI/CLI.hpp"
 #include "tools/commands.h"
+#include "tools/json_errors.h"
+#include "tools/ownership.h"
+
+#ifndef MLPO_VERSION
+#define MLPO_VERSION "unknown"
+#endif
 
 int main(int argc, char** argv) {
+  mlpo::JsonErrors json_errors(argc, argv);
   CLI::App app{
       "mlpo: inspect and manage tiered optimizer-state stores.\n"
       "STORE arguments name a store's TOML config file, a store directory "
@@ -12,12 +19,15 @@ int main(int argc, char** argv) {
       "adapter's store= path). Every subcommand takes --json."};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
+  app.set_version_flag("--version", "mlpo " MLPO_VERSION,
+                       "Print mlpo's version and exit");
   mlpo::AddProfileCommand(app);
   mlpo::AddStoreCommands(app);
   mlpo::AddExportCommand(app);
   mlpo::AddPlanCommand(app);
   mlpo::AddRelocateCommand(app);
   mlpo::AddUnshareCommand(app);
+  mlpo::AddCompletionCommand(app);
   // CLI11 reports a mistyped subcommand as "A subcommand is required":
   // name it instead.
   if (argc > 1 && argv[1][0] != '-') {
@@ -27,18 +37,20 @@ int main(int argc, char** argv) {
     if (!known) {
       std::cerr << "mlpo: unknown subcommand '" << argv[1]
                 << "'; `mlpo --help` lists them\n";
-      return 2;
+      return json_errors.Finish(2);
     }
   }
   try {
     app.parse(argc, argv);
+    mlpo::GiveFilesToOwners();
   } catch (const CLI::ParseError& e) {
+    mlpo::GiveFilesToOwners();  // (a command that failed may have written)
     int rc = app.exit(e);
     // A command's own failure keeps its code; every usage error (a bad
     // option value, a missing argument) exits 2, as the README says.
     if (rc != 0 && dynamic_cast<const CLI::RuntimeError*>(&e) == nullptr)
       rc = 2;
-    return rc;
+    return json_errors.Finish(rc);
   }
   return 0;
 }

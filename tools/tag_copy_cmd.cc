@@ -13,6 +13,7 @@
 #include "store/admin/copy.h"
 #include "store/store_target.h"
 #include "tools/cli_util.h"
+#include "tools/json_errors.h"
 #include "tools/store_cmd_util.h"
 
 namespace mlpo {
@@ -20,6 +21,7 @@ namespace mlpo {
 using json = nlohmann::json;
 
 void Fail(const std::string& cmd, const absl::Status& s, int code) {
+  NoteFailureStatus(s.code());
   std::cerr << "mlpo " << cmd << ": " << s.message() << "\n";
   throw CLI::RuntimeError(code);
 }

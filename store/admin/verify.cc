@@ -113,6 +113,20 @@ std::vector<BadExtent> CheckExtentMap(const StoreView& store) {
   return bad;
 }
 
+absl::Status CheckLiveIndex(const StoreView& store) {
+  // A read-only open (a secondary instance took the damage for a writer's
+  // switch); beside a writer a compaction may delete a file under it, so
+  // only a failure three times over counts.
+  absl::Status st;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto live = MetaIndex::Open(store.options().meta_dir,
+                                MetaIndex::Mode::kReadOnly, store.fs());
+    st = live.ok() ? (*live)->VerifyChecksums() : live.status();
+    if (st.ok()) break;
+  }
+  return st;
+}
+
 absl::StatusOr<VerifyReport> Verify(
     StoreView& store, const std::string& tag,
     std::function<void(uint64_t, uint64_t)> progress, bool deep) {
@@ -128,18 +142,7 @@ absl::StatusOr<VerifyReport> Verify(
     for (auto& f : path.ShortSegments()) rep.short_segments.push_back(f);
   }
   {
-    // The live index itself, every block: a flipped byte in a block no
-    // lookup reads passed before (and was in every backup then too). A
-    // read-only open (a secondary instance took the damage for a writer's
-    // switch); beside a writer a compaction may delete a file under it, so
-    // only a failure three times over counts.
-    absl::Status st;
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      auto live = MetaIndex::Open(store.options().meta_dir,
-                                  MetaIndex::Mode::kReadOnly, store.fs());
-      st = live.ok() ? (*live)->VerifyChecksums() : live.status();
-      if (st.ok()) break;
-    }
+    absl::Status st = CheckLiveIndex(store);
     if (!st.ok()) rep.index_problems.push_back(std::string(st.message()));
   }
   if (deep) {

@@ -52,6 +52,12 @@ absl::StatusOr<VerifyReport> Verify(
     std::function<void(uint64_t, uint64_t)> progress = nullptr,
     bool deep = false);
 
+// The live index itself, every block (RocksDB's VerifyChecksum: a flipped
+// byte in a block no lookup reads, too), through a read-only open; a
+// failure counts only three times over (beside a writer a compaction may
+// delete a file under the reader). DataLoss or the open's error.
+absl::Status CheckLiveIndex(const StoreView& store);
+
 // The index checked against the data, without reading extents: every
 // extent of every version record (heads, tags, and records awaiting gc)
 // lies inside one segment file that exists and is long enough, a record's
