@@ -32,6 +32,7 @@
 #include <filesystem>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -327,9 +328,21 @@ absl::Status ObjectStore::OpenImpl() {
 
   // Every check runs on a read-only view first: nothing changes unless all
   // pass.
-  MLPO_ASSIGN_OR_RETURN(
-      std::unique_ptr<MetaIndex> view,
-      MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kReadOnly, fs()));
+  auto opened =
+      MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kReadOnly, fs());
+  if (!ro && lock_.held() && options_.create_if_missing &&
+      absl::IsNotFound(opened.status()) &&
+      absl::StrContains(opened.status().message(), "column families")) {
+    // A creation killed before RocksDB made the index's column families
+    // (the index holds no record): a writable open makes them, and the
+    // checks below see an empty index, whose creation is finished.
+    MLPO_RETURN_IF_ERROR(
+        MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kWrite, fs())
+            .status());
+    opened = MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kReadOnly,
+                             fs());
+  }
+  MLPO_ASSIGN_OR_RETURN(std::unique_ptr<MetaIndex> view, std::move(opened));
   MLPO_ASSIGN_OR_RETURN(MetaSnapshot snap, view->Load());
   bool empty = false;
   MLPO_RETURN_IF_ERROR(CheckIndex(snap, view->sequence(), sv, &empty));

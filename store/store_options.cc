@@ -100,12 +100,18 @@ const std::vector<ConfigKey>& StoreConfigKeys() {
          "the store's name: its directory under every path "
          "(`<root>/<name>/rank-<r>`); letters, digits, `._-`"},
         {"rank", kInt, "0", "0", std::to_string(kMaxRank),
-         "this process's rank (one store per rank)"},
+         "this process's rank (one store per rank). The PyTorch adapter "
+         "takes it from `torch.distributed` (0 in one process) and refuses "
+         "a config whose `rank` differs"},
         {"durability", "`\"step\"` or `\"tag\"`", "\"step\"", "", "",
          "`step`: every step durable once its one index write lands (when "
          "`step()` returns, or with write-behind by the next step, flush "
          "or close: a crash loses at most the step in flight); `tag`: only "
-         "tags are (fastest; a crash returns to the last tag)"},
+         "tags are (fastest; a crash returns to the last tag). The PyTorch "
+         "adapter's default is `\"tag\"` (its `durability=` keyword, or "
+         "this key in its config, sets it); `mlpo inspect` of a config "
+         "without the key shows `step`, the engine's default, which the "
+         "adapter does not use"},
         {"state_format", "`\"fp32\"`, `\"bf16-moments\"` or `\"int8-moments\"`",
          "(the optimizer's option; fp32)", "", "",
          "how the optimizer holds Adam's moments; fixed when the store is "
@@ -119,7 +125,9 @@ const std::vector<ConfigKey>& StoreConfigKeys() {
          SizeText(kMaxSize), "idle checkout buffers kept for reuse (0: none)"},
         {"cache", "size or `\"N%\"`", "0", "0", SizeText(kMaxSize),
          "the DRAM tier: a byte budget or a share of the declared state "
-         "(`\"25%\"`, 0..100%); 0 = off"},
+         "(`\"25%\"`, 0..100%); 0 = off. The PyTorch adapter's default (key "
+         "left out): the whole state when it fits in half the available "
+         "memory (shared by the node's ranks), else that half"},
         {"write_behind", "`true` or `false`", "true", "", "",
          "a step returns once the parameters hold their new values; its "
          "commits and its index write land during the next forward and "
@@ -162,7 +170,8 @@ const std::vector<ConfigKey>& StoreConfigKeys() {
          SizeText(64 << 10), SizeText(kMaxSegmentBytes),
          "size of each preallocated segment file; a multiple of 4K, at "
          "least `extent_bytes`, at most the path's capacity (a new store: "
-         "at most the free space of its disk)"},
+         "at most the free space of its disk). The PyTorch adapter's "
+         "default (key left out): a quarter of the state, 1 MiB to 256 MiB"},
         {"path.queue_depth", kInt, "32", "1", "4096",
          "I/O requests in flight on this path"},
         {"path.engine", "`\"auto\"`, `\"uring\"` or `\"threadpool\"`",

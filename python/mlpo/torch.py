@@ -180,6 +180,15 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
             self._state_format = self._resolve_state_format(state_format)
             self._config.pop("name", None)
             self._config.pop("state_format", None)
+            rank = self._config.pop("rank", None)
+            if rank is not None and rank != self._rank:
+                # (a rank=3 config made rank-0's store without a word, and
+                # the CLI then called rank 3's healthy store lost)
+                raise ValueError(
+                    f"mlpo.torch: the store config's rank {rank!r} is not "
+                    f"this process's rank {self._rank}: the optimizer takes "
+                    "its rank from torch.distributed (one store per rank, "
+                    "<path>/<name>/rank-<r>); drop `rank` from the config")
             self._config["durability"] = self._durability
             self._opts = dict(subgroup_numel=int(subgroup_numel),
                               max_grad_norm=float(max_grad_norm),

@@ -611,3 +611,35 @@ def test_engine_errors_carry_their_reason_not_only_words(store_dir):
         assert str(e.value).startswith("ALREADY_EXISTS: ")
     finally:
         o3.close()
+
+
+def test_a_configs_rank_other_than_the_processs_and_absurd_sizes_are_refused(
+        tmp_path):
+    """Issue 49 item 1: a TOML with rank = 3 made rank 0's store without a
+    word (and `mlpo inspect` of the TOML then called the healthy store's
+    directory lost). Issue 51 item 5: a cap of "1" (bytes/s: close()
+    waited for hours) and a segment larger than the disk's free space
+    were taken. Each is refused naming the key, and nothing is made."""
+    (tmp_path / "nv").mkdir()
+    model = make_model()
+    nv = '[[path]]\nroot = "nv"\n'
+    for text, says in (("rank = 3\n" + nv, "rank 3 is not this process's"),
+                       (nv + "write_cap = 1\n", "write_cap 1 bytes/s"),
+                       (nv + 'read_cap = "100K"\n', "below 1 MiB/s"),
+                       (nv + 'segment_bytes = "1T"\n',
+                        "free on its disk"),
+                       (nv + 'capacity = "1G"\nsegment_bytes = "2G"\n',
+                        "more than its capacity")):
+        cfg = tmp_path / "run.toml"
+        cfg.write_text(text)
+        with pytest.raises(ValueError, match=says):
+            mt.AdamW(model.parameters(), store=str(cfg))
+        assert os.listdir(tmp_path / "nv") == [], text
+    # The rank it runs as is accepted (one process: 0).
+    cfg.write_text("rank = 0\n" + nv)
+    opt = mt.AdamW(model.parameters(), store=str(cfg))
+    opt.zero_grad()
+    loss_of(model, 0).backward()
+    opt.step()
+    assert os.path.isdir(tmp_path / "nv" / "mlpo" / "rank-0")
+    opt.close()

@@ -158,7 +158,10 @@ def test_a_kill_right_after_step_loses_at_most_what_durability_allows(
                         time.sleep(rng.uniform(0, 0.02))
                     p.send_signal(signal.SIGKILL)
                     break
-        out, err = p.communicate()
+        # (Not communicate(): it reads the pipe's descriptor and drops the
+        # lines p.stdout had already buffered.)
+        out, err = p.stdout.read(), p.stderr.read()
+        p.wait()
         for line in out.split(b"\n"):  # (printed before the kill landed)
             if line.startswith(b"step "):
                 last_returned = int(line.split()[1])

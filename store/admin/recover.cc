@@ -10,7 +10,9 @@ absl::StatusOr<RecoverReport> Recover(const StoreOptions& options,
                                       bool discard, int lost_path) {
   MLPO_ASSIGN_OR_RETURN(RecoverReport rep,
                         RepairIndex(options, discard, lost_path));
-  if (rep.discarded) return rep;
+  // Nothing to read back: the store was discarded, or its creation was
+  // cut short and its leftovers are gone (the next open creates it).
+  if (rep.discarded || rep.creation_cut_short) return rep;
   StoreOptions o = options;
   o.create_if_missing = false;
   MLPO_ASSIGN_OR_RETURN(auto store, ObjectStore::Open(o));

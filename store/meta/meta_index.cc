@@ -242,7 +242,12 @@ absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
   opts.env = fs->RocksEnv();
   opts.create_if_missing = mode == Mode::kCreate;
   opts.error_if_exists = mode == Mode::kCreate;
-  opts.create_missing_column_families = mode == Mode::kCreate;
+  // A writable open creates the families too: a creation killed after
+  // RocksDB's CURRENT and before the last family left an index every open
+  // refused ("Column family not found"); it holds no record (the format key
+  // comes after the families), so the store finishes the creation.
+  opts.create_missing_column_families =
+      mode != Mode::kReadOnly && mode != Mode::kSecondary;
   opts.max_background_jobs = 2;
   opts.info_log_level = rocksdb::WARN_LEVEL;
   // Our own info log (see NewIndexLogger): RocksDB's aborts the process on
@@ -309,6 +314,13 @@ absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
     }
   }
   if (!s.ok()) {
+    if (m->read_only_ && s.IsInvalidArgument() &&
+        absl::StrContains(s.ToString(), "Column family not found"))
+      return absl::NotFoundError(absl::StrCat(
+          "store index ", dir, " was never finished: its creation was cut "
+          "short before its column families were made (", s.ToString(),
+          "). The next writable open (the training job) finishes it; "
+          "nothing was stored"));
     if (mode != Mode::kCreate) {
       if (std::string missing = MissingIndexFile(dir); !missing.empty())
         return absl::DataLossError(absl::StrCat(
