@@ -470,10 +470,29 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
             "the config at where the directory is now.", lossy);
       } else if (auto names = fs()->ListDir(po.root);
                  names.ok() && names->empty()) {
-        why = absl::StrCat(
-            "the directory is empty: most likely its disk is not mounted "
-            "there yet (an empty mount point). Nothing was changed. Mount "
-            "it and open the store again.", lossy);
+        // Empty and on its parent's file system: nothing is mounted there,
+        // so the disk is most likely not mounted yet, and no lossy command
+        // is named. Empty and a file system's root: a disk is mounted
+        // there that holds nothing (a replaced one, or the wrong one).
+        auto self = fs()->Stat(po.root);
+        auto parent = fs()->Stat(
+            std::filesystem::path(AbsolutePath(po.root)).parent_path().string());
+        const bool mounted_here =
+            self.ok() && parent.ok() && self->dev != parent->dev;
+        why = mounted_here
+                  ? absl::StrCat(
+                        "the directory is the root of a file system mounted "
+                        "there that holds nothing: a new, empty disk (or "
+                        "the wrong one) is mounted in the path's place. "
+                        "Nothing was changed. If the store's disk is "
+                        "elsewhere, mount it here instead.", lossy)
+                  : std::string(
+                        "the directory is empty and nothing is mounted "
+                        "there (it is on its parent's file system): most "
+                        "likely its disk is not mounted yet. Nothing was "
+                        "changed, and nothing of the store is lost while "
+                        "that disk is intact: mount it there and open the "
+                        "store again");
       } else {
         why = absl::StrCat(uuid.status().message(),
                            ". Nothing was changed. Check that the config "

@@ -2,6 +2,10 @@
 // put back from the index where the path's descriptor names the store, and
 // refused, named, where it does not (issue 37, items 5 and the damage
 // matrix).
+#include <sys/mount.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -104,6 +108,66 @@ TEST(PathIdentityTest, ADamagedPathIdentityIsMendedOrReportedAsDamaged) {
   std::string left;
   std::getline(std::ifstream(file), left);
   EXPECT_EQ(left, "not-a-uuid") << "a refused open changed the path";
+}
+
+// Issue 49: a disk not mounted is not a lost disk. The store's second path
+// is a disk (a bind mount of another directory here). Unmounted, its root
+// is an empty directory on its parent's file system: the open is refused,
+// says the disk is not mounted and names no lossy command, and makes
+// nothing there. An empty disk mounted in its place (a replaced disk, or
+// the wrong one) is told apart, and only then is `recover --lost-path`
+// named, with what it loses. Mounted back, the store opens as it was.
+TEST(PathIdentityTest, AnUnmountedDiskIsToldFromAnEmptyOneAndNamesNoLossyCommand) {
+  TempDir dir;
+  const std::string disk = dir.Sub("disk");
+  StoreOptions o = TestStoreOptions(dir, {0.5, 0.5});
+  const std::string root = o.paths[1].path.root;
+  std::filesystem::create_directories(root);
+  if (::mount(disk.c_str(), root.c_str(), nullptr, MS_BIND, nullptr) != 0)
+    GTEST_SKIP() << "cannot bind-mount here (" << std::strerror(errno) << ")";
+  struct Unmount {
+    std::string m;
+    ~Unmount() { ::umount2(m.c_str(), MNT_DETACH); }
+  } unmount{root};
+  MakeTwoObjectStore(o);  // heads at 3, tag t2
+  // (lazily: a process-wide cache may still hold a file of it open)
+  ASSERT_EQ(::umount2(root.c_str(), MNT_DETACH), 0) << std::strerror(errno);
+  ASSERT_TRUE(std::filesystem::is_empty(root));
+  for (bool ro : {false, true}) {
+    StoreOptions open = o;
+    open.read_only = ro;
+    auto s = ObjectStore::Open(open);
+    ASSERT_FALSE(s.ok());
+    const std::string msg(s.status().message());
+    EXPECT_NE(msg.find("not mounted"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("--lost-path"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("--discard"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("--salvage"), std::string::npos) << msg;
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(root));  // nothing made there
+  // A blank disk mounted in its place (a file system of its own: a tmpfs),
+  // which may be a replaced disk.
+  ASSERT_EQ(::mount("tmpfs", root.c_str(), "tmpfs", 0, "size=16m"), 0)
+      << std::strerror(errno);
+  auto s = ObjectStore::Open(o);
+  ASSERT_FALSE(s.ok());
+  const std::string msg(s.status().message());
+  EXPECT_NE(msg.find("mounted there that holds nothing"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("--lost-path 1"), std::string::npos) << msg;
+  EXPECT_TRUE(std::filesystem::is_empty(root));
+  ASSERT_EQ(::umount2(root.c_str(), MNT_DETACH), 0);
+  // The right disk mounted back: as it was.
+  ASSERT_EQ(::mount(disk.c_str(), root.c_str(), nullptr, MS_BIND, nullptr), 0);
+  auto back = ObjectStore::Open(o);
+  ASSERT_TRUE(back.ok()) << back.status();
+  for (const char* n : {"a", "b"}) {
+    auto l = (*back)->Checkout(n).get();
+    ASSERT_TRUE(l.ok()) << l.status();
+    EXPECT_EQ((*l)->step(), 3u);
+    EXPECT_TRUE(Matches(**l, 3)) << n;
+  }
+  ExpectStoreVerifies(back->get());
 }
 
 }  // namespace
