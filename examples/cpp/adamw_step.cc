@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,10 @@ int main(int argc, char** argv) {
     const std::string root = dir + "/" + tier;
     ::mkdir(dir.c_str(), 0700);   // the store makes its objects, never
     ::mkdir(root.c_str(), 0700);  // its paths' directories
+    // A run before this one left its store (and its tag): this example's
+    // store goes, nothing else in DIR.
+    std::error_code ec;
+    std::filesystem::remove_all(root + "/example", ec);
     mlpo::StorePathConfig pc;
     pc.path.root = root;
     pc.path.kind = tier[0] == 'n' ? mlpo::PathKind::kNvme : mlpo::PathKind::kPfs;
@@ -45,7 +50,6 @@ int main(int argc, char** argv) {
   o.subgroup_numel = 1024;  // four store objects
   o.grad_dtype = mlpo::DType::kF32;
   o.param_dtype = mlpo::DType::kF32;
-  o.fresh = true;  // a new run whatever DIR held
   auto init = [](uint64_t i) { return std::sin(0.37 * i); };
   o.init_params = [&](int, uint64_t off, float* dst, uint64_t count) {
     for (uint64_t i = 0; i < count; ++i)

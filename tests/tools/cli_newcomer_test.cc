@@ -140,6 +140,21 @@ TEST_F(CliTest, BashCompletionKnowsEverySubcommandAndItsFlags) {
   EXPECT_EQ(Mlpo("completion fish").code, 2);
 }
 
+// Issue 51 item 5: a profile stopped by SIGTERM (a scheduler's stop) or
+// ^C left its probe file (1 GiB by default) behind. It goes with the
+// process now.
+TEST(CliNewcomerTest, AStoppedProfileLeavesNoProbeFile) {
+  TempDir dir;
+  for (const char* sig : {"TERM", "INT"}) {
+    CliRun r = RunCommand("timeout -s " + std::string(sig) + " 1.5 " +
+                          std::string(MLPO_CLI) + " profile " + dir.path() +
+                          " --size 256M --seconds 30 2>&1");
+    EXPECT_NE(r.code, 0) << sig << ": it was to be stopped: " << r.out;
+    for (auto& e : std::filesystem::directory_iterator(dir.path()))
+      ADD_FAILURE() << sig << ": left behind: " << e.path();
+  }
+}
+
 // Issue 51 item 3: `tag`, `drop-tag`, `gc`, `restore` and `recover` run by
 // root on another user's store left root-owned index files, and the owner
 // then got "Permission denied" on meta/CURRENT. Now every file a command
