@@ -57,6 +57,8 @@ if [ $slow -eq 1 ]; then
   export MLPO_KILL_ROUNDS=${MLPO_KILL_ROUNDS:-12}
   # Kills right after step() returns: 6 configurations x 60 (test_kill_after_step.py).
   export MLPO_KILL_AFTER_STEP_ROUNDS=${MLPO_KILL_AFTER_STEP_ROUNDS:-60}
+  # Kills of a job while it creates its store (test_kill_creation.py).
+  export MLPO_KILL_CREATION_ROUNDS=${MLPO_KILL_CREATION_ROUNDS:-200}
   # Kills of a 2-rank DDP job updating during backward (test_ddp_backward.py).
   export MLPO_DDP_KILL_ROUNDS=${MLPO_DDP_KILL_ROUNDS:-40}
   # State formats against fp32 on the example's own model, two seeds
