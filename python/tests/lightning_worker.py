@@ -56,3 +56,10 @@ if trainer.global_rank == 0:
                               for n, p in params.items()},
                    "ckpts": [os.path.basename(c) for c in ckpts(a.root)],
                    **tags}, f)
+# Torn down before the interpreter exits: a gloo group left to static
+# destruction aborted a rank now and then ("terminate called without an
+# active exception", exit -6) after its work was done.
+import torch.distributed as _dist  # noqa: E402
+if _dist.is_available() and _dist.is_initialized():
+    _dist.barrier()
+    _dist.destroy_process_group()
