@@ -22,6 +22,10 @@ inline constexpr absl::string_view kReasonStoreHeld = "store_held";
 inline constexpr absl::string_view kReasonLayoutMismatch = "layout_mismatch";
 inline constexpr absl::string_view kReasonStateFormat = "state_format";
 inline constexpr absl::string_view kReasonStepInterrupted = "step_interrupted";
+// An index whose creation was cut short before its column families were
+// made: a writable open finishes it.
+inline constexpr absl::string_view kReasonCreationCutShort =
+    "creation_cut_short";
 
 inline constexpr absl::string_view kReasonUrl = "mlpo.dev/reason";
 

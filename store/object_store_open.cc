@@ -32,12 +32,12 @@
 #include <filesystem>
 #include <set>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/size_units.h"
 #include "base/status_macros.h"
+#include "base/status_reason.h"
 #include "nlohmann/json.hpp"
 #include "store/config_sanity.h"
 #include "store/fs/file_util.h"
@@ -330,9 +330,9 @@ absl::Status ObjectStore::OpenImpl() {
   // pass.
   auto opened =
       MetaIndex::Open(options_.meta_dir, MetaIndex::Mode::kReadOnly, fs());
-  if (!ro && lock_.held() && options_.create_if_missing &&
-      absl::IsNotFound(opened.status()) &&
-      absl::StrContains(opened.status().message(), "column families")) {
+  const auto why = ReasonOf(opened.status());
+  if (!ro && lock_.held() && options_.create_if_missing && why &&
+      why->first == kReasonCreationCutShort) {
     // A creation killed before RocksDB made the index's column families
     // (the index holds no record): a writable open makes them, and the
     // checks below see an empty index, whose creation is finished.

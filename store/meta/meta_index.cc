@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "absl/strings/match.h"
+#include "base/status_reason.h"
 #include "rocksdb/utilities/checkpoint.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -316,11 +317,13 @@ absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
   if (!s.ok()) {
     if (m->read_only_ && s.IsInvalidArgument() &&
         absl::StrContains(s.ToString(), "Column family not found"))
-      return absl::NotFoundError(absl::StrCat(
-          "store index ", dir, " was never finished: its creation was cut "
-          "short before its column families were made (", s.ToString(),
-          "). The next writable open (the training job) finishes it; "
-          "nothing was stored"));
+      return WithReason(
+          absl::NotFoundError(absl::StrCat(
+              "store index ", dir, " was never finished: its creation was "
+              "cut short before its column families were made (",
+              s.ToString(), "). The next writable open (the training job) "
+              "finishes it; nothing was stored")),
+          kReasonCreationCutShort);
     if (mode != Mode::kCreate) {
       if (std::string missing = MissingIndexFile(dir); !missing.empty())
         return absl::DataLossError(absl::StrCat(
