@@ -6,6 +6,7 @@
 #include <cerrno>
 
 #include <algorithm>
+#include <iterator>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -84,11 +85,15 @@ absl::Status PermissionProblem(const std::string& p) {
   std::error_code ec;
   fs::path path = fs::absolute(p, ec).lexically_normal();
   fs::path at;
-  for (const fs::path& part : path) {
-    at /= part;
+  for (auto part = path.begin(); part != path.end(); ++part) {
+    at /= *part;
     if (::access(at.c_str(), F_OK) != 0 && errno != EACCES) break;
     bool dir = fs::is_directory(at, ec) || ec.value() == EACCES;
-    if (::access(at.c_str(), dir ? R_OK | X_OK : R_OK) == 0) continue;
+    // On the way only entering counts (a home of mode 0711 is fine); the
+    // target itself must be readable too.
+    bool last = std::next(part) == path.end();
+    int need = !dir ? R_OK : last ? R_OK | X_OK : X_OK;
+    if (::access(at.c_str(), need) == 0) continue;
     if (errno != EACCES) break;
     struct stat st;
     std::string owner = ::stat(at.c_str(), &st) == 0
@@ -96,7 +101,8 @@ absl::Status PermissionProblem(const std::string& p) {
                                            absl::StrFormat("%04o", st.st_mode & 07777), ")")
                             : "";
     return absl::PermissionDeniedError(absl::StrCat(
-        "permission denied: ", at.string(), owner, " cannot be read by uid ",
+        "permission denied: ", at.string(), owner, " cannot be ",
+        need == X_OK ? "entered" : "read", " by uid ",
         ::getuid(), ". A store's directories and files are its owner's "
         "alone (0700/0600): run the command as the user who owns the store"));
   }

@@ -320,7 +320,8 @@ void AddStoreCommands(CLI::App& app) {
                           "check its xxh3; exit 0 when all hold, 3 when some "
                           "version reads back only from its replica (tag "
                           "--copy-to: nothing lost, but one copy is bad), 1 "
-                          "when something is unreadable",
+                          "when something is unreadable or a file of the "
+                          "store belongs to another user (FOREIGN OWNER)",
                           a.get());
     c->add_option("--tag", *tag, "Verify this tag's versions instead of heads")
         ->check(NotEmpty());
@@ -361,7 +362,8 @@ void AddStoreCommands(CLI::App& app) {
       // store (recover --salvage is the way out), so verify never says OK.
       const bool lost = !rep->bad.empty() || !rep->index_problems.empty() ||
                         !rep->missing_segments.empty() ||
-                        !rep->short_segments.empty();
+                        !rep->short_segments.empty() ||
+                        !rep->owner_problems.empty();
       const bool one_copy =
           !rep->covered.empty() || !rep->backup_problems.empty();
       if (a->json) {
@@ -371,6 +373,7 @@ void AddStoreCommands(CLI::App& app) {
                                                : "ok"},
                           {"index_problems", rep->index_problems},
                           {"backup_problems", rep->backup_problems},
+                          {"owner_problems", rep->owner_problems},
                           {"objects", rep->objects},
                           {"extents", rep->extents}, {"bytes", rep->bytes},
                           {"replicas", rep->replicas}, {"bad", bad},
@@ -394,6 +397,8 @@ void AddStoreCommands(CLI::App& app) {
                       absl::StrContains(m, "mlpo recover")
                           ? ""
                           : "; `mlpo recover STORE` rebuilds it from a backup");
+        for (auto& m : rep->owner_problems)
+          std::printf("FOREIGN OWNER %s\n", m.c_str());
         for (auto& m : rep->backup_problems)
           std::printf("BAD BACKUP %s (the live index is fine; the next tag "
                       "writes a new backup)\n", m.c_str());

@@ -1,15 +1,19 @@
 #include "store/admin/verify.h"
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <thread>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/aligned_buffer.h"
 #include "base/status_macros.h"
 #include "store/meta/meta_index.h"
@@ -127,6 +131,46 @@ absl::Status CheckLiveIndex(const StoreView& store) {
   return st;
 }
 
+namespace {
+
+// What in the store's directories belongs to another user than the first
+// path's store directory (see VerifyReport::owner_problems).
+std::vector<std::string> ForeignOwnedFiles(const StoreView& store) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  struct stat owner;
+  if (store.num_paths() == 0 ||
+      ::lstat(store.path_at(0).dir().c_str(), &owner) != 0)
+    return out;
+  std::vector<std::string> dirs = {store.options().meta_dir};
+  for (size_t p = 0; p < store.num_paths(); ++p) {
+    dirs.push_back(store.path_at(p).dir());
+    dirs.push_back(absl::StrCat(store.path_at(p).root(), "/.mlpo"));
+  }
+  std::set<std::string> seen;
+  auto check = [&](const std::string& f) {
+    struct stat st;
+    if (!seen.insert(f).second || ::lstat(f.c_str(), &st) != 0 ||
+        st.st_uid == owner.st_uid)
+      return;
+    out.push_back(absl::StrFormat(
+        "%s belongs to uid %d, the store to uid %d (a command run as "
+        "another user left it; the job cannot write it): `chown %d:%d %s`",
+        f, st.st_uid, owner.st_uid, owner.st_uid, owner.st_gid, f));
+  };
+  for (const std::string& d : dirs) {
+    std::error_code ec;
+    if (!fs::is_directory(d, ec)) continue;
+    check(d);
+    for (fs::recursive_directory_iterator it(d, ec), end; !ec && it != end;
+         it.increment(ec))
+      check(it->path().string());
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<VerifyReport> Verify(
     StoreView& store, const std::string& tag,
     std::function<void(uint64_t, uint64_t)> progress, bool deep) {
@@ -145,6 +189,7 @@ absl::StatusOr<VerifyReport> Verify(
     absl::Status st = CheckLiveIndex(store);
     if (!st.ok()) rep.index_problems.push_back(std::string(st.message()));
   }
+  rep.owner_problems = ForeignOwnedFiles(store);
   if (deep) {
     for (size_t p = 0; p < store.num_paths(); ++p) {
       std::string dir =

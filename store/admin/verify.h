@@ -38,6 +38,12 @@ struct VerifyReport {
   // fails its checksums. Nothing lost while the index holds, but the copy
   // `mlpo recover` would rebuild it from is bad (exit 3, like a replica).
   std::vector<std::string> backup_problems;
+  // Files and directories of the store (each path's store directory and
+  // .mlpo, the index, its backups) owned by another user than the store's
+  // first path directory: a command run as root left them, and the job
+  // cannot write them (its open or a step fails "Permission denied").
+  // Nothing lost; `chown` gives them back (exit 1: the job cannot run).
+  std::vector<std::string> owner_problems;
 };
 
 // Reads every extent of every head (or of `tag`) and checks its checksum.

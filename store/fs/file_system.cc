@@ -17,6 +17,7 @@
 #include "store/fs/file_util.h"
 #include "store/fs/private_rocks_fs.h"
 #include "store/io/io_engine.h"
+#include "base/path_errno.h"
 #include "base/status_macros.h"
 
 namespace mlpo {
@@ -36,7 +37,7 @@ absl::StatusOr<uint64_t> FileSystem::LinkCount(int fd,
                                                const std::string& path) {
   struct stat st;
   if (::fstat(fd, &st) != 0)
-    return ErrnoStatus(errno, absl::StrCat("stat ", path));
+    return PathErrnoStatus(errno, "stat", path);
   return static_cast<uint64_t>(st.st_nlink);
 }
 
@@ -54,13 +55,13 @@ absl::Status FileSystem::CopyFile(
     const std::string& from, const std::string& to,
     const std::function<void(uint64_t)>& progress) {
   int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0) return ErrnoStatus(errno, absl::StrCat("open ", from));
+  if (in < 0) return PathErrnoStatus(errno, "open", from);
   int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
                    kPrivateFileMode);
   if (out < 0) {
     int err = errno;
     ::close(in);
-    return ErrnoStatus(err, absl::StrCat("create ", to));
+    return PathErrnoStatus(err, "create", to);
   }
   absl::Status st;
   uint64_t done = 0;
@@ -126,7 +127,7 @@ absl::Status PosixCreateDirs(const std::string& dir) {
     MLPO_RETURN_IF_ERROR(PosixCreateDirs(parent));
   if (::mkdir(dir.c_str(), kPrivateDirMode) != 0) {
     if (errno == EEXIST) return absl::OkStatus();  // a racing creator
-    return ErrnoStatus(errno, absl::StrCat("create directory ", dir));
+    return PathErrnoStatus(errno, "create directory", dir);
   }
   // The new entry must survive a power loss like the files put in it.
   return mlpo::SyncDir(parent.empty() ? "." : parent);
@@ -135,7 +136,7 @@ absl::Status PosixCreateDirs(const std::string& dir) {
 absl::StatusOr<std::string> PosixReadFile(const std::string& file,
                                           size_t max_bytes) {
   int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", file));
+  if (fd < 0) return PathErrnoStatus(errno, "open", file);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     int err = errno;
@@ -175,7 +176,7 @@ class PosixFileSystem final : public FileSystem {
   absl::StatusOr<FileInfo> Stat(const std::string& path) override {
     struct stat st;
     if (::stat(path.c_str(), &st) != 0)
-      return ErrnoStatus(errno, absl::StrCat("stat ", path));
+      return PathErrnoStatus(errno, "stat", path);
     FileInfo i;
     i.is_dir = S_ISDIR(st.st_mode);
     i.is_regular = S_ISREG(st.st_mode);
@@ -234,7 +235,7 @@ class PosixFileSystem final : public FileSystem {
     int fd = create ? ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC,
                              kPrivateFileMode)
                     : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", path));
+    if (fd < 0) return PathErrnoStatus(errno, "open", path);
     return fd;
   }
   absl::StatusOr<bool> TryLock(int fd, const std::string& path,
@@ -288,7 +289,7 @@ class PosixFileSystem final : public FileSystem {
                                absl::string_view data) override {
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
                     kPrivateFileMode);
-    if (fd < 0) return ErrnoStatus(errno, absl::StrCat("create ", path));
+    if (fd < 0) return PathErrnoStatus(errno, "create", path);
     size_t done = 0;
     while (done < data.size()) {
       ssize_t n = ::write(fd, data.data() + done, data.size() - done);

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "base/path_errno.h"
 #include "base/status_macros.h"
 #include "store/fs/file_system.h"
 
@@ -19,7 +20,7 @@ std::string AbsolutePath(const std::string& p) {
 
 absl::Status SyncDir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open directory ", dir));
+  if (fd < 0) return PathErrnoStatus(errno, "open directory", dir);
   int r = ::fsync(fd);
   int err = errno;
   ::close(fd);

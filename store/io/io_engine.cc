@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "store/io/io_engine_impl.h"
+#include "base/path_errno.h"
 #include "base/status_macros.h"
 
 namespace mlpo {
@@ -191,7 +192,7 @@ absl::StatusOr<int> OpenForIo(const std::string& path, bool create,
       *direct = true;
       return fd;
     }
-    if (errno != EINVAL) return ErrnoStatus(errno, absl::StrCat("open ", path));
+    if (errno != EINVAL) return PathErrnoStatus(errno, "open", path);
     static std::once_flag once;
     std::call_once(once, [&] {
       std::cerr << "mlpo: O_DIRECT refused for " << path
@@ -199,7 +200,7 @@ absl::StatusOr<int> OpenForIo(const std::string& path, bool create,
     });
   }
   int fd = ::open(path.c_str(), flags, 0600);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", path));
+  if (fd < 0) return PathErrnoStatus(errno, "open", path);
   *direct = false;
   return fd;
 }

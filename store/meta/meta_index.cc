@@ -117,7 +117,9 @@ absl::Status RocksStatus(const rocksdb::Status& s, absl::string_view what) {
   // RocksDB says EACCES only in words: a file of the index another user
   // owns (a command run as root) is the user's to fix, not an internal
   // error.
-  if (s.IsIOError() && absl::StrContains(s.ToString(), "Permission denied"))
+  // (Any code: an unreadable CURRENT comes as InvalidArgument, "options
+  // incompatible with filesystem: IO error ... Permission denied".)
+  if (absl::StrContains(s.ToString(), "Permission denied"))
     return absl::PermissionDeniedError(absl::StrCat(
         msg, " (a file of the index belongs to another user: `ls -l` the "
         "index directory; run as its owner, or give the files back with "
@@ -315,6 +317,8 @@ absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
     }
   }
   if (!s.ok()) {
+    if (absl::StrContains(s.ToString(), "Permission denied"))
+      return RocksStatus(s, absl::StrCat("open store index ", dir));
     if (m->read_only_ && s.IsInvalidArgument() &&
         absl::StrContains(s.ToString(), "Column family not found"))
       return WithReason(

@@ -212,6 +212,34 @@ TEST_F(CliTest, ACommandRunAsRootLeavesTheStoreToItsOwner) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("PERMISSION_DENIED"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("another user"), std::string::npos) << r.out;
+  // verify (root or the owner) names the file and the chown that gives it
+  // back, where it once said OK over a store the job could not open.
+  r = Mlpo("verify " + store_dir_, /*with_stderr=*/true);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("FOREIGN OWNER " + current), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("chown 65534:65534"), std::string::npos) << r.out;
+  // recover as the owner refuses: an unreadable file is not damage, and a
+  // rebuild from the backup would have rolled the store back to its tag.
+  r = as_user("recover " + store_dir_);
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("belongs to another user"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("rebuilt"), std::string::npos) << r.out;
+  ASSERT_EQ(::lchown(current.c_str(), user, user), 0);
+  EXPECT_EQ(as_user("verify " + store_dir_).code, 0);
+  // A segment file root still holds: the owner's writer open says whose
+  // it is, not a bare "Permission denied".
+  std::string seg;
+  for (auto& e : fs::recursive_directory_iterator(dir_.path()))
+    if (e.path().filename().string().rfind("seg-", 0) == 0)
+      seg = e.path().string();
+  ASSERT_FALSE(seg.empty());
+  ASSERT_EQ(::lchown(seg.c_str(), 0, 0), 0);
+  r = as_user("tag " + store_dir_ + " refused-again");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(seg + " belongs to another user (uid 0"),
+            std::string::npos) << r.out;
 }
 
 }  // namespace
