@@ -21,6 +21,46 @@ namespace mlpo {
 
 using json = nlohmann::json;
 
+namespace {
+
+// What RepairIndex did to the index, in words (recover, and salvage's
+// first step).
+void PrintIndexRepair(const RecoverReport& rep) {
+  if (!rep.rebuilt_from.empty())
+    std::printf("recover: the index was rebuilt from its backup %s (taken at "
+                "the last tag or drop-tag: heads are as they were then; later "
+                "commits are lost)%s%s\n",
+                rep.rebuilt_from.c_str(),
+                rep.damaged_index_kept.empty() ? ""
+                                               : "; the damaged index is kept "
+                                                 "in ",
+                rep.damaged_index_kept.c_str());
+  else if (rep.rolled_back)
+    std::printf("recover: the index had lost acknowledged writes; rolled back "
+                "from sequence %lu to %lu (%lu index writes lost: commits, "
+                "tags or drops after that point)\n",
+                (unsigned long)rep.acknowledged_sequence,
+                (unsigned long)rep.recovered_sequence,
+                (unsigned long)(rep.acknowledged_sequence -
+                                rep.recovered_sequence));
+  else
+    std::printf("recover: the index is consistent; nothing lost\n");
+}
+
+json IndexRepairJson(const RecoverReport& rep) {
+  return json{{"rolled_back", rep.rolled_back},
+              {"acknowledged_sequence", rep.acknowledged_sequence},
+              {"recovered_sequence", rep.recovered_sequence},
+              {"lost_index_writes",
+               rep.rolled_back
+                   ? rep.acknowledged_sequence - rep.recovered_sequence
+                   : 0},
+              {"rebuilt_from", rep.rebuilt_from},
+              {"damaged_index_kept", rep.damaged_index_kept}};
+}
+
+}  // namespace
+
 void AddRecoverCommand(CLI::App& app) {
   {
     auto a = std::make_shared<CommonArgs>();
@@ -60,6 +100,12 @@ void AddRecoverCommand(CLI::App& app) {
       if (!o.ok()) Fail("recover", o.status());
       WillWrite(*o);  // run as root: the owner keeps the files
       if (*salvage) {
+        // A damaged index first, as plain recover does (the backup, or a
+        // rollback the seal allows): salvage reads through the index, and
+        // once refused a store whose index recover would have rebuilt.
+        auto index = RepairIndex(*o, /*discard=*/false);
+        if (!index.ok()) Fail("recover", index.status());
+        if (!a->json) PrintIndexRepair(*index);
         auto rep = Salvage(*o, [](uint64_t d, uint64_t t) {
           Progress("salvage: read " + FormatBytes(d) + " / " + FormatBytes(t));
         });
@@ -72,6 +118,7 @@ void AddRecoverCommand(CLI::App& app) {
                          {"offset", b.file_offset}, {"error", b.error}});
         if (a->json) {
           std::cout << json{{"salvage", true},
+                            {"index", IndexRepairJson(*index)},
                             {"versions_checked", rep->versions_checked},
                             {"bad", bad},
                             {"kept_tags", rep->kept_tags},
@@ -172,24 +219,7 @@ void AddRecoverCommand(CLI::App& app) {
                     (unsigned long)rep->discarded_files,
                     FormatBytes(rep->discarded_bytes).c_str());
       } else {
-        if (!rep->rebuilt_from.empty())
-          std::printf("recover: the index was rebuilt from its backup %s "
-                      "(taken at the last tag or drop-tag: heads are as they "
-                      "were then; later commits are lost)%s%s\n",
-                      rep->rebuilt_from.c_str(),
-                      rep->damaged_index_kept.empty() ? "" :
-                      "; the damaged index is kept in ",
-                      rep->damaged_index_kept.c_str());
-        else if (rep->rolled_back)
-          std::printf("recover: the index had lost acknowledged writes; "
-                      "rolled back from sequence %lu to %lu (%lu index "
-                      "writes lost: commits, tags or drops after that point)\n",
-                      (unsigned long)rep->acknowledged_sequence,
-                      (unsigned long)rep->recovered_sequence,
-                      (unsigned long)(rep->acknowledged_sequence -
-                                      rep->recovered_sequence));
-        else
-          std::printf("recover: the index is consistent; nothing lost\n");
+        PrintIndexRepair(*rep);
         if (rep->lost_path >= 0) {
           std::printf("recover: path %d (%s) forgotten: %lu versions now read "
                       "from their copy (tag --copy-to), %lu copies there "
