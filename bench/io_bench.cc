@@ -25,6 +25,7 @@
 #include "store/path/admission.h"
 #include "tools/probe/bandwidth_probe.h"
 #include "tools/cli_util.h"
+#include "tools/removed_on_signal.h"
 
 namespace mlpo {
 namespace {
@@ -105,6 +106,7 @@ void AddIoBench(CLI::App& app) {
         f.quick ? std::vector<size_t>{1 << 20, 4 << 20}
                 : std::vector<size_t>{256 << 10, 1 << 20, 4 << 20, 8 << 20};
     std::string file = f.dir + "/io-bench.dat";
+    RemovedOnSignal removed_if_stopped(file);
     Progress("preparing " + file);
     if (auto st = PrepareProbeFile(file, size); !st.ok()) {
       std::cerr << "\nmlpo-bench io: " << st.message() << "\n";

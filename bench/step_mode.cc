@@ -24,6 +24,7 @@
 #include "optimizer/optimizer.h"
 #include "tools/probe/bandwidth_probe.h"
 #include "tools/cli_util.h"
+#include "tools/removed_on_signal.h"
 
 namespace mlpo {
 namespace {
@@ -172,6 +173,8 @@ DiskProber::DiskProber(const std::vector<PathSpec>& paths, double seconds) {
     po.read_cap = po.write_cap = p.cap;
     jobs_.push_back(
         PathProbeJob(p.root + "/.mlpo-step-probe.dat", po, ProbeLoad::kMixed));
+    removed_if_stopped_.push_back(
+        std::make_unique<RemovedOnSignal>(jobs_.back().file));
     if (auto st = PrepareProbeFile(jobs_.back().file, po.file_bytes); !st.ok())
       Die(p.root, st);
   }
@@ -219,6 +222,8 @@ struct ModeRunner::Impl {
   int untimed = 0;  // untimed steps: the creating one and the warm-up ones
   int s = 0;        // steps taken
   ModeResult r;
+  // The stores go if the run is stopped (^C, a scheduler's SIGTERM).
+  std::vector<std::unique_ptr<RemovedOnSignal>> stores_removed_if_stopped;
 };
 
 ModeRunner::ModeRunner(const ModeRun& run) : impl_(std::make_unique<Impl>()) {
@@ -264,6 +269,9 @@ ModeRunner::ModeRunner(const ModeRun& run) : impl_(std::make_unique<Impl>()) {
     pc.fraction = paths[i].mixed_bps;  // f_k proportional to U_k
     o.store.paths.push_back(pc);
     std::filesystem::remove_all(paths[i].root + "/" + o.store.name);
+    if (!keep)
+      m.stores_removed_if_stopped.push_back(std::make_unique<RemovedOnSignal>(
+          paths[i].root + "/" + o.store.name, /*directory=*/true));
   }
   SetSyntheticModel(&o, params, subgroup, threads);
   if (rule == RuleKind::kSgd)  // SGD as fine-tuning runs it: a momentum

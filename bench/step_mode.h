@@ -17,6 +17,7 @@
 #include "optimizer/update_rule.h"
 #include "optimizer/optimizer.h"
 #include "tools/probe/bandwidth_probe.h"
+#include "tools/removed_on_signal.h"
 
 namespace mlpo {
 
@@ -88,6 +89,8 @@ class DiskProber {
 
  private:
   std::vector<ProbeJob> jobs_;
+  // Each probe file goes if the run is stopped (^C, SIGTERM).
+  std::vector<std::unique_ptr<RemovedOnSignal>> removed_if_stopped_;
 };
 
 // One run of a mode: what `mlpo-bench step`'s flags say for it.

@@ -16,6 +16,7 @@
 #include "store/object_store.h"
 #include "store/placement/stripe.h"
 #include "tools/cli_util.h"
+#include "tools/removed_on_signal.h"
 
 namespace mlpo {
 namespace {
@@ -173,6 +174,9 @@ void AddStoreBench(CLI::App& app) {
     EnsureBenchDir(f);
     std::filesystem::remove_all(dir);
     EnsureDir(dir);
+    std::unique_ptr<RemovedOnSignal> removed_if_stopped;
+    if (!f.keep)
+      removed_if_stopped = std::make_unique<RemovedOnSignal>(dir, true);
     json out;
     out["cases"] = json::array();
     std::vector<uint64_t> sizes =

@@ -213,6 +213,28 @@ TEST(StepBenchTest, AKeptStoreIsWhereTheBenchScriptInspectsIt) {
   EXPECT_EQ(inspect.code, 0) << store << ": " << inspect.out;
 }
 
+// A run stopped by SIGTERM (a scheduler) or ^C once its store exists: the
+// store and the probe file (gigabytes each at real sizes) go with it; only
+// the path's identity stays, as after a run that ends.
+TEST(StepBenchTest, AStoppedRunLeavesNoStoreAndNoProbeFile) {
+  for (const char* sig : {"TERM", "INT"}) {
+    TempDir dir;
+    const std::string nvme = dir.Sub("nvme");
+    CommandResult r = RunCommand(
+        std::string(MLPO_BENCH) +
+        " step --params 8388608 --subgroup 2097152 --steps 100000 --warmup 0 "
+        "--modes mlpo --probe-seconds 0.2 --paths " + nvme + " --dir " +
+        dir.path() + " >/dev/null 2>&1 & pid=$!; for i in $(seq 600); do "
+        "[ -d " + nvme + "/step-mlpo-fp32 ] && break; sleep 0.1; done; "
+        "sleep 0.5; kill -" + sig + " $pid; wait $pid; echo $?");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out, "0\n") << sig << ": the run was to be stopped";
+    for (auto& e : std::filesystem::directory_iterator(nvme))
+      if (e.path().filename() != ".mlpo")
+        ADD_FAILURE() << sig << ": left behind: " << e.path();
+  }
+}
+
 TEST(StepBenchTest, BadCountsAndDurationsAreRefusedBeforeAnyWork) {
   TempDir dir;
   const std::pair<const char*, const char*> bad[] = {

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "store/path/admission.h"
 #include "base/status_macros.h"
+#include "tools/removed_on_signal.h"
 
 namespace mlpo {
 
@@ -29,54 +30,6 @@ const char* ProbeLoadName(ProbeLoad l) {
 }
 
 namespace {
-
-// The probe's file is removed on SIGINT, SIGTERM and SIGHUP too (a job
-// scheduler's stop, a ^C): each probe registers its file for the time it
-// exists, and the handler unlinks every registered file (async-signal-safe)
-// before the signal's default action ends the process. A file of 1-2 GiB
-// was left behind on every stopped profile.
-constexpr int kCleanupSlots = 16;
-char g_cleanup[kCleanupSlots][4096];
-std::mutex g_cleanup_mu;
-
-void RemoveProbeFilesAndDie(int sig) {
-  for (auto& f : g_cleanup)
-    if (f[0] != '\0') ::unlink(f);
-  ::signal(sig, SIG_DFL);
-  ::raise(sig);
-}
-
-class RemovedOnSignal {
- public:
-  explicit RemovedOnSignal(const std::string& file) {
-    std::lock_guard<std::mutex> l(g_cleanup_mu);
-    static bool installed = [] {
-      struct sigaction sa = {};
-      sa.sa_handler = RemoveProbeFilesAndDie;
-      sigemptyset(&sa.sa_mask);
-      for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
-      return true;
-    }();
-    (void)installed;
-    if (file.size() >= sizeof(g_cleanup[0])) return;
-    for (int i = 0; i < kCleanupSlots; ++i)
-      if (g_cleanup[i][0] == '\0') {
-        std::memcpy(g_cleanup[i] + 1, file.c_str() + 1, file.size());
-        g_cleanup[i][0] = file[0];  // the slot counts once whole
-        slot_ = i;
-        return;
-      }
-  }
-  ~RemovedOnSignal() {
-    std::lock_guard<std::mutex> l(g_cleanup_mu);
-    if (slot_ >= 0) g_cleanup[slot_][0] = '\0';
-  }
-  RemovedOnSignal(const RemovedOnSignal&) = delete;
-  RemovedOnSignal& operator=(const RemovedOnSignal&) = delete;
-
- private:
-  int slot_ = -1;
-};
 
 struct ProbeRun {
   IoEngine* engine;
