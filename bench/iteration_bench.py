@@ -97,8 +97,13 @@ def parse_args(argv):
                     help="timed iterations of each (after one untimed)")
     ap.add_argument("--cache", default="25%",
                     help="the DRAM tier: a share of the state or a size")
-    ap.add_argument("--dir", default="var/bench-iter",
-                    help="where the two store paths go (nvme/, pfs/)")
+    ap.add_argument("--dir", default=os.path.join(
+                        "/var/tmp", f"mlpo-bench-iter-{os.getuid()}"),
+                    help="where the two store paths go (nvme/, pfs/); "
+                         "removed at the end unless --keep (default "
+                         "%(default)s: outside the checkout)")
+    ap.add_argument("--keep", action="store_true",
+                    help="leave the stores in --dir for mlpo inspect")
     ap.add_argument("--commits", type=int, default=2,
                     help="mlpo's commits in flight (a write-behind step "
                          "leaves up to this many behind)")
@@ -111,7 +116,7 @@ def parse_args(argv):
     ap.add_argument("--clip", default=None,
                     help="clip the gradients' global norm at this value "
                          "(mlpo: max_grad_norm; torch: clip_grad_norm_ "
-                         "after backward), or 'auto': 90% of the norm of a "
+                         "after backward), or 'auto': 90%% of the norm of a "
                          "probe batch, so that some steps clip and some "
                          "do not. The update in backward then runs "
                          "speculatively and redoes the steps that clip: "
@@ -192,6 +197,16 @@ def launch_ranks(a, argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     a = parse_args(argv)
+    try:
+        run(a, argv)
+    finally:
+        # Rank 0 (or the launcher) removes the stores, also after an error
+        # or ^C: gigabytes each at the default size.
+        if not a.keep and os.environ.get("RANK", "0") == "0":
+            shutil.rmtree(a.dir, ignore_errors=True)
+
+
+def run(a, argv):
     if a.ddp > 1 and "RANK" not in os.environ:
         launch_ranks(a, argv)
     rank = 0

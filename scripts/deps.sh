@@ -8,6 +8,9 @@ PKGS=(build-essential cmake ninja-build pkg-config git
       librocksdb-dev liburing-dev libxxhash-dev libabsl-dev
       libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
       nlohmann-json3-dev libtomlplusplus-dev fio clang
+      # DeepSpeed's own async-I/O op, built on first use by
+      # bench/vs_deepspeed.py (the comparison runs DeepSpeed as users do)
+      libaio-dev
       # the interpreter mlpo's venv is made with (scripts/venv.sh: torch,
       # transformers, pytest, ... from PyPI, pinned in requirements.txt)
       python3 python3-dev python3-venv)
