@@ -60,12 +60,16 @@ DDP_PRELUDE = PRELUDE + textwrap.dedent("""
                             rank=0, world_size=1)
     """)
 # After a block: one more step must run and move the parameters.
+# (The block's own `model`, which may be a new one; under DDP the wrapped
+# `net` holds the parameters.)
 STEPS_ON = textwrap.dedent("""
-    before = [p.detach().clone() for p in net.parameters()]
+    inner = getattr(model, "module", model)
+    before = [p.detach().clone() for p in inner.parameters()]
     x, y = data[0]
-    F.cross_entropy((model if callable(model) else net)(x), y).backward()
+    F.cross_entropy(model(x), y).backward()
     opt.step()
-    assert any(not torch.equal(a, p) for a, p in zip(before, net.parameters()))
+    assert any(not torch.equal(a, p)
+               for a, p in zip(before, inner.parameters()))
     opt.close()
     print("DOC-BLOCK-OK")
     """)
@@ -86,7 +90,8 @@ BLOCKS = {
               ("ckpt-3000.pt", "ckpt-30.pt")],
         epilogue=textwrap.dedent("""
             # opt.load_state_dict restored step 30's parameters and state
-            assert opt.state_dict()["state"], "no state after the load"
+            # (the state stays in the store: the dict names its tag)
+            assert opt.step_count == 30, opt.step_count
             want = ck["model"]
             got = model.state_dict()
             assert all(torch.equal(want[k], got[k]) for k in want), \\
@@ -118,8 +123,7 @@ BLOCKS = {
         ("run", dict(
             prelude=DDP_PRELUDE + "import mlpo.torch\n",
             subs=[("store=...", 'store="nvme/run"')],
-            epilogue=STEPS_ON.replace("(model if callable(model) else net)",
-                                      "model"))),
+            epilogue=STEPS_ON)),
     ("docs/operations.md", "mlpo inspect STORE            # objects, versions, bytes per path, tags"):
         ("sh", dict(subs=[("mlpo ", CLI + " "), ("STORE", "store/nvme/run")])),
     ("docs/user-guide.md", "import mlpo.torch                      # pip install . (or PYTHONPATH=build/python)"):
@@ -129,7 +133,7 @@ BLOCKS = {
                    'store=["nvme/ckpt", "lustre/ckpt"]')],
             epilogue=textwrap.dedent("""
                 ck = torch.load("ckpt.pt")
-                assert ck["opt"]["state"] and ck["model"]
+                assert ck["opt"]["mlpo"] and ck["model"]
                 """) + STEPS_ON)),
     ("docs/user-guide.md", 'os.makedirs("nvme", exist_ok=True)  # mlpo makes store=, never its parents'):
         ("run", dict(
@@ -145,8 +149,7 @@ BLOCKS = {
         ("run", dict(
             prelude=DDP_PRELUDE + "import mlpo.torch\n",
             subs=[("store=...", 'store="nvme/run"')],
-            epilogue=STEPS_ON.replace("(model if callable(model) else net)",
-                                      "model"))),
+            epilogue=STEPS_ON)),
     ("docs/user-guide.md", "ninja -C build mlpo-example-adamw"):
         ("covered", ("../../examples/CMakeLists.txt",
                      "add_test(NAME example_adamw")),
