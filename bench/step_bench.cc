@@ -1,6 +1,6 @@
 // `mlpo-bench step`: the update phase of a synthetic model in each mode, in
 // one run, against the DeepSpeed-style baseline and against the I/O lower
-// bound of DESIGN.md, both measured in the same run:
+// bound of docs/design.md, both measured in the same run:
 //   lower_bound_s = max(bytes moved / sum over the mode's paths of U_k,
 //                       params / R_adam)
 // where U_k is each path's mixed read+write bandwidth (probed here, with the

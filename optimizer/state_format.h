@@ -1,4 +1,4 @@
-// How a store holds the Adam moments (DESIGN.md "State formats"). Master
+// How a store holds the Adam moments (docs/design.md "State formats"). Master
 // weights p are fp32 in every format; a store's format is fixed when it is
 // created (store attribute "state_format").
 //

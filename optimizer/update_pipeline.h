@@ -1,4 +1,4 @@
-// One optimizer step over the store (DESIGN.md "The update step"):
+// One optimizer step over the store (docs/design.md "The update step"):
 //
 //   order = 0..N-1 on even steps, N-1..0 on odd ones (alternate_order)
 //   keep Checkout(i+1 .. i+d) in flight (every path reads at once)
@@ -38,7 +38,7 @@ namespace mlpo {
 struct PipelineOptions {
   int prefetch_depth = 2;         // checkouts in flight ahead, 1..64
   int max_commits_in_flight = 2;  // 1..64; each holds a subgroup's buffer
-  bool alternate_order = true;    // cache-friendly order (DESIGN.md)
+  bool alternate_order = true;    // cache-friendly order (docs/design.md)
   // Recompute the store's stripe fractions after every step from the
   // paths' observed rates (ObjectStore::AdaptPlacement).
   bool adaptive_placement = true;
@@ -64,7 +64,7 @@ struct PipelineOptions {
   int read_ahead = 0;
   // Mixed read+write bandwidth U_k of each store path (bytes/s, in path
   // order) and the kernel's params/s (R_adam). When given, every report
-  // carries the I/O lower bound of DESIGN.md and the ratio to it.
+  // carries the I/O lower bound of docs/design.md and the ratio to it.
   std::vector<double> path_mixed_bps;
   double kernel_params_per_s = 0;
 };

@@ -12,7 +12,7 @@
 // lineage: DropTag, DropHeads (salvage's) and BackupIndex. Read-only
 // inspection: List, Tags, GetVersion, ReadVersion, Stats, PathTraffic.
 //
-// Invariants (DESIGN.md "Store semantics"):
+// Invariants (docs/design.md "The store"):
 //  1. Copy-on-write: a commit writes new extents, then one RocksDB WriteBatch
 //     moves the head. A crash at any instant leaves every committed version
 //     readable.

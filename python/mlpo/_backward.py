@@ -165,6 +165,7 @@ class BackwardUpdate:
         self._bwd_hooks = []
         self._auto = None
         self._ddp_hooked = False  # ddp_comm_hook has run
+        self._ddp_pass_agreed = False  # this backward's call check is done
         self._ddp_searched = False  # for a DDP to hook (_hook_ddp)
         self._ddp_why = None
         self._reset_backward()
@@ -310,6 +311,14 @@ class BackwardUpdate:
         its reduced gradients go to the running step (as soon as its
         all-reduce is seen done: at a later bucket, or when the pass
         ends)."""
+        if not self._ddp_pass_agreed:
+            # The first bucket of a backward: every rank is in backward, or
+            # all raise (state_dict() on rank 0 only, as a torch.optim DDP
+            # script saves, once paired its check with this all-reduce and
+            # gloo ended the job without a word of why).
+            self._ddp_pass_agreed = True
+            _queue_end_of_backward(self._ddp_pass_ended)
+            self._agree_call("backward", [])
         buf = bucket.buffer()
         buf.div_(self._world)
         fut = dist.all_reduce(buf, group=self._pg,
@@ -324,6 +333,9 @@ class BackwardUpdate:
                     (bucket.parameters(), bucket.gradients(), fut))
                 self._ddp_drain(wait=False)
         return fut.then(lambda f: f.value()[0])
+
+    def _ddp_pass_ended(self):
+        self._ddp_pass_agreed = False
 
     def _ddp_drain(self, wait):
         """Reduced buckets, in the order they came, to the running step

@@ -102,6 +102,7 @@ class Stepping:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._ddp_pass_agreed = False  # (a backward that raised kept it)
         # (a step run in backward finishes; with data parallel, below,
         # where every rank decides it together)
         eng = self._require_engine(finish=self._world == 1)
@@ -317,7 +318,7 @@ class Stepping:
 
     # Codes of the calls that take collectives with several ranks.
     _CALLS = {"step": 1, "state_dict": 2, "load_state_dict": 3,
-              "checkpoint": 4, "restore": 5}
+              "checkpoint": 4, "restore": 5, "backward": 6}
 
     def _agree_call(self, what, flags):
         """Data parallel: the first collective of step(), state_dict(),

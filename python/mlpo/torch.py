@@ -151,6 +151,19 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
         # state itself, a checkpoint that stands alone).
         self.dcp_state = "reference"
         super().__init__(params, defaults)
+        for group in self.param_groups:
+            if any(getattr(p, "_is_flat_param", False)
+                   for p in group["params"]):
+                # FSDP1 (FullyShardedDataParallel, Lightning's FSDPStrategy):
+                # each rank's flat shard of many parameters. mlpo would
+                # shard it again as if every rank held the same tensor.
+                _MADE.discard(self)
+                raise ValueError(
+                    f"mlpo.torch.{cls}: a parameter is FSDP1's flat "
+                    "parameter (FullyShardedDataParallel, Lightning's "
+                    "FSDPStrategy), which mlpo does not take: shard the "
+                    "model with fully_shard (FSDP2; Lightning's "
+                    "ModelParallelStrategy) and give mlpo its parameters")
         self.state = StateView(self)
         self.loss_scale = float(loss_scale)
         self.keep_checkpoints = keep_checkpoints

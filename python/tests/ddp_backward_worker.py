@@ -34,6 +34,7 @@ ap.add_argument("--read-state-at", type=int, default=-1)  # opt.state between
 ap.add_argument("--bucket-mb", type=float, default=0.001)
 ap.add_argument("--unused-every", type=int, default=0)  # a branch off
 ap.add_argument("--set-to-none", type=int, default=1)  # zero_grad's
+ap.add_argument("--rank0-saves-at", type=int, default=-1)  # DDP's habit
 a = ap.parse_args()
 
 ap_unused = a.unused_every
@@ -97,6 +98,10 @@ for step in range(a.steps):
     if step == a.read_state_at and a.optimizer == "mlpo":
         opt.tags()  # a call on the store between backward and step()
     opt.step()
+    if step == a.rank0_saves_at and rank == 0:
+        # `if rank == 0: torch.save(opt.state_dict(), ...)`, as a
+        # torch.optim DDP script saves its replicated state
+        torch.save(opt.state_dict(), f"{a.out}-rank0.pt")
     losses[step] = total
     if a.optimizer == "mlpo":
         r = opt.last_report

@@ -125,6 +125,34 @@ def test_the_default_measures_on_every_rank_alike_and_without_the_hook_says_so(
     assert max_diff(taken[0], ref[0]) <= TORCH_TOL
 
 
+def test_state_dict_on_rank_0_only_raises_on_every_rank(
+        tmp_path, build_python_path, mlpo_cli):
+    """docs/coming-from.md's DDP snippet with the DDP habit `if rank == 0:
+    torch.save(opt.state_dict())`: rank 0's state_dict() check paired with
+    rank 1's first bucket all-reduce of the next backward and gloo ended
+    the job ("collective mismatch", "Connection reset") without a word of
+    why. Now every backward's first bucket takes part in the ranks' call
+    check: both raise, saying which call each was in and what to do, and
+    the store resumes from the step before."""
+    res = launch(tmp_path, build_python_path, 2, tmp_path / "r0",
+                 worker="ddp_backward_worker.py", store=tmp_path / "s",
+                 steps=6, rank0_saves_at=2, timeout=120)
+    for rank, (code, text) in enumerate(res):
+        assert code not in (0, None), text[-3000:]
+        mine, other = ("state_dict", "backward") if rank == 0 else \
+            ("backward", "state_dict")
+        assert f"rank {rank} is in {mine}() while another rank is in " \
+            f"{other}()" in text, f"rank {rank}:\n" + text[-3000:]
+        assert "Call state_dict() on every rank" in text
+    # Nothing of the stores was lost: each rank's verifies.
+    import subprocess
+    for rank in range(2):
+        r = subprocess.run([mlpo_cli, "verify", str(
+            tmp_path / "s" / "mlpo-w2" / f"rank-{rank}")],
+            capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_killed_ranks_resume_or_say_how(tmp_path, build_python_path,
                                         mlpo_cli):
     """SIGKILL of both ranks (one, then the other a moment later) while

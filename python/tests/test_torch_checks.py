@@ -163,3 +163,21 @@ def test_refusals_name_their_reason_and_change_nothing(tmp_path, name, kw,
     assert all(torch.equal(a, b) for a, b in zip(before, m.parameters()))
     assert not (tmp_path / "s").exists() or not any(
         (tmp_path / "s").iterdir())
+
+
+def test_fsdp1_flat_parameters_are_refused_before_anything_is_made(
+        tmp_path):
+    """FSDP1 (FullyShardedDataParallel; Lightning's FSDPStrategy) hands the
+    optimizer one flat shard per rank; mlpo took it as a replicated tensor
+    and would have sharded it again. (FSDP1 needs an accelerator, so the
+    flat parameter is made by hand here.)"""
+    flat_param = pytest.importorskip(
+        "torch.distributed.fsdp._flat_param").FlatParameter
+    fp = flat_param(torch.zeros(64), requires_grad=True)
+    plain = torch.nn.Parameter(torch.zeros(8))
+    for params in ([fp], [plain, fp], [{"params": [plain]},
+                                       {"params": [fp], "lr": 0.1}]):
+        with pytest.raises(ValueError, match="FSDP1's flat parameter.*"
+                           "fully_shard"):
+            mt.AdamW(params, store=str(tmp_path / "s"))
+    assert not (tmp_path / "s").exists()  # nothing was made

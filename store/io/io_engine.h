@@ -7,9 +7,10 @@
 //  - a pread/pwrite thread pool, chosen automatically when io_uring cannot be
 //    set up (seccomp in containers often refuses it) or by option.
 //
-// A storage path owns one engine (DESIGN.md: "each path is driven by its own
-// I/O thread and ring"). Admission control (bandwidth caps, node-wide slots)
-// plugs in through IoAdmission so that neither engine blocks a caller.
+// A storage path owns one engine: each path is driven by its own I/O thread
+// and ring (docs/design.md "The store", Paths). Admission control
+// (bandwidth caps, node-wide slots) plugs in through IoAdmission so that
+// neither engine blocks a caller.
 //
 // Thread-safety: Submit, RegisterFile and UnregisterFile are thread-safe.
 // Callbacks run on an engine thread and must not block; they may Submit.

@@ -2,7 +2,7 @@
 // segments (one file each). Extents are kIoAlignment-aligned, never cross a
 // segment boundary, and frees coalesce with their neighbours.
 //
-// Free space is derived, not stored (DESIGN.md invariant 3): on open the store
+// Free space is derived, not stored (docs/design.md "The store", invariant 3): on open the store
 // calls MarkUsed for every extent a live head or tag references.
 //
 // Thread-compatible: the owner (StoragePath) serialises calls.

@@ -1,5 +1,5 @@
-// How an object's bytes are split over the store's paths (DESIGN.md
-// "Performance model"): shares proportional to each path's fraction, in whole
+// How an object's bytes are split over the store's paths (docs/design.md
+// "The performance model"): shares proportional to each path's fraction, in whole
 // 4 KiB pages, and spill-over: a path that is full is left out and its share
 // goes to the paths that still have room, in proportion to their fractions.
 //
@@ -25,7 +25,7 @@ std::vector<uint64_t> SplitBytes(uint64_t total,
                                  const std::vector<double>& fractions,
                                  const std::vector<bool>& excluded = {});
 
-// Stripe fractions for one step (DESIGN.md "Performance model"): f_k
+// Stripe fractions for one step (docs/design.md "The performance model"): f_k
 // proportional to each path's rate U_k, water-filled over free capacity: a
 // path whose share of `demand` bytes would not fit in room[k] gets exactly
 // what fits and the rest goes to the others in proportion to their rates.

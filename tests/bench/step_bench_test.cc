@@ -25,7 +25,7 @@ namespace {
 
 using json = nlohmann::json;
 
-// U of a mode on the first `n` paths of one probe, as DESIGN.md's bound
+// U of a mode on the first `n` paths of one probe, as docs/design.md's bound
 // defines it (written out here, not taken from the bench's code).
 double ProbeU(const json& probe, size_t n) {
   std::vector<double> each = probe["mixed_bps"].get<std::vector<double>>();
