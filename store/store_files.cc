@@ -76,7 +76,9 @@ absl::StatusOr<WriterLock> WriterLock::Acquire(const std::string& meta_dir,
     const bool shared = links.ok() && *links > 1;
     return WithReason(absl::FailedPreconditionError(absl::StrCat(
         "store ", meta_dir, " is already open by ", holder,
-        " (one writer per store)",
+        " (one writer per store: a job or a command that changes the "
+        "store waits for it to close it; inspect, tags and verify work "
+        "beside it)",
         shared ? absl::StrCat(
                      ", or has another copy of it open: the lock file ", file,
                      " is shared through hard links (", *links,

@@ -14,6 +14,8 @@ import torch
 
 import mlpo.torch as mt
 
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
 
 @pytest.fixture
 def small_fs(tmp_path):
@@ -79,6 +81,18 @@ def test_a_step_on_a_full_disk_fails_then_the_process_goes_on(small_fs,
     at_tag, tag_step = params(model), opt.step_count
     train(model, opt, 1)
     after4 = params(model)
+    # The runbook, while the job runs: the commands that write the store
+    # are refused, naming the job and the commands that work beside it;
+    # those work; space freed elsewhere (the filler, below) needs no restart.
+    cli = os.path.join(ROOT, "build", "tools", "mlpo")
+    r = subprocess.run([cli, "gc", small_fs + "/nvme"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 1 and f"already open by pid {os.getpid()}" in \
+        r.stderr and "inspect, tags and verify work beside it" in r.stderr, \
+        r.stderr
+    r = subprocess.run([cli, "tags", small_fs + "/nvme"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "a" in r.stdout, r.stderr
     filler = Filler(small_fs)
     failed = False
     last_ok, last_ok_step = after4, tag_step + 1
