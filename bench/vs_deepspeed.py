@@ -81,16 +81,22 @@ def default_dir(what):
     return os.path.join("/var/tmp", f"mlpo-bench-{what}-{os.getuid()}")
 
 
-def available_memory():
-    """MemAvailable of /proc/meminfo in bytes (None where unknown)."""
+def kib_field(path, name):
+    """A "Name:  N kB" line of a /proc file, in bytes (None where
+    unknown)."""
     try:
-        with open("/proc/meminfo") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(name + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return None
+
+
+def available_memory():
+    """MemAvailable, in bytes (None where unknown)."""
+    return kib_field("/proc/meminfo", "MemAvailable")
 
 
 def deepspeed_sides(aio):
@@ -622,14 +628,7 @@ def measure(a, version, make, root, sides, n_sub, numel, need):
 
 def peak_rss():
     """The process's peak resident memory in bytes (VmHWM)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+    return kib_field("/proc/self/status", "VmHWM")
 
 
 def report(a, out):
