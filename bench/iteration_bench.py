@@ -39,6 +39,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -197,6 +198,9 @@ def launch_ranks(a, argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     a = parse_args(argv)
+    # A scheduler's stop (SIGTERM) unwinds like ^C, so that the stores
+    # are removed on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         run(a, argv)
     finally:

@@ -38,6 +38,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
 import time
@@ -476,6 +477,9 @@ class MlpoRun:
 
 def main(argv=None):
     a = parse_args(argv)
+    # A scheduler's stop (SIGTERM) unwinds like ^C, so that the stores
+    # are removed on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     # DeepSpeed prints to stdout (its ops' builds, its swapper's settings):
     # everything goes to stderr until the results, so that stdout is the
     # table or the JSON alone.
