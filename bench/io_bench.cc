@@ -20,12 +20,12 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/removed_on_signal.h"
 #include "bench/bench_common.h"
 #include "nlohmann/json.hpp"
 #include "store/path/admission.h"
 #include "tools/probe/bandwidth_probe.h"
 #include "tools/cli_util.h"
-#include "tools/removed_on_signal.h"
 
 namespace mlpo {
 namespace {

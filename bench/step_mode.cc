@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/removed_on_signal.h"
 #include "base/trace.h"
 #include "bench/bench_common.h"
 #include "bench/kernel_rate.h"
@@ -24,7 +25,6 @@
 #include "optimizer/optimizer.h"
 #include "tools/probe/bandwidth_probe.h"
 #include "tools/cli_util.h"
-#include "tools/removed_on_signal.h"
 
 namespace mlpo {
 namespace {

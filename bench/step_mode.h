@@ -13,11 +13,11 @@
 #include <utility>
 #include <vector>
 
+#include "base/removed_on_signal.h"
 #include "base/state_format.h"
 #include "optimizer/update_rule.h"
 #include "optimizer/optimizer.h"
 #include "tools/probe/bandwidth_probe.h"
-#include "tools/removed_on_signal.h"
 
 namespace mlpo {
 

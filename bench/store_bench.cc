@@ -10,13 +10,13 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/removed_on_signal.h"
 #include "bench/bench_common.h"
 #include "nlohmann/json.hpp"
 #include "tools/probe/bandwidth_probe.h"
 #include "store/object_store.h"
 #include "store/placement/stripe.h"
 #include "tools/cli_util.h"
-#include "tools/removed_on_signal.h"
 
 namespace mlpo {
 namespace {

@@ -105,7 +105,8 @@ void AddRecoverCommand(CLI::App& app) {
         // once refused a store whose index recover would have rebuilt.
         auto index = RepairIndex(*o, /*discard=*/false);
         if (!index.ok()) Fail("recover", index.status());
-        if (!a->json) PrintIndexRepair(*index);
+        if (!a->json && (!index->rebuilt_from.empty() || index->rolled_back))
+          PrintIndexRepair(*index);  // (a consistent index: nothing to say)
         auto rep = Salvage(*o, [](uint64_t d, uint64_t t) {
           Progress("salvage: read " + FormatBytes(d) + " / " + FormatBytes(t));
         });

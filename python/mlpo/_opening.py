@@ -431,9 +431,9 @@ class StoreOpening:
                 raise RuntimeError(
                     f"mlpo.torch: resume: {e}; and the store has no tag to "
                     "go back to, so it holds no state to resume. Start "
-                    "afresh (resume=False, or another name=), or load a "
-                    "state dict you saved; `mlpo recover --discard STORE` "
-                    "clears this state") from None
+                    "afresh with resume=False (the store is reused: the "
+                    "first step replaces what it holds) or under another "
+                    "name=, or load a state dict you saved") from None
             eng.restore(tags[-1])
             what = f"tag {tags[-1]!r} at step {eng.step_count} (the last " \
                    "step was cut short)"

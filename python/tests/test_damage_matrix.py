@@ -209,7 +209,7 @@ def resume(d, user=None):
 
 CLEAR = re.compile(r"recover|relocate|--lost-path|--discard|missing|damaged|"
                    r"belongs to|not a store|lost|cannot|refus|salvage|"
-                   r"TOML config|chown", re.I)
+                   r"TOML config|chown|start afresh|mlpo restore", re.I)
 
 
 def read_back(d, ref, said_loss, user=None):

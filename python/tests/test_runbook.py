@@ -277,3 +277,46 @@ def test_a_bind_mount_taken_away_mid_run(tmp_path, mlpo_cli):
         assert cli(mlpo_cli, "verify", "--deep", d + "/nvme")[0] == 0
     finally:
         subprocess.run(["umount", "-l", root], capture_output=True)
+
+
+def test_a_salvage_that_kept_no_tag_resumes_afresh_as_the_message_says(
+        tmp_path, mlpo_cli):
+    """Bad extents in one state object of a store without tags: `recover
+    --salvage` drops that head and keeps the rest (the parameters' step
+    counts among them); resume=True then refuses ("no state to resume")
+    and says to start afresh with resume=False, which the runbook says
+    reuses the store. It once also advised `mlpo recover --discard`,
+    which found the index consistent and changed nothing."""
+    d = str(tmp_path)
+    m, opt = make(d, durability="step")
+    train(m, opt, 4)
+    opt.close()
+    code, out = cli(mlpo_cli, "show", d + "/nvme", "g0.s000000", "--json")
+    assert code == 0, out
+    for e in json.loads(out)["extents"]:  # 4 bytes flipped in each
+        with open(e["file"], "r+b") as f:
+            f.seek(e["offset"] + 64)
+            b = f.read(4)
+            f.seek(e["offset"] + 64)
+            f.write(bytes(x ^ 0x5A for x in b))
+    code, out = cli(mlpo_cli, "recover", d + "/nvme", "--salvage")
+    assert code == 0 and "DROPPED head" in out, out
+    assert "nothing lost" not in out, out  # (the salvage lost heads)
+    try:
+        make(d, resume=True)[1].close()
+        raise AssertionError("resume=True took a store without its state")
+    except RuntimeError as e:
+        msg = str(e)
+    assert "no state to resume" in msg and "resume=False" in msg, msg
+    assert "--discard" not in msg, msg
+    m, opt = make(d, resume=False)  # as the message says
+    assert opt.step_count == 0
+    train(m, opt, 2)
+    after = [p.detach().clone() for p in m.parameters()]
+    opt.close()
+    m, opt = make(d, resume=True)  # and the store is the new run's
+    assert opt.step_count == 2
+    assert all(torch.equal(a, p) for a, p in zip(after, m.parameters()))
+    opt.close()
+    code, out = cli(mlpo_cli, "verify", "--deep", d + "/nvme")
+    assert code == 0, out

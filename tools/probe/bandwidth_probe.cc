@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/removed_on_signal.h"
 #include "store/path/admission.h"
 #include "base/status_macros.h"
-#include "tools/removed_on_signal.h"
 
 namespace mlpo {
 

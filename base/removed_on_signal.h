@@ -8,8 +8,8 @@
 // then the signal's default action ends the process. A normal exit is the
 // owner's to clean up; the guard only forgets its path. Thread-safe: at
 // most 16 paths at a time (more are not guarded), each under 4 KiB.
-#ifndef MLPO_TOOLS_REMOVED_ON_SIGNAL_H_
-#define MLPO_TOOLS_REMOVED_ON_SIGNAL_H_
+#ifndef MLPO_BASE_REMOVED_ON_SIGNAL_H_
+#define MLPO_BASE_REMOVED_ON_SIGNAL_H_
 
 #include <string>
 
@@ -28,4 +28,4 @@ class RemovedOnSignal {
 
 }  // namespace mlpo
 
-#endif  // MLPO_TOOLS_REMOVED_ON_SIGNAL_H_
+#endif  // MLPO_BASE_REMOVED_ON_SIGNAL_H_

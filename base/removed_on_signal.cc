@@ -1,4 +1,4 @@
-#include "tools/removed_on_signal.h"
+#include "base/removed_on_signal.h"
 
 #include <signal.h>
 #include <sys/wait.h>
