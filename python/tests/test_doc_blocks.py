@@ -21,6 +21,7 @@ A block added to the docs and missing here fails the test, as does a
 listed block that is no longer in the docs: the list is the docs'.
 """
 import glob
+import json
 import os
 import re
 import subprocess
@@ -123,7 +124,7 @@ BLOCKS = {
         ("run", dict(
             prelude=DDP_PRELUDE + "import mlpo.torch\n",
             subs=[("store=...", 'store="nvme/run"')],
-            epilogue=STEPS_ON)),
+            epilogue=STEPS_ON + "dist.destroy_process_group()\n")),
     ("docs/operations.md", "mlpo inspect STORE            # objects, versions, bytes per path, tags"):
         ("sh", dict(subs=[("mlpo ", CLI + " "), ("STORE", "store/nvme/run")])),
     ("docs/user-guide.md", "import mlpo.torch                      # pip install . (or PYTHONPATH=build/python)"):
@@ -149,7 +150,7 @@ BLOCKS = {
         ("run", dict(
             prelude=DDP_PRELUDE + "import mlpo.torch\n",
             subs=[("store=...", 'store="nvme/run"')],
-            epilogue=STEPS_ON)),
+            epilogue=STEPS_ON + "dist.destroy_process_group()\n")),
     ("docs/user-guide.md", "ninja -C build mlpo-example-adamw"):
         ("covered", ("../../examples/CMakeLists.txt",
                      "add_test(NAME example_adamw")),
@@ -197,21 +198,59 @@ def substituted(body, subs):
     return body
 
 
-@pytest.mark.parametrize("key", sorted(k for k, v in BLOCKS.items()
-                                       if v[0] == "run"),
-                         ids=lambda k: f"{k[0]}:{k[1][:30]}")
-def test_a_python_block_runs_as_written(key, tmp_path):
-    spec = BLOCKS[key][1]
-    body = substituted(doc_blocks()[key], spec["subs"])
-    script = spec["prelude"] + "\n# --- the block\n" + body + \
-        "\n# --- the check\n" + spec["epilogue"]
-    (tmp_path / "block.py").write_text(script)
+RUNNER = textwrap.dedent("""
+    # Each block in a directory and a namespace of its own, in one process
+    # (one torch import for all); what each printed or raised, as JSON.
+    import contextlib, io, json, os, sys, traceback
+    out = {}
+    for name, script in json.load(open(sys.argv[1])).items():
+        os.makedirs(name)
+        os.chdir(name)
+        buf = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(buf):
+                exec(compile(script, name + "/block.py", "exec"),
+                     {"__name__": "__main__"})
+            out[name] = buf.getvalue()
+        except BaseException:
+            out[name] = buf.getvalue() + traceback.format_exc()
+        os.chdir("..")
+    json.dump(out, open(sys.argv[2], "w"))
+    """)
+
+
+def run_keys():
+    return sorted(k for k, v in BLOCKS.items() if v[0] == "run")
+
+
+@pytest.fixture(scope="module")
+def block_outputs(tmp_path_factory):
+    """What each "run" block printed (or its traceback), all run in one
+    subprocess."""
+    d = tmp_path_factory.mktemp("blocks")
+    scripts = {}
+    for n, key in enumerate(run_keys()):
+        spec = BLOCKS[key][1]
+        body = substituted(doc_blocks()[key], spec["subs"])
+        scripts[f"b{n}"] = spec["prelude"] + "\n# --- the block\n" + body + \
+            "\n# --- the check\n" + spec["epilogue"]
+    (d / "blocks.json").write_text(json.dumps(scripts))
+    (d / "runner.py").write_text(RUNNER)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in sys.path if p)}
-    r = subprocess.run([sys.executable, "block.py"], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=300, env=env)
-    assert r.returncode == 0 and "DOC-BLOCK-OK" in r.stdout, \
-        f"{key[0]}: the block failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    r = subprocess.run([sys.executable, "runner.py", "blocks.json",
+                        "out.json"], cwd=d, capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    got = json.loads((d / "out.json").read_text())
+    return {key: got[f"b{n}"] for n, key in enumerate(run_keys())}
+
+
+@pytest.mark.parametrize("key", run_keys(),
+                         ids=lambda k: f"{k[0]}:{k[1][:30]}")
+def test_a_python_block_runs_as_written(key, block_outputs):
+    out = block_outputs[key]
+    assert "DOC-BLOCK-OK" in out, f"{key[0]}: the block failed:\n{out[-4000:]}"
 
 
 def test_the_operations_commands_run_as_written(tmp_path):
