@@ -11,6 +11,9 @@
 
 namespace mlpo {
 
+namespace {
+
+// The sentence on ownership ("" when nothing on `path` can be examined).
 std::string DescribeOwnerOf(const std::string& path) {
   // The path itself when it exists (a file we may not open); otherwise the
   // nearest ancestor we can examine: the directory that does not let us in.
@@ -34,6 +37,8 @@ std::string DescribeOwnerOf(const std::string& path) {
       "store's directories); nothing was changed",
       at, st.st_uid, st.st_mode & 07777, me);
 }
+
+}  // namespace
 
 absl::Status PathErrnoStatus(int err, absl::string_view verb,
                              const std::string& path) {

@@ -24,10 +24,6 @@ namespace mlpo {
 absl::Status PathErrnoStatus(int err, absl::string_view verb,
                              const std::string& path);
 
-// Just the sentence on ownership ("" when nothing on `path` can be
-// examined); for callers that build their own message.
-std::string DescribeOwnerOf(const std::string& path);
-
 }  // namespace mlpo
 
 #endif  // MLPO_BASE_PATH_ERRNO_H_

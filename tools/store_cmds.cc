@@ -343,6 +343,7 @@ void AddStoreCommands(CLI::App& app) {
           *deep);
       Progress("");
       if (!rep.ok()) Fail("verify", rep.status());
+      const std::vector<std::string> owner_problems = ForeignOwnedFiles(*s);
       json bad = json::array();
       for (auto& b : rep->bad)
         bad.push_back({{"object", b.object}, {"version", b.version},
@@ -363,7 +364,7 @@ void AddStoreCommands(CLI::App& app) {
       const bool lost = !rep->bad.empty() || !rep->index_problems.empty() ||
                         !rep->missing_segments.empty() ||
                         !rep->short_segments.empty() ||
-                        !rep->owner_problems.empty();
+                        !owner_problems.empty();
       const bool one_copy =
           !rep->covered.empty() || !rep->backup_problems.empty();
       if (a->json) {
@@ -373,7 +374,7 @@ void AddStoreCommands(CLI::App& app) {
                                                : "ok"},
                           {"index_problems", rep->index_problems},
                           {"backup_problems", rep->backup_problems},
-                          {"owner_problems", rep->owner_problems},
+                          {"owner_problems", owner_problems},
                           {"objects", rep->objects},
                           {"extents", rep->extents}, {"bytes", rep->bytes},
                           {"replicas", rep->replicas}, {"bad", bad},
@@ -397,7 +398,7 @@ void AddStoreCommands(CLI::App& app) {
                       absl::StrContains(m, "mlpo recover")
                           ? ""
                           : "; `mlpo recover STORE` rebuilds it from a backup");
-        for (auto& m : rep->owner_problems)
+        for (auto& m : owner_problems)
           std::printf("FOREIGN OWNER %s\n", m.c_str());
         for (auto& m : rep->backup_problems)
           std::printf("BAD BACKUP %s (the live index is fine; the next tag "

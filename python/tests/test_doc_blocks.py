@@ -75,6 +75,15 @@ STEPS_ON = textwrap.dedent("""
     print("DOC-BLOCK-OK")
     """)
 
+# The docs' two store paths, moved into the block's directory.
+TWO_PATHS = ('store=["/nvme/ckpt", "/lustre/me/ckpt"]',
+             'store=["nvme/ckpt", "lustre/ckpt"]')
+# The DDP snippets (world size 1; the group ends with the block).
+DDP_BLOCK = ("run", dict(
+    prelude=DDP_PRELUDE + "import mlpo.torch\n",
+    subs=[("store=...", 'store="nvme/run"')],
+    epilogue=STEPS_ON + "dist.destroy_process_group()\n"))
+
 # (file, first line of the block) -> (how, details)
 BLOCKS = {
     ("README.md", "PYTHONPATH=build/python .venv/bin/python examples/finetune_hf.py"):
@@ -85,8 +94,7 @@ BLOCKS = {
         ("not code", "an install into the user's environment"),
     ("README.md", "import torch, torch.nn.functional as F"): ("run", dict(
         prelude=PRELUDE,
-        subs=[('store=["/nvme/ckpt", "/lustre/me/ckpt"]',
-               'store=["nvme/ckpt", "lustre/ckpt"]'),
+        subs=[TWO_PATHS,
               ("step % 1000 == 0", "step % 10 == 0"),
               ("ckpt-3000.pt", "ckpt-30.pt")],
         epilogue=textwrap.dedent("""
@@ -109,8 +117,7 @@ BLOCKS = {
     ("docs/coming-from.md", "opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)"):
         ("run", dict(
             prelude=PRELUDE + "import mlpo.torch\n",
-            subs=[('store=["/nvme/ckpt", "/lustre/me/ckpt"]',
-                   'store=["nvme/ckpt", "lustre/ckpt"]')],
+            subs=[TWO_PATHS],
             epilogue=STEPS_ON)),
     ("docs/coming-from.md", "import mlpo.hf, mlpo.torch"):
         ("covered", ("test_hf_trainer.py", "TrainerCheckpoints()")),
@@ -121,17 +128,13 @@ BLOCKS = {
     ("docs/coming-from.md", "for block in model.blocks: fully_shard(block)"):
         ("covered", ("fsdp_worker.py", "fully_shard(")),
     ("docs/coming-from.md", "model = DistributedDataParallel(net)"):
-        ("run", dict(
-            prelude=DDP_PRELUDE + "import mlpo.torch\n",
-            subs=[("store=...", 'store="nvme/run"')],
-            epilogue=STEPS_ON + "dist.destroy_process_group()\n")),
+        DDP_BLOCK,
     ("docs/operations.md", "mlpo inspect STORE            # objects, versions, bytes per path, tags"):
         ("sh", dict(subs=[("mlpo ", CLI + " "), ("STORE", "store/nvme/run")])),
     ("docs/user-guide.md", "import mlpo.torch                      # pip install . (or PYTHONPATH=build/python)"):
         ("run", dict(
             prelude=PRELUDE,
-            subs=[('store=["/nvme/ckpt", "/lustre/me/ckpt"]',
-                   'store=["nvme/ckpt", "lustre/ckpt"]')],
+            subs=[TWO_PATHS],
             epilogue=textwrap.dedent("""
                 ck = torch.load("ckpt.pt")
                 assert ck["opt"]["mlpo"] and ck["model"]
@@ -147,10 +150,7 @@ BLOCKS = {
                 print("DOC-BLOCK-OK")
                 """))),
     ("docs/user-guide.md", "model = DistributedDataParallel(net)"):
-        ("run", dict(
-            prelude=DDP_PRELUDE + "import mlpo.torch\n",
-            subs=[("store=...", 'store="nvme/run"')],
-            epilogue=STEPS_ON + "dist.destroy_process_group()\n")),
+        DDP_BLOCK,
     ("docs/user-guide.md", "ninja -C build mlpo-example-adamw"):
         ("covered", ("../../examples/CMakeLists.txt",
                      "add_test(NAME example_adamw")),

@@ -131,10 +131,6 @@ absl::Status CheckLiveIndex(const StoreView& store) {
   return st;
 }
 
-namespace {
-
-// What in the store's directories belongs to another user than the first
-// path's store directory (see VerifyReport::owner_problems).
 std::vector<std::string> ForeignOwnedFiles(const StoreView& store) {
   namespace fs = std::filesystem;
   std::vector<std::string> out;
@@ -169,8 +165,6 @@ std::vector<std::string> ForeignOwnedFiles(const StoreView& store) {
   return out;
 }
 
-}  // namespace
-
 absl::StatusOr<VerifyReport> Verify(
     StoreView& store, const std::string& tag,
     std::function<void(uint64_t, uint64_t)> progress, bool deep) {
@@ -189,7 +183,6 @@ absl::StatusOr<VerifyReport> Verify(
     absl::Status st = CheckLiveIndex(store);
     if (!st.ok()) rep.index_problems.push_back(std::string(st.message()));
   }
-  rep.owner_problems = ForeignOwnedFiles(store);
   if (deep) {
     for (size_t p = 0; p < store.num_paths(); ++p) {
       std::string dir =

@@ -38,12 +38,6 @@ struct VerifyReport {
   // fails its checksums. Nothing lost while the index holds, but the copy
   // `mlpo recover` would rebuild it from is bad (exit 3, like a replica).
   std::vector<std::string> backup_problems;
-  // Files and directories of the store (each path's store directory and
-  // .mlpo, the index, its backups) owned by another user than the store's
-  // first path directory: a command run as root left them, and the job
-  // cannot write them (its open or a step fails "Permission denied").
-  // Nothing lost; `chown` gives them back (exit 1: the job cannot run).
-  std::vector<std::string> owner_problems;
 };
 
 // Reads every extent of every head (or of `tag`) and checks its checksum.
@@ -57,6 +51,14 @@ absl::StatusOr<VerifyReport> Verify(
     StoreView& store, const std::string& tag = "",
     std::function<void(uint64_t, uint64_t)> progress = nullptr,
     bool deep = false);
+
+// Files and directories of the store (each path's store directory and
+// .mlpo, the index, its backups) owned by another user than the store's
+// first path directory, each with the `chown` that gives it back: a command
+// run as root left them, and the job cannot write them (its open or a step
+// fails "Permission denied"). Nothing is lost. A walk of the store's
+// directories, apart from Verify (which recover runs once per tag).
+std::vector<std::string> ForeignOwnedFiles(const StoreView& store);
 
 // The live index itself, every block (RocksDB's VerifyChecksum: a flipped
 // byte in a block no lookup reads, too), through a read-only open; a

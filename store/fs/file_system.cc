@@ -37,7 +37,7 @@ absl::StatusOr<uint64_t> FileSystem::LinkCount(int fd,
                                                const std::string& path) {
   struct stat st;
   if (::fstat(fd, &st) != 0)
-    return PathErrnoStatus(errno, "stat", path);
+    return ErrnoStatus(errno, absl::StrCat("stat ", path));
   return static_cast<uint64_t>(st.st_nlink);
 }
 
