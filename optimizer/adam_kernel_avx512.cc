@@ -1,6 +1,8 @@
-// AVX-512 implementation of the fused Adam update (16 lanes). Same fp32
-// operations in the same order as AdamUpdateScalar; compiled with
-// -ffp-contract=off. Tails use the scalar code.
+// AVX-512 implementation of the fused Adam update (16 lanes): the vector
+// operations of this ISA (struct V) for the loops written once in
+// adam_kernel_simd.inc, and the gradient statistics (with the copying form
+// the gradient stage uses). Compiled with -ffp-contract=off. Tails use the
+// scalar code.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -10,184 +12,104 @@
 namespace mlpo {
 namespace {
 
-inline __m512 LoadGrad(const void* base, DType t, size_t i) {
-  switch (t) {
-    case DType::kF32:
-      return _mm512_loadu_ps(static_cast<const float*>(base) + i);
-    case DType::kF16:
-      return _mm512_cvtph_ps(_mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i)));
-    default: {
-      __m256i h = _mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i));
-      return _mm512_castsi512_ps(
-          _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+struct V {
+  using F = __m512;
+  using I = __m512i;
+  static constexpr size_t kLanes = 16;
+  static F Load(const float* p) { return _mm512_loadu_ps(p); }
+  static F LoadA(const float* p) { return _mm512_load_ps(p); }
+  static void Store(float* p, F x) { _mm512_storeu_ps(p, x); }
+  static void StoreA(float* p, F x) { _mm512_store_ps(p, x); }
+  static F Set(float x) { return _mm512_set1_ps(x); }
+  static I SetI(int32_t x) { return _mm512_set1_epi32(x); }
+  static I ZeroI() { return _mm512_setzero_si512(); }
+  static F Add(F a, F b) { return _mm512_add_ps(a, b); }
+  static F Sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  static F Mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F Div(F a, F b) { return _mm512_div_ps(a, b); }
+  static F Sqrt(F a) { return _mm512_sqrt_ps(a); }
+  static I AndI(I a, I b) { return _mm512_and_si512(a, b); }
+  static I OrI(I a, I b) { return _mm512_or_si512(a, b); }
+  static I AddI(I a, I b) { return _mm512_add_epi32(a, b); }
+  static I SubI(I a, I b) { return _mm512_sub_epi32(a, b); }
+  static I MaxU(I a, I b) { return _mm512_max_epu32(a, b); }
+  static I MinU(I a, I b) { return _mm512_min_epu32(a, b); }
+  template <int k>
+  static I Shl(I a) { return _mm512_slli_epi32(a, k); }
+  template <int k>
+  static I Shr(I a) { return _mm512_srli_epi32(a, k); }
+  static I Bits(F a) { return _mm512_castps_si512(a); }
+  static F Float(I a) { return _mm512_castsi512_ps(a); }
+  static I SelectLess(F x, F bound, I a, I b) {
+    return _mm512_mask_mov_epi32(b, _mm512_cmp_ps_mask(x, bound, _CMP_LT_OQ),
+                                 a);
+  }
+
+  static F LoadGrad(const void* base, DType t, size_t i) {
+    switch (t) {
+      case DType::kF32:
+        return _mm512_loadu_ps(static_cast<const float*>(base) + i);
+      case DType::kF16:
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+            static_cast<const uint16_t*>(base) + i)));
+      default: {
+        __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+            static_cast<const uint16_t*>(base) + i));
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+      }
     }
   }
-}
 
-inline void StoreOut(void* base, DType t, size_t i, __m512 x) {
-  switch (t) {
-    case DType::kF32:
-      _mm512_storeu_ps(static_cast<float*>(base) + i, x);
-      return;
-    case DType::kF16:
-      _mm256_storeu_si256(
-          reinterpret_cast<__m256i*>(static_cast<uint16_t*>(base) + i),
-          _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-      return;
-    default: {
-      __m512i u = _mm512_castps_si512(x);
-      __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16),
-                                     _mm512_set1_epi32(1));
-      __m512i r = _mm512_srli_epi32(
-          _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb),
-          16);
-      __m512i nan = _mm512_or_si512(_mm512_srli_epi32(u, 16),
-                                    _mm512_set1_epi32(0x40));
-      __mmask16 is_nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-      r = _mm512_mask_mov_epi32(r, is_nan, nan);
-      _mm256_storeu_si256(
-          reinterpret_cast<__m256i*>(static_cast<uint16_t*>(base) + i),
-          _mm512_cvtepi32_epi16(r));
-      return;
+  static void StoreOut(void* base, DType t, size_t i, F x) {
+    switch (t) {
+      case DType::kF32:
+        _mm512_storeu_ps(static_cast<float*>(base) + i, x);
+        return;
+      case DType::kF16:
+        _mm256_storeu_si256(
+            reinterpret_cast<__m256i*>(static_cast<uint16_t*>(base) + i),
+            _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        return;
+      default: {
+        // Round to nearest even on the top 16 bits; NaN stays a quiet NaN.
+        __m512i u = _mm512_castps_si512(x);
+        __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16),
+                                       _mm512_set1_epi32(1));
+        __m512i r = _mm512_srli_epi32(
+            _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
+                             lsb),
+            16);
+        __m512i nan = _mm512_or_si512(_mm512_srli_epi32(u, 16),
+                                      _mm512_set1_epi32(0x40));
+        __mmask16 is_nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+        r = _mm512_mask_mov_epi32(r, is_nan, nan);
+        _mm256_storeu_si256(
+            reinterpret_cast<__m256i*>(static_cast<uint16_t*>(base) + i),
+            _mm512_cvtepi32_epi16(r));
+        return;
+      }
     }
   }
-}
 
-inline __m512 LoadMoment(const void* base, StateFormat f, size_t i) {
-  return LoadGrad(base, f == StateFormat::kF32 ? DType::kF32 : DType::kBF16,
-                  i);
-}
-inline void StoreMoment(void* base, StateFormat f, size_t i, __m512 x) {
-  StoreOut(base, f == StateFormat::kF32 ? DType::kF32 : DType::kBF16, i, x);
-}
-
-// The int8 code map (state_format.h), 16 lanes of int32 codes.
-// The code's bits placed as an fp32's exponent and mantissa give its value
-// times 2^-112 exactly (exponent 0 is an fp32 subnormal: the code's
-// subnormals); one exact product scales it back. Needs subnormals read as
-// they are: AdamUpdate runs the kernels with the default MXCSR.
-template <int M>
-inline __m512 DecodeMag(__m512i q) {
-  return _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(q, 23 - M)),
-                       _mm512_set1_ps(0x1p112f));
-}
-template <int M>
-inline __m512i EncodeMag(__m512 x) {
-  constexpr int k = 23 - M;
-  __mmask16 is_sub =
-      _mm512_cmp_ps_mask(x, _mm512_set1_ps(0x1p-14f), _CMP_LT_OQ);
-  __m512 t = _mm512_add_ps(
-      _mm512_mul_ps(x, _mm512_set1_ps(static_cast<float>(1u << (14 + M)))),
-      _mm512_set1_ps(8388608.0f));
-  __m512i qs = _mm512_sub_epi32(_mm512_castps_si512(t),
-                                _mm512_set1_epi32(0x4b000000));
-  __m512i u = _mm512_castps_si512(x);
-  u = _mm512_add_epi32(
-      _mm512_add_epi32(u, _mm512_set1_epi32((1 << (k - 1)) - 1)),
-      _mm512_and_si512(_mm512_srli_epi32(u, k), _mm512_set1_epi32(1)));
-  __m512i qn = _mm512_sub_epi32(_mm512_srli_epi32(u, k),
-                                _mm512_set1_epi32((127 - 15) << M));
-  __m512i q = _mm512_mask_mov_epi32(qn, is_sub, qs);
-  return _mm512_min_epu32(q, _mm512_set1_epi32((1 << (4 + M)) - 1));
-}
-inline __m512i LoadCodes(const void* base, size_t i) {
-  return _mm512_cvtepu8_epi32(_mm_loadu_si128(
-      reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(base) + i)));
-}
-inline void StoreCodes(void* base, size_t i, __m512i q) {
-  _mm_storeu_si128(
-      reinterpret_cast<__m128i*>(static_cast<uint8_t*>(base) + i),
-      _mm512_cvtepi32_epi8(q));
-}
-
-struct Consts {
-  explicit Consts(const AdamStepConsts& c)
-      : decay(_mm512_set1_ps(c.decay)),
-        l2(_mm512_set1_ps(c.l2)),
-        omb1(_mm512_set1_ps(c.one_minus_b1)),
-        b2(_mm512_set1_ps(c.b2)),
-        omb2(_mm512_set1_ps(c.one_minus_b2)),
-        bc2(_mm512_set1_ps(c.bc2_sqrt)),
-        eps(_mm512_set1_ps(c.eps)),
-        neg_step(_mm512_set1_ps(c.neg_step)),
-        gscale(_mm512_set1_ps(c.grad_scale)) {}
-  __m512 decay, l2, omb1, b2, omb2, bc2, eps, neg_step, gscale;
+  static I LoadCodes(const void* base, size_t i) {
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(base) + i)));
+  }
+  static void StoreCodes(void* base, size_t i, I q) {
+    _mm_storeu_si128(
+        reinterpret_cast<__m128i*>(static_cast<uint8_t*>(base) + i),
+        _mm512_cvtepi32_epi8(q));
+  }
+  static uint32_t MaxLane(I x) { return _mm512_reduce_max_epu32(x); }
 };
 
-// AdamElement on 16 lanes: updates p, m, v; returns sqrt of the new v.
-inline __m512 Adam16(const Consts& k, __m512 g, __m512* p, __m512* m,
-                     __m512* v) {
-  g = _mm512_mul_ps(g, k.gscale);
-  *p = _mm512_mul_ps(*p, k.decay);
-  g = _mm512_add_ps(g, _mm512_mul_ps(k.l2, *p));
-  *m = _mm512_add_ps(*m, _mm512_mul_ps(k.omb1, _mm512_sub_ps(g, *m)));
-  *v = _mm512_mul_ps(*v, k.b2);
-  *v = _mm512_add_ps(*v, _mm512_mul_ps(_mm512_mul_ps(k.omb2, g), g));
-  __m512 root = _mm512_sqrt_ps(*v);
-  __m512 denom = _mm512_add_ps(_mm512_div_ps(root, k.bc2), k.eps);
-  *p = _mm512_add_ps(*p, _mm512_mul_ps(k.neg_step, _mm512_div_ps(*m, denom)));
-  return root;
-}
-
-void Int8Blocks(const AdamSlice& s, const AdamStepConsts& c) {
-  const Consts k(c);
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
-  alignas(64) float mt[kQuantBlock], rt[kQuantBlock];
-  for (size_t b0 = 0, b = 0; b0 < s.n; b0 += kQuantBlock, ++b) {
-    const size_t end = s.n - b0 < kQuantBlock ? s.n : b0 + kQuantBlock;
-    const __m512 sm = _mm512_set1_ps(s.ms[b]), sv = _mm512_set1_ps(s.vs[b]);
-    __m512i amv = _mm512_setzero_si512(), arv = _mm512_setzero_si512();
-    size_t i = b0;
-    for (; i + 16 <= end; i += 16) {
-      __m512i mq = LoadCodes(s.m, i);
-      __m512 m = _mm512_mul_ps(
-          DecodeMag<kM8Mantissa>(_mm512_and_si512(mq, _mm512_set1_epi32(0x7f))),
-          sm);
-      m = _mm512_castsi512_ps(_mm512_or_si512(
-          _mm512_castps_si512(m),
-          _mm512_slli_epi32(_mm512_srli_epi32(mq, 7), 31)));
-      __m512 r = _mm512_mul_ps(DecodeMag<kV8Mantissa>(LoadCodes(s.v, i)), sv);
-      __m512 v = _mm512_mul_ps(r, r);
-      __m512 p = _mm512_loadu_ps(s.p + i);
-      __m512 root = Adam16(k, LoadGrad(s.grad, s.grad_dtype, i), &p, &m, &v);
-      _mm512_storeu_ps(s.p + i, p);
-      if (s.out) StoreOut(s.out, s.out_dtype, i, p);
-      _mm512_store_ps(mt + (i - b0), m);
-      _mm512_store_ps(rt + (i - b0), root);
-      amv = _mm512_max_epu32(amv,
-                             _mm512_and_si512(_mm512_castps_si512(m), abs_mask));
-      arv = _mm512_max_epu32(
-          arv, _mm512_and_si512(_mm512_castps_si512(root), abs_mask));
-    }
-    uint32_t am = _mm512_reduce_max_epu32(amv),
-             ar = _mm512_reduce_max_epu32(arv);
-    Int8PassScalar(s, c, b, b0, i, end, mt, rt, &am, &ar);
-    s.ms[b] = BlockScale(am, kM8Max);
-    s.vs[b] = BlockScale(ar, kV8Max);
-    const __m512 nm = _mm512_set1_ps(InverseScale(s.ms[b])),
-                 nv = _mm512_set1_ps(InverseScale(s.vs[b]));
-    const bool mzero = s.ms[b] == 0.0f, vzero = s.vs[b] == 0.0f;
-    for (i = b0; i + 16 <= end; i += 16) {
-      __m512i mi = _mm512_castps_si512(_mm512_load_ps(mt + (i - b0)));
-      __m512i mq =
-          mzero ? _mm512_setzero_si512()
-                : EncodeMag<kM8Mantissa>(_mm512_mul_ps(
-                      _mm512_castsi512_ps(_mm512_and_si512(mi, abs_mask)), nm));
-      mq = _mm512_or_si512(mq, _mm512_slli_epi32(_mm512_srli_epi32(mi, 31), 7));
-      __m512i vq = vzero ? _mm512_setzero_si512()
-                         : EncodeMag<kV8Mantissa>(
-                               _mm512_mul_ps(_mm512_load_ps(rt + (i - b0)), nv));
-      StoreCodes(s.m, i, mq);
-      StoreCodes(s.v, i, vq);
-    }
-    EncodeBlockScalar(s, b, b0, i, end, mt, rt);
-  }
-}
-
 }  // namespace
+}  // namespace mlpo
 
+#include "optimizer/adam_kernel_simd.inc"
+
+namespace mlpo {
 namespace {
 
 // Adds g's 16 values to the statistics: lane j to accumulator j (lo_acc
@@ -250,7 +172,7 @@ size_t AccumulateGradStatsAvx512(const void* grad, DType dtype, size_t n,
   uint64_t nonfinite = 0;
   size_t i = 0;
   for (; i + 16 <= n; i += 16)
-    AddStats(LoadGrad(grad, dtype, i), &lo_acc, &hi_acc, &nonfinite);
+    AddStats(V::LoadGrad(grad, dtype, i), &lo_acc, &hi_acc, &nonfinite);
   _mm512_storeu_pd(lanes, lo_acc);
   _mm512_storeu_pd(lanes + 8, hi_acc);
   *nonfinite_out += nonfinite;
@@ -283,20 +205,7 @@ size_t CopyAccumulateGradStatsAvx512(void* dst, const void* src, DType dtype,
 }
 
 void AdamUpdateAvx512(const AdamSlice& s, const AdamStepConsts& c) {
-  if (s.format == StateFormat::kInt8Moments) return Int8Blocks(s, c);
-  const Consts k(c);
-  size_t i = 0;
-  for (; i + 16 <= s.n; i += 16) {
-    __m512 p = _mm512_loadu_ps(s.p + i);
-    __m512 m = LoadMoment(s.m, s.format, i);
-    __m512 v = LoadMoment(s.v, s.format, i);
-    Adam16(k, LoadGrad(s.grad, s.grad_dtype, i), &p, &m, &v);
-    _mm512_storeu_ps(s.p + i, p);
-    StoreMoment(s.m, s.format, i, m);
-    StoreMoment(s.v, s.format, i, v);
-    if (s.out) StoreOut(s.out, s.out_dtype, i, p);
-  }
-  AdamUpdateScalarFrom(s, c, i);
+  AdamUpdateVector<V>(s, c);
 }
 
 }  // namespace mlpo
