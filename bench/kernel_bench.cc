@@ -11,15 +11,16 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "base/aligned_buffer.h"
 #include "bench/bench_common.h"
 #include "bench/kernel_rate.h"
 #include "nlohmann/json.hpp"
-#include "optimizer/adam_kernel.h"
-#include "optimizer/rule_kernels.h"
+#include "optimizer/kernel/adam.h"
+#include "optimizer/kernel/isa.h"
+#include "optimizer/kernel/rule_kernels.h"
+#include "optimizer/kernel/state_codec.h"
 #include "optimizer/parallel.h"
-#include "base/aligned_buffer.h"
-#include "absl/strings/str_split.h"
-#include "optimizer/state_format.h"
 #include <cstring>
 
 namespace mlpo {

@@ -6,7 +6,7 @@
 #include <cstddef>
 
 #include "base/state_format.h"
-#include "optimizer/update_rule.h"
+#include "optimizer/kernel/update_rule.h"
 
 namespace mlpo {
 

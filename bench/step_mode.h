@@ -15,7 +15,7 @@
 
 #include "base/removed_on_signal.h"
 #include "base/state_format.h"
-#include "optimizer/update_rule.h"
+#include "optimizer/kernel/update_rule.h"
 #include "optimizer/optimizer.h"
 #include "tools/probe/bandwidth_probe.h"
 

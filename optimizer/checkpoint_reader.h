@@ -27,9 +27,9 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "optimizer/kernel/rule_kernels.h"
 #include "optimizer/partition.h"
-#include "optimizer/rule_kernels.h"
-#include "optimizer/state_format.h"
+#include "optimizer/state_layout.h"
 #include "store/object_store.h"
 
 namespace mlpo {

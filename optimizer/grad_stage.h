@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "base/aligned_buffer.h"
 #include "base/mutex.h"
 #include "gpu/device_backend.h"
-#include "optimizer/adam_kernel.h"
+#include "optimizer/kernel/grad_stats.h"
 #include "optimizer/parallel.h"
 #include "optimizer/partition.h"
-#include "base/aligned_buffer.h"
 
 namespace mlpo {
 

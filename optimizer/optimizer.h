@@ -21,13 +21,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "optimizer/adam_kernel.h"
 #include "optimizer/grad_stage.h"
+#include "optimizer/kernel/casts.h"
+#include "optimizer/kernel/grad_stats.h"
+#include "optimizer/kernel/rule_kernels.h"
+#include "optimizer/kernel/state_codec.h"
+#include "optimizer/kernel/update_rule.h"
 #include "optimizer/param_sink.h"
 #include "optimizer/partition.h"
-#include "optimizer/rule_kernels.h"
-#include "optimizer/state_format.h"
-#include "optimizer/update_rule.h"
+#include "optimizer/state_layout.h"
 #include "optimizer/update_pipeline.h"
 #include "store/object_store.h"
 
@@ -56,12 +58,12 @@ struct OptimizerOptions {
   // subgroups mean fewer, larger I/Os and more host memory in flight:
   // (prefetch_depth + max_commits_in_flight + 1) subgroups.
   uint64_t subgroup_numel = uint64_t{1} << 24;
-  // How the store holds m and v (state_format.h). Unset: the store
+  // How the store holds m and v (kernel/state_codec.h). Unset: the store
   // config's state_format, else fp32; both set and different is
   // InvalidArgument. Fixed when the store's first state is declared (store
   // attribute "state_format"); opening with another is FailedPrecondition.
   std::optional<StateFormat> state_format;
-  // The update rule (update_rule.h). A new store takes it with the slots
+  // The update rule (kernel/update_rule.h). A new store takes it with the slots
   // its groups need (SpecFor) and records it; opening a store of another
   // rule is FailedPrecondition.
   RuleKind rule = RuleKind::kAdam;
@@ -261,7 +263,7 @@ class Optimizer {
   absl::Status ReadRange(int group, uint64_t offset, uint64_t count, float* p,
                          float* m, float* v);
   // The object holding every parameter's step count (ParamStepsObject of
-  // state_format.h for this optimizer's parameters).
+  // state_layout.h for this optimizer's parameters).
   std::string ParamStepsObject() const;
   ObjectStore* store() { return store_.get(); }
   const std::vector<Subgroup>& subgroups() const { return subgroups_; }

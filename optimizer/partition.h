@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "optimizer/state_format.h"
+#include "optimizer/kernel/state_codec.h"
 
 namespace mlpo {
 

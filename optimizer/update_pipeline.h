@@ -24,13 +24,13 @@
 
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
-#include "optimizer/adam_kernel.h"
 #include "optimizer/grad_stage.h"
+#include "optimizer/kernel/casts.h"
+#include "optimizer/kernel/rule_kernels.h"
 #include "optimizer/parallel.h"
 #include "optimizer/param_sink.h"
 #include "optimizer/partition.h"
-#include "optimizer/rule_kernels.h"
-#include "optimizer/state_format.h"
+#include "optimizer/state_layout.h"
 #include "store/object_store.h"
 
 namespace mlpo {

@@ -13,8 +13,8 @@
 
 #include "absl/status/statusor.h"
 #include "base/status_reason.h"
-#include "optimizer/adam_kernel.h"
-#include "optimizer/update_rule.h"
+#include "optimizer/kernel/adam.h"
+#include "optimizer/kernel/update_rule.h"
 #include "store/store_options.h"
 
 namespace mlpo {

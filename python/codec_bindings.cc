@@ -8,8 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "optimizer/adam_kernel.h"
-#include "optimizer/state_format.h"
+#include "optimizer/kernel/adam.h"
+#include "optimizer/kernel/isa.h"
+#include "optimizer/kernel/state_codec.h"
 #include "python/binding_util.h"
 
 namespace mlpo {
@@ -20,15 +21,18 @@ using F32Array = py::array_t<float, py::array::c_style>;
 using U8Array = py::array_t<uint8_t, py::array::c_style>;
 using U16Array = py::array_t<uint16_t, py::array::c_style>;
 
-MomentsRef CodecRef(StateFormat f, py::array& m, py::array& v, F32Array& ms,
-                    F32Array& vs, const QuantGrid& grid) {
-  MomentsRef r;
+// Adam's moments as slots 0 (m) and 1 (v, int8 codes its square root).
+StateRef CodecRef(StateFormat f, py::array& m, py::array& v, F32Array& ms,
+                  F32Array& vs, const QuantGrid& grid) {
+  StateRef r;
   r.format = f;
-  r.m = m.mutable_data();
-  r.v = v.mutable_data();
-  r.ms = ms.mutable_data();
-  r.vs = vs.mutable_data();
   r.grid = &grid;
+  r.slots = 2;
+  r.slot[0] = m.mutable_data();
+  r.slot[1] = v.mutable_data();
+  r.scale[0] = ms.mutable_data();
+  r.scale[1] = vs.mutable_data();
+  r.nonneg[1] = true;
   return r;
 }
 
@@ -44,7 +48,9 @@ py::tuple CodecEncode(const std::string& format, F32Array m, F32Array v,
   else if (f == StateFormat::kBF16Moments) mc = U16Array(n), vc = U16Array(n);
   else mc = U8Array(n), vc = U8Array(n);
   F32Array ms(grid.blocks()), vs(grid.blocks());
-  EncodeMoments(CodecRef(f, mc, vc, ms, vs, grid), n, m.data(), v.data());
+  StateRef r = CodecRef(f, mc, vc, ms, vs, grid);
+  EncodeSlot(r, 0, n, m.data());
+  EncodeSlot(r, 1, n, v.data());
   return py::make_tuple(mc, vc, ms, vs);
 }
 
@@ -59,8 +65,9 @@ py::tuple CodecDecode(const std::string& format, py::array mc, py::array vc,
        static_cast<uint64_t>(vs.size()) != grid.blocks()))
     throw py::value_error("scales: one per block");
   F32Array m(n), v(n);
-  DecodeMoments(CodecRef(f, mc, vc, ms, vs, grid), 0, n, m.mutable_data(),
-                v.mutable_data());
+  StateRef r = CodecRef(f, mc, vc, ms, vs, grid);
+  DecodeSlot(r, 0, 0, n, m.mutable_data());
+  DecodeSlot(r, 1, 0, n, v.mutable_data());
   return py::make_tuple(m, v);
 }
 

@@ -27,7 +27,7 @@ import sys
 import tempfile
 
 # The ISA of a unit (by its file name) and the KernelIsa value its own
-# instantiations carry (optimizer/adam_kernel.h: kScalar, kAvx2, kAvx512).
+# instantiations carry (optimizer/kernel/isa.h: kScalar, kAvx2, kAvx512).
 ISAS = {"avx2": 1, "avx512": 2}
 UNIT = re.compile(r"_(avx2|avx512)\.cc$")
 

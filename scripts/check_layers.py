@@ -16,6 +16,7 @@ import sys
 LAYERS = {
     "base": 0,
     "store/io": 1, "store/checksum": 1, "store/cache": 1, "gpu": 1,
+    "optimizer/kernel": 1,
     "store/fs": 2, "store/placement": 2,
     "store/path": 3, "store/meta": 3,
     "store": 4,

@@ -14,7 +14,7 @@
 //                            # step returns (a count: that many subgroups)
 //   state_format = "fp32"    # how the optimizer holds Adam's moments: fp32 |
 //                            # bf16-moments | int8-moments (fixed when the
-//                            # store is created; optimizer/state_format.h)
+//                            # store is created; optimizer/kernel/state_codec.h)
 //   [[path]]                 # one table per storage path, in order
 //   root = "var/nvme"        # relative paths: relative to the TOML file
 //   kind = "nvme"            # nvme | pfs | other

@@ -20,7 +20,7 @@
 #include "base/state_format.h"
 #include "nlohmann/json.hpp"
 #include "optimizer/checkpoint_reader.h"
-#include "optimizer/state_format.h"
+#include "optimizer/state_layout.h"
 #include "store/object_store.h"
 #include "tools/cli_util.h"
 #include "tools/store_cmd_util.h"
@@ -125,7 +125,7 @@ void DecodedMomentStats(const StoreView& s, const std::string& obj,
                         " elements in ", sub->grid.blocks(), " blocks");
     return;
   }
-  auto ref = MomentsIn(StateFormat::kInt8Moments, l, sub->grid);
+  auto ref = StateIn(StateFormat::kInt8Moments, RuleSpec(), l, sub->grid);
   if (!ref.ok()) {
     *why = std::string(ref.status().message());
     return;
@@ -136,7 +136,8 @@ void DecodedMomentStats(const StoreView& s, const std::string& obj,
   std::vector<float> vb(mb.size());
   for (uint64_t from = 0; from < sub->numel; from += kChunk) {
     uint64_t n = std::min(kChunk, sub->numel - from);
-    DecodeMoments(*ref, from, n, mb.data(), vb.data());
+    DecodeSlot(*ref, 0, from, n, mb.data());  // Adam's m
+    DecodeSlot(*ref, 1, from, n, vb.data());  // and v
     for (uint64_t i = 0; i < n; ++i) {
       m.Add(mb[i]);
       v.Add(vb[i]);

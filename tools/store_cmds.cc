@@ -12,15 +12,15 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "absl/strings/match.h"
 #include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
-#include "optimizer/update_rule.h"
+#include "optimizer/kernel/update_rule.h"
 #include "store/admin/gc.h"
 #include "store/admin/relocate.h"  // CopiedFrom
 #include "store/admin/verify.h"
@@ -73,7 +73,7 @@ std::string StateFormatOf(const StoreView& s) {
   return f.ok() ? *f : "fp32";
 }
 
-// The update rule and its state slots (optimizer/update_rule.h); a store
+// The update rule and its state slots (optimizer/kernel/update_rule.h); a store
 // from before rules holds Adam's.
 std::string UpdateRuleOf(const StoreView& s) {
   auto r = s.GetAttribute(kUpdateRuleAttribute);

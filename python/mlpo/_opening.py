@@ -17,7 +17,7 @@ from . import store_config
 from ._checkpoints import _model_difference, _parse_manifest, _store_name
 
 _DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
-# Bytes of state per parameter in each format (optimizer/state_format.h).
+# Bytes of state per parameter in each format (optimizer/kernel/state_codec.h).
 STATE_BYTES = {"fp32": 12, "bf16-moments": 8, "int8-moments": 6 + 8 / 256}
 STATE_FORMATS = tuple(STATE_BYTES)
 # Namespaces tried in one store before giving up (each a live optimizer or

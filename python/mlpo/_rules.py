@@ -1,6 +1,6 @@
 """The update rules mlpo.torch offers, as torch.optim names their options
 and state: which numbers and flags a param group holds, which state a
-parameter has (the engine's slots, optimizer/update_rule.h), how a group
+parameter has (the engine's slots, optimizer/kernel/update_rule.h), how a group
 becomes the engine's hyperparameters and the manifest's, and the checks a
 group gets wherever a user can set it (constructor, group dicts,
 param_groups edits, add_param_group, a loaded state dict): a ValueError

@@ -1,5 +1,5 @@
 """Reference implementation of mlpo's state formats in numpy, written from
-the specification in optimizer/state_format.h and independent of the C++
+the specification in optimizer/kernel/state_codec.h and independent of the C++
 code (python/tests/test_codecs.py holds the two together bit for bit).
 
   fp32          m, v float32
@@ -123,7 +123,7 @@ def decode_int8(mc, vc, ms, vs, pieces=(0,)):
 
 def step_consts(lr, beta1, beta2, eps, weight_decay, t, grad_scale=1.0,
                 mode="adamw"):
-    """The kernel's per-step float32 constants (adam_kernel.h)."""
+    """The kernel's per-step float32 constants (optimizer/kernel/adam.h)."""
     adamw = mode == "adamw"
     f = np.float32
     return dict(decay=f(1.0 - lr * weight_decay if adamw else 1.0),

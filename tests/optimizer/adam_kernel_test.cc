@@ -1,6 +1,8 @@
 // Kernel parity: against a double-precision reference loop (independent of
 // the kernel's code), and every ISA against the scalar path bit for bit.
-#include "optimizer/adam_kernel.h"
+#include "optimizer/kernel/adam.h"
+#include "optimizer/kernel/grad_stats.h"
+#include "optimizer/kernel/isa.h"
 
 #include <cmath>
 #include <cstring>

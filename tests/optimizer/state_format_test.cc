@@ -1,8 +1,9 @@
-// Compact moments (state_format.h): the code map's properties, every ISA
+// Compact moments (kernel/state_codec.h): the code map's properties, every ISA
 // bit for bit against the scalar kernel on data with extremes, and each
 // format's step against a double-precision Adam step on the same decoded
 // state, within the format's rounding.
-#include "optimizer/state_format.h"
+#include "optimizer/kernel/state_codec.h"
+#include "optimizer/state_layout.h"
 
 #include <cmath>
 #include <limits>
@@ -10,9 +11,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/optimizer/optimizer_test_util.h"
-#include "optimizer/adam_kernel.h"
+#include "optimizer/kernel/adam.h"
+#include "optimizer/kernel/isa.h"
 #include "store/meta/layout.h"
+#include "tests/optimizer/optimizer_test_util.h"
 
 namespace mlpo {
 namespace {
@@ -78,6 +80,18 @@ TEST(QuantGridTest, BlocksRestartAtEveryParameter) {
 }
 
 // A slice's state in one format, with the storage its pointers use.
+// Adam's m and v through the slots' codec.
+void EncodeMoments(const StateRef& r, uint64_t n, const float* m,
+                   const float* v) {
+  EncodeSlot(r, 0, n, m);
+  EncodeSlot(r, 1, n, v);
+}
+void DecodeMoments(const StateRef& r, uint64_t from, uint64_t n, float* m,
+                   float* v) {
+  DecodeSlot(r, 0, from, n, m);
+  DecodeSlot(r, 1, from, n, v);
+}
+
 struct State {
   StateFormat f;
   size_t n;
@@ -97,23 +111,27 @@ struct State {
     ms.resize(grid.blocks());
     vs.resize(grid.blocks());
   }
-  MomentsRef Ref() {
-    MomentsRef r;
+  // Adam's moments as the store's slots 0 (m) and 1 (v).
+  StateRef Ref() {
+    StateRef r;
     r.format = f;
-    r.m = f == StateFormat::kF32 ? static_cast<void*>(m32.data())
-          : f == StateFormat::kBF16Moments ? static_cast<void*>(m16.data())
-                                           : static_cast<void*>(m8.data());
-    r.v = f == StateFormat::kF32 ? static_cast<void*>(v32.data())
-          : f == StateFormat::kBF16Moments ? static_cast<void*>(v16.data())
-                                           : static_cast<void*>(v8.data());
-    r.ms = ms.data();
-    r.vs = vs.data();
+    r.slots = 2;
+    r.slot[0] = f == StateFormat::kF32 ? static_cast<void*>(m32.data())
+                : f == StateFormat::kBF16Moments ? static_cast<void*>(m16.data())
+                                                 : static_cast<void*>(m8.data());
+    r.slot[1] = f == StateFormat::kF32 ? static_cast<void*>(v32.data())
+                : f == StateFormat::kBF16Moments ? static_cast<void*>(v16.data())
+                                                 : static_cast<void*>(v8.data());
+    r.scale[0] = ms.data();
+    r.scale[1] = vs.data();
+    r.nonneg[1] = true;
     r.grid = &grid;
     return r;
   }
   AdamSlice Slice(const float* g, void* out) {
-    MomentsRef r = Ref();
-    AdamSlice s{p.data(), r.m, r.v, g, DType::kF32, out, DType::kBF16, n};
+    StateRef r = Ref();
+    AdamSlice s{p.data(), r.slot[0], r.slot[1], g, DType::kF32, out,
+                DType::kBF16, n};
     s.format = f;
     s.ms = ms.data();
     s.vs = vs.data();

@@ -12,8 +12,8 @@
 
 #include "gtest/gtest.h"
 
+#include "optimizer/kernel/rule_kernels.h"
 #include "optimizer/optimizer.h"
-#include "optimizer/rule_kernels.h"
 #include "tests/optimizer/optimizer_test_util.h"
 
 namespace mlpo {

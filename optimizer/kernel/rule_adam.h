@@ -1,15 +1,15 @@
 // Adam and AdamW (torch.optim.Adam / AdamW), with amsgrad: the state m
 // (exp_avg), v (exp_avg_sq) and, with amsgrad, vmax (max_exp_avg_sq).
 // Without amsgrad the step runs the hand-vectorised kernels of
-// optimizer/adam_kernel.h; this loop is amsgrad's (and, with it off, the
+// optimizer/kernel/adam.h; this loop is amsgrad's (and, with it off, the
 // same arithmetic, tested equal to them).
-#ifndef MLPO_OPTIMIZER_RULE_ADAM_H_
-#define MLPO_OPTIMIZER_RULE_ADAM_H_
+#ifndef MLPO_OPTIMIZER_KERNEL_RULE_ADAM_H_
+#define MLPO_OPTIMIZER_KERNEL_RULE_ADAM_H_
 
 #include <cstddef>
 #include <vector>
 
-#include "optimizer/rule_parts.h"
+#include "optimizer/kernel/rule_parts.h"
 
 namespace mlpo::rules {
 
@@ -85,4 +85,4 @@ struct Adam {
 
 }  // namespace mlpo::rules
 
-#endif  // MLPO_OPTIMIZER_RULE_ADAM_H_
+#endif  // MLPO_OPTIMIZER_KERNEL_RULE_ADAM_H_

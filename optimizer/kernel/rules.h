@@ -1,12 +1,12 @@
 // Every update rule, and the one dispatch from a RuleKind to its part
 // (rule_parts.h says what a part defines).
-#ifndef MLPO_OPTIMIZER_RULES_H_
-#define MLPO_OPTIMIZER_RULES_H_
+#ifndef MLPO_OPTIMIZER_KERNEL_RULES_H_
+#define MLPO_OPTIMIZER_KERNEL_RULES_H_
 
-#include "optimizer/rule_adagrad.h"
-#include "optimizer/rule_adam.h"
-#include "optimizer/rule_lion.h"
-#include "optimizer/rule_sgd.h"
+#include "optimizer/kernel/rule_adagrad.h"
+#include "optimizer/kernel/rule_adam.h"
+#include "optimizer/kernel/rule_lion.h"
+#include "optimizer/kernel/rule_sgd.h"
 
 namespace mlpo::rules {
 
@@ -23,4 +23,4 @@ decltype(auto) WithRule(RuleKind kind, Fn&& fn) {
 
 }  // namespace mlpo::rules
 
-#endif  // MLPO_OPTIMIZER_RULES_H_
+#endif  // MLPO_OPTIMIZER_KERNEL_RULES_H_

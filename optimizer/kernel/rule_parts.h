@@ -1,4 +1,4 @@
-// What a rule's file (optimizer/rule_<rule>.h) defines, one struct per
+// What a rule's file (optimizer/kernel/rule_<rule>.h) defines, one struct per
 // rule (in namespace mlpo::rules):
 //   static std::vector<StateSlot> Slots(const RuleSpec&)   its state
 //   static float Initial(const RuleHyper&, int slot)       a slot's value
@@ -16,10 +16,10 @@
 // The registry is WithRule in rules.h: adding a rule is a file
 // rule_<rule>.h, a line there, and its adapter class
 // (python/mlpo/_rules.py, torch.py).
-#ifndef MLPO_OPTIMIZER_RULE_PARTS_H_
-#define MLPO_OPTIMIZER_RULE_PARTS_H_
+#ifndef MLPO_OPTIMIZER_KERNEL_RULE_PARTS_H_
+#define MLPO_OPTIMIZER_KERNEL_RULE_PARTS_H_
 
-#include "optimizer/rule_kernels.h"
-#include "optimizer/update_rule.h"
+#include "optimizer/kernel/rule_kernels.h"
+#include "optimizer/kernel/update_rule.h"
 
-#endif  // MLPO_OPTIMIZER_RULE_PARTS_H_
+#endif  // MLPO_OPTIMIZER_KERNEL_RULE_PARTS_H_

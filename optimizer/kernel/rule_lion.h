@@ -1,13 +1,13 @@
 // Lion (Chen et al., "Symbolic Discovery of Optimization Algorithms",
 // 2023, Algorithm 2), with lion-pytorch's state: m (exp_avg). One moment:
 // 8 bytes a parameter in fp32 with the master, against Adam's 12.
-#ifndef MLPO_OPTIMIZER_RULE_LION_H_
-#define MLPO_OPTIMIZER_RULE_LION_H_
+#ifndef MLPO_OPTIMIZER_KERNEL_RULE_LION_H_
+#define MLPO_OPTIMIZER_KERNEL_RULE_LION_H_
 
 #include <cstddef>
 #include <vector>
 
-#include "optimizer/rule_parts.h"
+#include "optimizer/kernel/rule_parts.h"
 
 namespace mlpo::rules {
 
@@ -50,4 +50,4 @@ struct Lion {
 
 }  // namespace mlpo::rules
 
-#endif  // MLPO_OPTIMIZER_RULE_LION_H_
+#endif  // MLPO_OPTIMIZER_KERNEL_RULE_LION_H_

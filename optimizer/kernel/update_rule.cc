@@ -1,9 +1,8 @@
-#include "optimizer/update_rule.h"
+#include "optimizer/kernel/update_rule.h"
 
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "optimizer/rules.h"
 
 namespace mlpo {
 
@@ -48,18 +47,6 @@ absl::Status CheckRuleHyper(RuleKind k, int group, const RuleHyper& h) {
       break;
   }
   return absl::OkStatus();
-}
-
-std::vector<StateSlot> RuleSpec::Slots() const {
-  return rules::WithRule(kind, [&]<typename Rule>() {
-    return Rule::Slots(*this);
-  });
-}
-
-float InitialSlotValue(RuleKind kind, const RuleHyper& h, int slot) {
-  return rules::WithRule(kind, [&]<typename Rule>() {
-    return Rule::Initial(h, slot);
-  });
 }
 
 int RuleSpec::SlotOf(absl::string_view section) const {

@@ -3,19 +3,19 @@
 // coefficient, negated for maximize) -> the rule's update of p and its
 // slots -> p in the model dtype to an output buffer.
 //
-// Adam without amsgrad runs the hand-vectorised kernels of adam_kernel.h.
+// Adam without amsgrad runs the hand-vectorised kernels of adam.h.
 // Every other rule (and Adam with amsgrad) runs its own fp32 loop, written
-// once in its file (optimizer/rule_<rule>.h) and compiled three times
+// once in its file (optimizer/kernel/rule_<rule>.h) and compiled three times
 // (rule_kernels_isa.inc in rule_kernels_{scalar,avx2,avx512}.cc): plain
 // (scalar, no vectorisation), -mavx2 and -mavx512f. The loops use only
 // IEEE-rounded operations (+ - * / sqrt, comparisons) with no FMA
 // contraction and no reassociation, so the compiler's vector code rounds
 // exactly as the scalar code: every ISA agrees bit for bit. Compact formats
 // are decoded into fp32 a block (kQuantBlock elements) at a time, updated,
-// and encoded back as state_format.h's codecs do.
+// and encoded back by state_codec.h's codec.
 //
 // The arithmetic, operation by operation in fp32 (g already scaled):
-//   adam+amsgrad  as adam_kernel.h, then vmax = max(vmax, v) and
+//   adam+amsgrad  as adam.h, then vmax = max(vmax, v) and
 //                 denom = sqrt(vmax) / sqrt(1-b2^t) + eps
 //   lion          p *= 1 - lr*wd;  u = m*b1 + (1-b1)*g
 //                 p = p + (-lr) * sign(u);  m = m*b2 + (1-b2)*g
@@ -29,16 +29,18 @@
 //                 (torch.optim.SGD)
 //
 // Thread-safety: pure over their arguments.
-#ifndef MLPO_OPTIMIZER_RULE_KERNELS_H_
-#define MLPO_OPTIMIZER_RULE_KERNELS_H_
+#ifndef MLPO_OPTIMIZER_KERNEL_RULE_KERNELS_H_
+#define MLPO_OPTIMIZER_KERNEL_RULE_KERNELS_H_
 
 #include <cstddef>
 #include <cstdint>
 
 #include "base/dtype.h"
-#include "optimizer/adam_kernel.h"
-#include "optimizer/state_format.h"
-#include "optimizer/update_rule.h"
+#include "optimizer/kernel/adam.h"
+#include "optimizer/kernel/casts.h"
+#include "optimizer/kernel/isa.h"
+#include "optimizer/kernel/state_codec.h"
+#include "optimizer/kernel/update_rule.h"
 
 namespace mlpo {
 
@@ -106,4 +108,4 @@ void RuleCastAvx512(size_t n, const float* p, void* out, DType dtype);
 
 }  // namespace mlpo
 
-#endif  // MLPO_OPTIMIZER_RULE_KERNELS_H_
+#endif  // MLPO_OPTIMIZER_KERNEL_RULE_KERNELS_H_

@@ -14,21 +14,22 @@
 // Every implementation (scalar, AVX2+F16C, AVX-512) uses these operations in
 // this order without FMA contraction, so all agree bit for bit.
 //
-// Compact moments (state_format.h) are widened to fp32 before and rounded
+// Compact moments (state_codec.h) are widened to fp32 before and rounded
 // after the same operations: bf16 by round-to-nearest-even; int8 block by
 // block (two passes over a block: update, keeping the new m and r = sqrt(v)
 // in fp32, then encode them with the block's new scales).
 //
 // Thread-safety: the functions are pure over their arguments.
-#ifndef MLPO_OPTIMIZER_ADAM_KERNEL_H_
-#define MLPO_OPTIMIZER_ADAM_KERNEL_H_
+#ifndef MLPO_OPTIMIZER_KERNEL_ADAM_H_
+#define MLPO_OPTIMIZER_KERNEL_ADAM_H_
 
 #include <cstddef>
 #include <cstdint>
 
 #include "base/dtype.h"
-#include "optimizer/state_format.h"
-#include "optimizer/update_rule.h"
+#include "optimizer/kernel/isa.h"
+#include "optimizer/kernel/state_codec.h"
+#include "optimizer/kernel/update_rule.h"
 
 namespace mlpo {
 
@@ -65,12 +66,6 @@ struct AdamSlice {
   float* vs = nullptr;
 };
 
-enum class KernelIsa { kScalar, kAvx2, kAvx512 };
-const char* KernelIsaName(KernelIsa isa);
-// The best ISA this CPU supports (MLPO_KERNEL_ISA=scalar|avx2|avx512 caps it).
-KernelIsa BestKernelIsa();
-bool KernelIsaSupported(KernelIsa isa);
-
 // Runs the update on `s` with the given ISA (must be supported).
 void AdamUpdate(const AdamSlice& s, const AdamStepConsts& c, KernelIsa isa);
 inline void AdamUpdate(const AdamSlice& s, const AdamStepConsts& c) {
@@ -95,60 +90,6 @@ void EncodeBlockScalar(const AdamSlice& s, size_t b, size_t b0, size_t from,
                        size_t to, const float* mt, const float* rt);
 void AdamUpdateAvx512(const AdamSlice& s, const AdamStepConsts& c);
 
-// The model's values become the master where they differ from the master
-// cast to the model's dtype: the model's tensors are authoritative, so an
-// edit made outside the step (loading pretrained weights, clamping, a
-// re-initialisation) wins, while elements the model still holds as the
-// step left them keep the master's extra precision. For f32 the model's
-// values are the master. Compares bit patterns (-0, NaN as written).
-// Returns whether any element of p changed.
-bool AdoptModelValues(float* p, const void* model, DType model_dtype,
-                      size_t n);
-// p cast to `dtype` into `out` (the parameters of a step's skipped
-// elements, unchanged).
-void CastParams(const float* p, void* out, DType dtype, size_t n);
-
-// Sum of squares (in double) and count of non-finite values of a gradient
-// slice, for the global norm and the overflow check. Every square is exact
-// in double; element i is added to accumulator i % 16 in order, and the 16
-// are summed pairwise ((0+1)+(2+3))+... at the end, in every ISA, so all
-// agree bit for bit.
-struct GradStats {
-  double sum_sq = 0;
-  uint64_t nonfinite = 0;
-};
-GradStats ComputeGradStats(const void* grad, DType dtype, size_t n,
-                           KernelIsa isa);
-inline GradStats ComputeGradStats(const void* grad, DType dtype, size_t n) {
-  return ComputeGradStats(grad, dtype, n, BestKernelIsa());
-}
-// Copies n gradient values of `dtype` from src to dst and returns their
-// statistics, equal bit for bit to ComputeGradStats(dst, dtype, n), in one
-// pass over memory: the statistics read each piece just copied while it is
-// still in cache (the gradient stage's host copies).
-GradStats CopyGradStats(void* dst, const void* src, DType dtype, size_t n,
-                        KernelIsa isa);
-inline GradStats CopyGradStats(void* dst, const void* src, DType dtype,
-                               size_t n) {
-  return CopyGradStats(dst, src, dtype, n, BestKernelIsa());
-}
-// The scalar part from element `from` on, then the pairwise sum of the 16
-// accumulators (the vector paths' tails).
-GradStats FinishGradStats(const void* grad, DType dtype, size_t from,
-                          size_t n, double acc[16], uint64_t nonfinite);
-// The vector part: whole groups of 16 elements of grad[0, n) added to
-// acc (element i to acc[i % 16], in order) and *nonfinite; returns how many
-// elements it took (n rounded down to a multiple of 16). Called on pieces
-// that start at a multiple of 16, the sums equal one call over the whole.
-size_t AccumulateGradStatsAvx2(const void* grad, DType dtype, size_t n,
-                               double acc[16], uint64_t* nonfinite);
-size_t AccumulateGradStatsAvx512(const void* grad, DType dtype, size_t n,
-                                 double acc[16], uint64_t* nonfinite);
-// The same while copying grad[0, n) from src to dst (the elements it took).
-size_t CopyAccumulateGradStatsAvx512(void* dst, const void* src, DType dtype,
-                                     size_t n, double acc[16],
-                                     uint64_t* nonfinite);
-
 }  // namespace mlpo
 
-#endif  // MLPO_OPTIMIZER_ADAM_KERNEL_H_
+#endif  // MLPO_OPTIMIZER_KERNEL_ADAM_H_

@@ -1,6 +1,8 @@
-// How a store holds the Adam moments (docs/design.md "State formats"). Master
+// The codecs of the state formats (docs/design.md "State formats"): how a
+// rule's slots (Adam's moments m and v, update_rule.h) are coded. Master
 // weights p are fp32 in every format; a store's format is fixed when it is
-// created (store attribute "state_format").
+// created (store attribute "state_format"; the names are base/state_format.h,
+// the store layout optimizer/state_layout.h).
 //
 //   fp32          m, v fp32                          12 bytes/param each way
 //   bf16-moments  m, v bf16, round to nearest even    8 bytes/param
@@ -32,28 +34,26 @@
 // a step keeps its codes and scales exactly.
 //
 // Thread-safety: pure functions.
-#ifndef MLPO_OPTIMIZER_STATE_FORMAT_H_
-#define MLPO_OPTIMIZER_STATE_FORMAT_H_
+#ifndef MLPO_OPTIMIZER_KERNEL_STATE_CODEC_H_
+#define MLPO_OPTIMIZER_KERNEL_STATE_CODEC_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "base/isa_inline.h"
 #include "base/state_format.h"
-#include "optimizer/update_rule.h"
 
 namespace mlpo {
 
-class CheckoutLease;
-class ObjectLayout;
-
 // Bytes of state per parameter (p, m, v and int8's scales) read and written
-// each step.
+// each step (Adam; update_rule.h's RuleBytesPerParam for any rule).
 double StateBytesPerParam(StateFormat f);
+// Bytes of one element of a slot as `f` stores it (int8: the code).
+inline size_t MomentBytes(StateFormat f) {
+  return f == StateFormat::kF32 ? 4 : f == StateFormat::kBF16Moments ? 2 : 1;
+}
 
 inline constexpr uint64_t kQuantBlock = 256;
 
@@ -76,19 +76,18 @@ class QuantGrid {
   std::vector<uint64_t> start_, first_block_;  // per piece
 };
 
-// The store layout of a subgroup's state: p (f32), then each slot of the
-// rule (update_rule.h) as f32, bf16 or u8 codes, and for int8 each slot's
-// scales "<slot>s" (f32, one per block): Adam's are p, m, v (ms, vs).
-absl::StatusOr<ObjectLayout> StateLayout(StateFormat f, const RuleSpec& rule,
-                                         uint64_t numel, uint64_t blocks);
-// Adam's (p, m, v).
-absl::StatusOr<ObjectLayout> StateLayout(StateFormat f, uint64_t numel,
-                                         uint64_t blocks);
-// The section holding slot `section`'s int8 scales.
-std::string ScaleSection(absl::string_view section);
+// The one codec: n values of a slot in fp32 from (Decode) and to (Encode)
+// their codes in format `f` (bf16 or u8 codes), where for int8 the n
+// elements are one quantization block whose scale is *scale (Encode picks
+// it from the block's largest magnitude). `nonneg`: the slot is >= 0 and
+// int8 codes its square root (Adam's v). For fp32 both copy.
+void DecodeBlock(StateFormat f, bool nonneg, const void* codes,
+                 const float* scale, size_t n, float* out);
+void EncodeBlock(StateFormat f, bool nonneg, const float* in, size_t n,
+                 void* codes, float* scale);
 
-// A subgroup's slots as the store holds them (pointers into a lease), in
-// RuleSpec::Slots() order.
+// A subgroup's slots as the store holds them (pointers into its state
+// object: optimizer/state_layout.h's StateIn), in RuleSpec::Slots() order.
 struct StateRef {
   StateFormat format = StateFormat::kF32;
   const QuantGrid* grid = nullptr;
@@ -97,51 +96,12 @@ struct StateRef {
   float* scale[3] = {};  // int8: per block
   bool nonneg[3] = {};
 };
-// DataLoss when a section the rule and format need is missing.
-absl::StatusOr<StateRef> StateIn(StateFormat f, const RuleSpec& rule,
-                                 CheckoutLease* lease, const QuantGrid& grid);
 // fp32 values of slot k's elements [from, from + n).
 void DecodeSlot(const StateRef& r, int k, uint64_t from, uint64_t n,
                 float* out);
 // Writes every element of slot k (numel of the grid or of the subgroup)
 // from fp32 values: int8 picks each block's scale.
 void EncodeSlot(const StateRef& r, int k, uint64_t numel, const float* in);
-
-// Each parameter's own step count (Optimizer::param_steps) for a rank of
-// `params` parameters: object "param_steps.n<params>" (a store whose groups
-// grew, add_param_group, declares a new one), one section "t" of 2 * params
-// f32 slots holding the params little-endian uint64 counts.
-std::string ParamStepsObject(size_t params);
-absl::StatusOr<ObjectLayout> ParamStepsLayout(size_t params);
-// The counts in a lease of ParamStepsObject(params); DataLoss when it is
-// not laid out as ParamStepsLayout(params).
-absl::StatusOr<std::vector<uint64_t>> ParamStepsIn(const CheckoutLease& lease,
-                                                   size_t params);
-
-// A subgroup's moments as the store holds them (pointers into a lease).
-struct MomentsRef {
-  StateFormat format = StateFormat::kF32;
-  void* m = nullptr;
-  void* v = nullptr;
-  float* ms = nullptr;  // int8: scales per block
-  float* vs = nullptr;
-  const QuantGrid* grid = nullptr;  // int8
-};
-// The moments in a lease of a subgroup's object (laid out by StateLayout
-// for `grid`); DataLoss when a section the format needs is missing.
-absl::StatusOr<MomentsRef> MomentsIn(StateFormat f, CheckoutLease* lease,
-                                     const QuantGrid& grid);
-// Bytes of one element of m (or v) as `f` stores it (int8: the code).
-inline size_t MomentBytes(StateFormat f) {
-  return f == StateFormat::kF32 ? 4 : f == StateFormat::kBF16Moments ? 2 : 1;
-}
-// fp32 values of elements [from, from + n).
-void DecodeMoments(const MomentsRef& r, uint64_t from, uint64_t n, float* m,
-                   float* v);
-// Writes every element's m and v (numel of the grid or of the subgroup)
-// from fp32 values: int8 picks each block's scale.
-void EncodeMoments(const MomentsRef& r, uint64_t numel, const float* m,
-                   const float* v);
 
 // ---- The int8 code map (scalar; the kernels' vector code does the same).
 inline constexpr int kM8Mantissa = 3;  // m: sign + E4M3
@@ -210,4 +170,4 @@ MLPO_ISA_INLINE float DecodeV8(uint8_t c, float scale) {
 
 }  // namespace mlpo
 
-#endif  // MLPO_OPTIMIZER_STATE_FORMAT_H_
+#endif  // MLPO_OPTIMIZER_KERNEL_STATE_CODEC_H_

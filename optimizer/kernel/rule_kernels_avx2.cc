@@ -4,11 +4,11 @@
 #include <cstddef>
 #include <cstring>
 
-#include "optimizer/rule_kernels.h"
-#include "optimizer/rules.h"
+#include "optimizer/kernel/rule_kernels.h"
+#include "optimizer/kernel/rules.h"
 
 #define MLPO_RULE_LOOP RuleLoopAvx2
 #define MLPO_RULE_WIDEN RuleWidenAvx2
 #define MLPO_RULE_CAST RuleCastAvx2
 #define MLPO_RULE_ISA KernelIsa::kAvx2
-#include "optimizer/rule_kernels_isa.inc"
+#include "optimizer/kernel/rule_kernels_isa.inc"

@@ -1,12 +1,12 @@
 // Adagrad as torch.optim.Adagrad: the state v (torch's sum), starting at
 // initial_accumulator_value.
-#ifndef MLPO_OPTIMIZER_RULE_ADAGRAD_H_
-#define MLPO_OPTIMIZER_RULE_ADAGRAD_H_
+#ifndef MLPO_OPTIMIZER_KERNEL_RULE_ADAGRAD_H_
+#define MLPO_OPTIMIZER_KERNEL_RULE_ADAGRAD_H_
 
 #include <cstddef>
 #include <vector>
 
-#include "optimizer/rule_parts.h"
+#include "optimizer/kernel/rule_parts.h"
 
 namespace mlpo::rules {
 
@@ -46,4 +46,4 @@ struct Adagrad {
 
 }  // namespace mlpo::rules
 
-#endif  // MLPO_OPTIMIZER_RULE_ADAGRAD_H_
+#endif  // MLPO_OPTIMIZER_KERNEL_RULE_ADAGRAD_H_

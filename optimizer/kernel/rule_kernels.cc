@@ -1,25 +1,8 @@
-#include "optimizer/rule_kernels.h"
-
-#include <xmmintrin.h>
+#include "optimizer/kernel/rule_kernels.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
-
-#include "optimizer/rules.h"
 
 namespace mlpo {
-
-RuleConsts MakeRuleConsts(RuleKind kind, const RuleHyper& h, uint64_t t,
-                          double grad_scale) {
-  RuleConsts c;
-  c.kind = kind;
-  c.grad_scale = static_cast<float>(h.maximize ? -grad_scale : grad_scale);
-  rules::WithRule(kind, [&]<typename Rule>() {
-    Rule::Consts(h, t, grad_scale, &c);
-  });
-  return c;
-}
 
 namespace {
 
@@ -48,50 +31,10 @@ void Cast(KernelIsa isa, size_t n, const float* p, void* out, DType dt) {
   }
 }
 
-// Slot k of `s` for elements [a, a + n) (one block) into fp32 `dst`.
-void DecodeSlot(const RuleSlice& s, int k, size_t a, size_t n, float* dst) {
-  if (s.format == StateFormat::kBF16Moments) {
-    const uint16_t* h = static_cast<const uint16_t*>(s.slot[k]) + a;
-    for (size_t i = 0; i < n; ++i) dst[i] = BF16ToFloat(h[i]);
-    return;
-  }
-  const uint8_t* q = static_cast<const uint8_t*>(s.slot[k]) + a;
-  const float sc = s.scale[k][a / kQuantBlock];
-  if (s.nonneg[k]) {
-    for (size_t i = 0; i < n; ++i) {
-      float r = DecodeV8(q[i], sc);
-      dst[i] = r * r;
-    }
-  } else {
-    for (size_t i = 0; i < n; ++i) dst[i] = DecodeM8(q[i], sc);
-  }
-}
-
-// fp32 `src` back into slot k (int8: the block's new scale first).
-void EncodeSlot(const RuleSlice& s, int k, size_t a, size_t n,
-                const float* src) {
-  if (s.format == StateFormat::kBF16Moments) {
-    uint16_t* h = static_cast<uint16_t*>(s.slot[k]) + a;
-    for (size_t i = 0; i < n; ++i) h[i] = FloatToBF16(src[i]);
-    return;
-  }
-  uint8_t* q = static_cast<uint8_t*>(s.slot[k]) + a;
-  float* sc = &s.scale[k][a / kQuantBlock];
-  uint32_t amax = 0;
-  if (s.nonneg[k]) {
-    float root[kQuantBlock];
-    for (size_t i = 0; i < n; ++i) {
-      root[i] = std::sqrt(src[i]);
-      amax = std::max(amax, FloatBits(root[i]) & 0x7fffffffu);
-    }
-    *sc = BlockScale(amax, kV8Max);
-    for (size_t i = 0; i < n; ++i) q[i] = EncodeV8(root[i], *sc);
-  } else {
-    for (size_t i = 0; i < n; ++i)
-      amax = std::max(amax, FloatBits(src[i]) & 0x7fffffffu);
-    *sc = BlockScale(amax, kM8Max);
-    for (size_t i = 0; i < n; ++i) q[i] = EncodeM8(src[i], *sc);
-  }
+// Slot k's scale of the block at element a (int8; the slice starts a
+// block), else nullptr.
+float* ScaleOf(const RuleSlice& s, int k, size_t a) {
+  return s.scale[k] ? s.scale[k] + a / kQuantBlock : nullptr;
 }
 
 void GenericUpdate(const RuleSlice& s, const RuleConsts& c, KernelIsa isa) {
@@ -114,13 +57,18 @@ void GenericUpdate(const RuleSlice& s, const RuleConsts& c, KernelIsa isa) {
       if (f32) {
         slot[k] = static_cast<float*>(s.slot[k]) + a;
       } else {
-        DecodeSlot(s, k, a, n, tmp[k]);
+        DecodeBlock(s.format, s.nonneg[k],
+                    static_cast<const char*>(s.slot[k]) + a * MomentBytes(s.format),
+                    ScaleOf(s, k, a), n, tmp[k]);
         slot[k] = tmp[k];
       }
     }
     Loop(isa, n, s.p + a, slot[0], slot[1], slot[2], gp, c);
     if (!f32)
-      for (int k = 0; k < s.slots; ++k) EncodeSlot(s, k, a, n, tmp[k]);
+      for (int k = 0; k < s.slots; ++k)
+        EncodeBlock(s.format, s.nonneg[k], tmp[k], n,
+                    static_cast<char*>(s.slot[k]) + a * MomentBytes(s.format),
+                    ScaleOf(s, k, a));
     if (s.out)
       Cast(isa, n, s.p + a,
            static_cast<char*>(s.out) + a * DTypeSize(s.out_dtype),
@@ -147,11 +95,8 @@ void RuleUpdate(const RuleSlice& s, const RuleConsts& c, KernelIsa isa) {
     AdamUpdate(a, c.adam, isa);
     return;
   }
-  // IEEE defaults whatever the calling thread set (as AdamUpdate).
-  const unsigned csr = _mm_getcsr();
-  _mm_setcsr(0x1f80);
+  IeeeDefaults ieee;  // as AdamUpdate
   GenericUpdate(s, c, isa);
-  _mm_setcsr(csr);
 }
 
 }  // namespace mlpo

@@ -4,11 +4,11 @@
 #include <cstddef>
 #include <cstring>
 
-#include "optimizer/rule_kernels.h"
-#include "optimizer/rules.h"
+#include "optimizer/kernel/rule_kernels.h"
+#include "optimizer/kernel/rules.h"
 
 #define MLPO_RULE_LOOP RuleLoopScalar
 #define MLPO_RULE_WIDEN RuleWidenScalar
 #define MLPO_RULE_CAST RuleCastScalar
 #define MLPO_RULE_ISA KernelIsa::kScalar
-#include "optimizer/rule_kernels_isa.inc"
+#include "optimizer/kernel/rule_kernels_isa.inc"

@@ -1,6 +1,6 @@
 // Update rules (docs/design.md "Update rules"): what an optimizer does to
 // the state of one element, and which state it keeps. Each rule is one
-// file, optimizer/rule_<rule>.h (rule_parts.h says what it
+// file, optimizer/kernel/rule_<rule>.h (rule_parts.h says what it
 // defines): its state sections ("slots": one value per parameter element
 // besides the fp32 master p, each coded in a compact state format as
 // StateSlot::nonneg says), its per-step constants and its fp32 loop
@@ -21,8 +21,8 @@
 // lacks is refused (FailedPrecondition) rather than run without it.
 //
 // Thread-safety: pure values and functions.
-#ifndef MLPO_OPTIMIZER_UPDATE_RULE_H_
-#define MLPO_OPTIMIZER_UPDATE_RULE_H_
+#ifndef MLPO_OPTIMIZER_KERNEL_UPDATE_RULE_H_
+#define MLPO_OPTIMIZER_KERNEL_UPDATE_RULE_H_
 
 #include <cstdint>
 #include <string>
@@ -106,4 +106,4 @@ double RuleBytesPerParam(const RuleSpec& spec, StateFormat f);
 
 }  // namespace mlpo
 
-#endif  // MLPO_OPTIMIZER_UPDATE_RULE_H_
+#endif  // MLPO_OPTIMIZER_KERNEL_UPDATE_RULE_H_

@@ -4,11 +4,11 @@
 #include <cstddef>
 #include <cstring>
 
-#include "optimizer/rule_kernels.h"
-#include "optimizer/rules.h"
+#include "optimizer/kernel/rule_kernels.h"
+#include "optimizer/kernel/rules.h"
 
 #define MLPO_RULE_LOOP RuleLoopAvx512
 #define MLPO_RULE_WIDEN RuleWidenAvx512
 #define MLPO_RULE_CAST RuleCastAvx512
 #define MLPO_RULE_ISA KernelIsa::kAvx512
-#include "optimizer/rule_kernels_isa.inc"
+#include "optimizer/kernel/rule_kernels_isa.inc"

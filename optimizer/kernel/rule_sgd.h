@@ -1,12 +1,12 @@
 // SGD as torch.optim.SGD (momentum, dampening, nesterov, weight decay):
 // the state m (momentum_buffer), none at momentum 0.
-#ifndef MLPO_OPTIMIZER_RULE_SGD_H_
-#define MLPO_OPTIMIZER_RULE_SGD_H_
+#ifndef MLPO_OPTIMIZER_KERNEL_RULE_SGD_H_
+#define MLPO_OPTIMIZER_KERNEL_RULE_SGD_H_
 
 #include <cstddef>
 #include <vector>
 
-#include "optimizer/rule_parts.h"
+#include "optimizer/kernel/rule_parts.h"
 
 namespace mlpo::rules {
 
@@ -67,4 +67,4 @@ struct Sgd {
 
 }  // namespace mlpo::rules
 
-#endif  // MLPO_OPTIMIZER_RULE_SGD_H_
+#endif  // MLPO_OPTIMIZER_KERNEL_RULE_SGD_H_
