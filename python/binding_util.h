@@ -66,18 +66,19 @@ T Value(absl::StatusOr<T> v) {
   return std::move(*v);
 }
 
-// {"lr", "weight_decay", "mode": "adamw"|"adam"|"lion"|"adagrad"|"sgd",
+// {"lr", "weight_decay", "mode": "adamw", or a rule's name (RuleKindName:
+//  "adam", "lion", "adagrad", "sgd", "adamax"),
 //  and the rule's own: "beta1", "beta2", "eps", "maximize", "amsgrad",
 //  "momentum", "dampening", "nesterov", "lr_decay",
 //  "initial_accumulator_value" (each optional but lr and mode)}.
 inline RuleKind RuleKindArg(const py::dict& g) {
   std::string mode = g["mode"].cast<std::string>();
-  if (mode == "adamw" || mode == "adam") return RuleKind::kAdam;
-  if (mode == "lion") return RuleKind::kLion;
-  if (mode == "adagrad") return RuleKind::kAdagrad;
-  if (mode == "sgd") return RuleKind::kSgd;
-  throw py::value_error("mode must be 'adamw', 'adam', 'lion', 'adagrad' or "
-                        "'sgd', not '" + mode + "'");
+  if (mode == "adamw") return RuleKind::kAdam;
+  absl::StatusOr<RuleKind> k = ParseRuleKind(mode);
+  if (!k.ok())
+    throw py::value_error("mode: " + std::string(k.status().message()) +
+                          " (or 'adamw')");
+  return *k;
 }
 inline RuleHyper HyperArg(const py::dict& g) {
   RuleHyper h;

@@ -155,7 +155,8 @@ void AddPlanCommand(CLI::App& app) {
   cmd->add_option("--optimizer", a->optimizer,
                   "The update rule and the state it keeps: adam (p, m, v), "
                   "adam+amsgrad (and max_exp_avg_sq), lion (p, m), adagrad "
-                  "(p, sum), sgd+momentum (p, momentum_buffer), sgd (p)")
+                  "(p, sum), sgd+momentum (p, momentum_buffer), sgd (p), adamax "
+                  "(p, exp_avg, exp_inf)")
       ->capture_default_str();
   cmd->add_option("--subgroup", a->subgroup, "Elements per subgroup")
       ->capture_default_str();

@@ -11,6 +11,14 @@
 namespace mlpo::rules {
 
 struct Adagrad {
+  static constexpr const char* kName = "adagrad";
+  static const char* Name(const RuleSpec&) { return kName; }
+  static const char* Check(const RuleHyper& h) {
+    return NonNeg(h.eps) && NonNeg(h.lr_decay) &&
+                   NonNeg(h.initial_accumulator_value)
+               ? nullptr
+               : "need eps, lr_decay and initial_accumulator_value >= 0";
+  }
   static std::vector<StateSlot> Slots(const RuleSpec&) {
     return {{"v", "sum", true}};
   }

@@ -14,6 +14,14 @@
 namespace mlpo::rules {
 
 struct Adam {
+  static constexpr const char* kName = "adam";
+  static const char* Name(const RuleSpec& s) {
+    return s.amsgrad ? "adam+amsgrad" : "adam";
+  }
+  static const char* Check(const RuleHyper& h) {
+    if (const char* b = CheckBetas(h)) return b;
+    return NonNeg(h.eps) ? nullptr : "need eps >= 0";
+  }
   static std::vector<StateSlot> Slots(const RuleSpec& spec) {
     if (spec.amsgrad)
       return {{"m", "exp_avg", false},

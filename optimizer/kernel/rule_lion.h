@@ -12,6 +12,9 @@
 namespace mlpo::rules {
 
 struct Lion {
+  static constexpr const char* kName = "lion";
+  static const char* Name(const RuleSpec&) { return kName; }
+  static const char* Check(const RuleHyper& h) { return CheckBetas(h); }
   static std::vector<StateSlot> Slots(const RuleSpec&) {
     return {{"m", "exp_avg", false}};
   }

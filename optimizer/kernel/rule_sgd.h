@@ -3,6 +3,7 @@
 #ifndef MLPO_OPTIMIZER_KERNEL_RULE_SGD_H_
 #define MLPO_OPTIMIZER_KERNEL_RULE_SGD_H_
 
+#include <cmath>
 #include <cstddef>
 #include <vector>
 
@@ -11,6 +12,17 @@
 namespace mlpo::rules {
 
 struct Sgd {
+  static constexpr const char* kName = "sgd";
+  static const char* Name(const RuleSpec& s) {
+    return s.momentum ? "sgd+momentum" : "sgd";
+  }
+  static const char* Check(const RuleHyper& h) {
+    if (!NonNeg(h.momentum) || !std::isfinite(h.dampening))
+      return "need momentum >= 0 and a finite dampening";
+    if (h.nesterov && (h.momentum <= 0 || h.dampening != 0))
+      return "nesterov momentum needs momentum > 0 and dampening 0";
+    return nullptr;
+  }
   static std::vector<StateSlot> Slots(const RuleSpec& spec) {
     if (!spec.momentum) return {};
     return {{"m", "momentum_buffer", false}};

@@ -4,7 +4,69 @@
 // so no header of the rules includes the dispatch back.
 #include "optimizer/kernel/rules.h"
 
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
 namespace mlpo {
+
+const char* RuleKindName(RuleKind k) {
+  return rules::WithRule(k, []<typename Rule>() { return Rule::kName; });
+}
+
+std::string RuleSpec::Name() const {
+  return rules::WithRule(kind, [&]<typename Rule>() {
+    return std::string(Rule::Name(*this));
+  });
+}
+
+absl::StatusOr<RuleSpec> ParseRuleSpec(absl::string_view s) {
+  std::string known;
+  for (int k = 0; k < kRuleKinds; ++k) {
+    for (bool amsgrad : {false, true}) {
+      for (bool momentum : {true, false}) {
+        RuleSpec r{static_cast<RuleKind>(k), amsgrad, momentum};
+        // amsgrad is Adam's option and the momentum buffer SGD's: the
+        // spec of any other rule has amsgrad off and momentum on.
+        if ((amsgrad && r.kind != RuleKind::kAdam) ||
+            (!momentum && r.kind != RuleKind::kSgd))
+          continue;
+        if (r.Name() == s) return r;
+        absl::StrAppend(&known, known.empty() ? "" : ", ", r.Name());
+      }
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown update rule '", s, "' (", known, ")"));
+}
+
+absl::StatusOr<RuleKind> ParseRuleKind(absl::string_view s) {
+  std::string known;
+  for (int k = 0; k < kRuleKinds; ++k) {
+    if (s == RuleKindName(static_cast<RuleKind>(k)))
+      return static_cast<RuleKind>(k);
+    absl::StrAppend(&known, known.empty() ? "" : ", ",
+                    RuleKindName(static_cast<RuleKind>(k)));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown update rule '", s, "' (", known, ")"));
+}
+
+absl::Status CheckRuleHyper(RuleKind k, int group, const RuleHyper& h) {
+  auto nonneg = [](double x) { return std::isfinite(x) && x >= 0; };
+  const char* need = !nonneg(h.lr) || !nonneg(h.weight_decay)
+                         ? "need finite lr >= 0 and weight_decay >= 0"
+                         : rules::WithRule(k, [&]<typename Rule>() {
+                             return Rule::Check(h);
+                           });
+  if (need == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "parameter group ", group, ": ", need, " (", RuleKindName(k), ": lr ",
+      h.lr, ", weight_decay ", h.weight_decay, ", betas (", h.beta1, ", ",
+      h.beta2, "), eps ", h.eps, ", momentum ", h.momentum, ", dampening ",
+      h.dampening, ", lr_decay ", h.lr_decay, ")"));
+}
 
 std::vector<StateSlot> RuleSpec::Slots() const {
   return rules::WithRule(kind, [&]<typename Rule>() {

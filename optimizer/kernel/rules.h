@@ -5,6 +5,7 @@
 
 #include "optimizer/kernel/rule_adagrad.h"
 #include "optimizer/kernel/rule_adam.h"
+#include "optimizer/kernel/rule_adamax.h"
 #include "optimizer/kernel/rule_lion.h"
 #include "optimizer/kernel/rule_sgd.h"
 
@@ -17,6 +18,7 @@ decltype(auto) WithRule(RuleKind kind, Fn&& fn) {
     case RuleKind::kLion: return fn.template operator()<Lion>();
     case RuleKind::kAdagrad: return fn.template operator()<Adagrad>();
     case RuleKind::kSgd: return fn.template operator()<Sgd>();
+    case RuleKind::kAdamax: return fn.template operator()<Adamax>();
     default: return fn.template operator()<Adam>();
   }
 }

@@ -1,88 +1,14 @@
 #include "optimizer/kernel/update_rule.h"
 
-#include <cmath>
-
 #include "absl/strings/str_cat.h"
 
 namespace mlpo {
-
-const char* RuleKindName(RuleKind k) {
-  switch (k) {
-    case RuleKind::kLion: return "lion";
-    case RuleKind::kAdagrad: return "adagrad";
-    case RuleKind::kSgd: return "sgd";
-    default: return "adam";
-  }
-}
-
-absl::Status CheckRuleHyper(RuleKind k, int group, const RuleHyper& h) {
-  auto bad = [&](absl::string_view what) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parameter group ", group, ": ", what, " (", RuleKindName(k), ": lr ",
-        h.lr, ", weight_decay ", h.weight_decay, ", betas (", h.beta1, ", ",
-        h.beta2, "), eps ", h.eps, ", momentum ", h.momentum, ", dampening ",
-        h.dampening, ", lr_decay ", h.lr_decay, ")"));
-  };
-  auto nonneg = [](double x) { return std::isfinite(x) && x >= 0; };
-  if (!nonneg(h.lr) || !nonneg(h.weight_decay))
-    return bad("need finite lr >= 0 and weight_decay >= 0");
-  switch (k) {
-    case RuleKind::kAdam:
-    case RuleKind::kLion:
-      if (!nonneg(h.beta1) || !nonneg(h.beta2) || h.beta1 >= 1 ||
-          h.beta2 >= 1)
-        return bad("need betas in [0, 1)");
-      if (k == RuleKind::kAdam && !nonneg(h.eps)) return bad("need eps >= 0");
-      break;
-    case RuleKind::kAdagrad:
-      if (!nonneg(h.eps) || !nonneg(h.lr_decay) ||
-          !nonneg(h.initial_accumulator_value))
-        return bad("need eps, lr_decay and initial_accumulator_value >= 0");
-      break;
-    case RuleKind::kSgd:
-      if (!nonneg(h.momentum) || !std::isfinite(h.dampening))
-        return bad("need momentum >= 0 and a finite dampening");
-      if (h.nesterov && (h.momentum <= 0 || h.dampening != 0))
-        return bad("nesterov momentum needs momentum > 0 and dampening 0");
-      break;
-  }
-  return absl::OkStatus();
-}
 
 int RuleSpec::SlotOf(absl::string_view section) const {
   std::vector<StateSlot> s = Slots();
   for (size_t i = 0; i < s.size(); ++i)
     if (section == s[i].section) return static_cast<int>(i);
   return -1;
-}
-
-std::string RuleSpec::Name() const {
-  switch (kind) {
-    case RuleKind::kAdam: return amsgrad ? "adam+amsgrad" : "adam";
-    case RuleKind::kSgd: return momentum ? "sgd+momentum" : "sgd";
-    default: return RuleKindName(kind);
-  }
-}
-
-absl::StatusOr<RuleSpec> ParseRuleSpec(absl::string_view s) {
-  RuleSpec r;
-  if (s == "adam") return r;
-  if (s == "adam+amsgrad") {
-    r.amsgrad = true;
-    return r;
-  }
-  if (s == "lion") r.kind = RuleKind::kLion;
-  else if (s == "adagrad") r.kind = RuleKind::kAdagrad;
-  else if (s == "sgd+momentum") r.kind = RuleKind::kSgd;
-  else if (s == "sgd") {
-    r.kind = RuleKind::kSgd;
-    r.momentum = false;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown update rule '", s,
-        "' (adam, adam+amsgrad, lion, adagrad, sgd, sgd+momentum)"));
-  }
-  return r;
 }
 
 RuleSpec SpecFor(RuleKind kind, const std::vector<RuleHyper>& groups) {

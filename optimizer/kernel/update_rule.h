@@ -13,6 +13,7 @@
 //   lion      m (exp_avg)                               8
 //   adagrad   v (sum)                                   8
 //   sgd       m (momentum_buffer), none at momentum 0   8 (4)
+//   adamax    m (exp_avg), u (exp_inf)                 12
 //
 // A store's rule and slots are fixed when it is created (store attribute
 // "update_rule", absent = "adam" for stores from before rules): a slot
@@ -36,17 +37,28 @@ namespace mlpo {
 
 inline constexpr char kUpdateRuleAttribute[] = "update_rule";
 
-enum class RuleKind : uint8_t { kAdam = 0, kLion = 1, kAdagrad = 2, kSgd = 3 };
+// Stored in manifests by name, never by number; values are contiguous from
+// 0 (kRuleKinds of them), each dispatched in rules.h.
+enum class RuleKind : uint8_t {
+  kAdam = 0,
+  kLion = 1,
+  kAdagrad = 2,
+  kSgd = 3,
+  kAdamax = 4,
+};
+inline constexpr int kRuleKinds = 5;
+// "adam", "lion", "adagrad", "sgd", "adamax" (rule_<rule>.h's kName).
 const char* RuleKindName(RuleKind k);
+absl::StatusOr<RuleKind> ParseRuleKind(absl::string_view s);
 
 enum class AdamMode { kAdamW, kAdam };
 
 // Every rule's hyperparameters in one value; a rule reads its own.
 struct RuleHyper {
   double lr = 1e-3;
-  double beta1 = 0.9;   // adam, lion
-  double beta2 = 0.999; // adam, lion
-  double eps = 1e-8;    // adam, adagrad
+  double beta1 = 0.9;   // adam, lion, adamax
+  double beta2 = 0.999; // adam, lion, adamax
+  double eps = 1e-8;    // adam, adagrad, adamax
   double weight_decay = 0.0;
   AdamMode mode = AdamMode::kAdamW;  // adam: decoupled (AdamW) or L2
   // torch.optim's maximize: the gradient's sign flipped before anything
@@ -82,7 +94,8 @@ struct RuleSpec {
   std::vector<StateSlot> Slots() const;
   // The slot index of `section`, or -1.
   int SlotOf(absl::string_view section) const;
-  // "adam", "adam+amsgrad", "lion", "adagrad", "sgd+momentum", "sgd".
+  // "adam", "adam+amsgrad", "lion", "adagrad", "sgd+momentum", "sgd",
+  // "adamax" (the rule part's Name).
   std::string Name() const;
   bool operator==(const RuleSpec& o) const {
     return kind == o.kind && amsgrad == o.amsgrad && momentum == o.momentum;

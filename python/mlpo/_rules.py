@@ -34,6 +34,11 @@ RULES = {
                 step_in_state=False,
                 torch_flags=dict(foreach=None, differentiable=False,
                                  fused=None)),
+    "adamax": dict(numbers=("lr", "eps", "weight_decay"), betas=True,
+                   flags=("maximize",), state=("exp_avg", "exp_inf"),
+                   optional=(), step_in_state=True,
+                   torch_flags=dict(foreach=None, differentiable=False,
+                                    capturable=False)),
 }
 
 

@@ -70,7 +70,8 @@ from ._stand_in import sync_in, sync_out
 from ._unsupported import refuse_unsupported
 from ._reshard import fsdp_mesh
 
-__all__ = ["AdamW", "Adam", "Lion", "Adagrad", "SGD", "export_state_dict",
+__all__ = ["AdamW", "Adam", "Lion", "Adagrad", "SGD", "Adamax",
+           "export_state_dict",
            "PlainStepNote", "ddp_comm_hook"]
 
 
@@ -556,3 +557,23 @@ class SGD(_MlpoOptimizer):
             lr=lr, momentum=momentum, dampening=dampening,
             weight_decay=weight_decay, nesterov=nesterov, maximize=maximize,
             foreach=foreach, differentiable=False, fused=fused), **mlpo)
+
+
+@_with_keywords
+class Adamax(_MlpoOptimizer):
+    """torch.optim.Adamax (Adam with the infinity norm: exp_inf =
+    max(beta2 * exp_inf, |g| + eps)) over an mlpo store (state: step,
+    exp_avg, exp_inf; 12 bytes per parameter in fp32)."""
+    _mode = "adamax"
+
+    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8,
+                 weight_decay=0, foreach=None, *, maximize=False,
+                 differentiable=False, capturable=False, **mlpo):
+        refuse_unsupported(dict(differentiable=differentiable,
+                                capturable=capturable),
+                           "mlpo.torch.Adamax()")
+        betas = tuple(betas) if isinstance(betas, (list, tuple)) else betas
+        super().__init__(params, dict(
+            lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+            foreach=foreach, maximize=maximize, differentiable=False,
+            capturable=False), **mlpo)

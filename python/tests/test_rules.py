@@ -1,6 +1,6 @@
 """The update rules over the store, side by side with their references:
-torch.optim.SGD, Adagrad, Adam/AdamW with amsgrad (per group, with a
-schedule, through state dicts both ways), Lion against a float64 loop of
+torch.optim.SGD, Adagrad, Adam/AdamW with amsgrad, Adamax (per group,
+with a schedule, through state dicts both ways), Lion against a float64 loop of
 its paper; parameters torch takes that the engine cannot read in place
 (float64, complex, gaps in memory); and the refusals that keep a store's
 rule and slots what they were when it was created."""
@@ -25,9 +25,12 @@ RULES = [
     (mt.Adam, torch.optim.Adam,
      [dict(lr=1e-2, amsgrad=True, weight_decay=0.1, maximize=True),
       dict(lr=5e-3, amsgrad=True)]),
+    (mt.Adamax, torch.optim.Adamax,
+     [dict(lr=2e-3, weight_decay=1e-2),
+      dict(lr=1e-2, eps=1e-6, betas=(0.8, 0.99), maximize=True)]),
 ]
 IDS = ["sgd-momentum", "sgd-plain", "adagrad", "adamw-amsgrad",
-       "adam-amsgrad-maximize"]
+       "adam-amsgrad-maximize", "adamax"]
 
 
 def groups_of(model, opts):
@@ -139,7 +142,8 @@ def test_each_rule_keeps_only_its_own_state(tmp_path):
     want = {mt.Lion: ("lion", ["exp_avg"]),
             mt.AdamW: ("adam", ["exp_avg", "exp_avg_sq"]),
             mt.SGD: ("sgd", []),
-            mt.Adagrad: ("adagrad", ["sum"])}
+            mt.Adagrad: ("adagrad", ["sum"]),
+            mt.Adamax: ("adamax", ["exp_avg", "exp_inf"])}
     for cls, (rule, names) in want.items():
         m = make_model()
         o = cls(m.parameters(), lr=1e-3, store=str(tmp_path / cls.__name__))

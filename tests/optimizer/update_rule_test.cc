@@ -61,6 +61,18 @@ std::vector<Case> Cases() {
   ams.amsgrad = true;
   ams.mode = AdamMode::kAdam;
   out.push_back({"adam_amsgrad", {RuleKind::kAdam, true, true}, ams});
+  RuleHyper amax;
+  amax.lr = 2e-3;
+  amax.beta1 = 0.9;
+  amax.beta2 = 0.99;
+  amax.eps = 1e-6;
+  amax.weight_decay = 1e-2;
+  out.push_back({"adamax", {RuleKind::kAdamax, false, true}, amax});
+  RuleHyper amax_max = amax;
+  amax_max.maximize = true;
+  amax_max.weight_decay = 0;
+  out.push_back({"adamax_maximize", {RuleKind::kAdamax, false, true},
+                 amax_max});
   return out;
 }
 
@@ -91,6 +103,13 @@ void ReferenceStep(const Case& c, uint64_t t, double g, double* p,
         g = h.nesterov ? g + h.momentum * s[0] : s[0];
       }
       *p -= h.lr * g;
+      return;
+    }
+    case RuleKind::kAdamax: {
+      g += h.weight_decay * *p;
+      s[0] = h.beta1 * s[0] + (1 - h.beta1) * g;
+      s[1] = std::max(h.beta2 * s[1], std::abs(g) + h.eps);
+      *p -= h.lr / (1 - std::pow(h.beta1, t)) * s[0] / s[1];
       return;
     }
     case RuleKind::kAdam: {
@@ -263,12 +282,22 @@ TEST(RuleKernelAdamTest, GenericLoopEqualsTheAdamKernel) {
 
 TEST(RuleSpecTest, NamesSlotsAndHyperChecks) {
   for (const char* name :
-       {"adam", "adam+amsgrad", "lion", "adagrad", "sgd", "sgd+momentum"}) {
+       {"adam", "adam+amsgrad", "lion", "adagrad", "sgd", "sgd+momentum",
+        "adamax"}) {
     auto s = ParseRuleSpec(name);
     ASSERT_TRUE(s.ok()) << name;
     EXPECT_EQ(s->Name(), name);
   }
-  EXPECT_TRUE(absl::IsInvalidArgument(ParseRuleSpec("adamax").status()));
+  auto unknown = ParseRuleSpec("nadam").status();
+  EXPECT_TRUE(absl::IsInvalidArgument(unknown));
+  // The message lists what is known, from the rules' own names.
+  EXPECT_NE(unknown.message().find("sgd, adamax"), std::string::npos)
+      << unknown;
+  EXPECT_EQ(*ParseRuleKind("adamax"), RuleKind::kAdamax);
+  EXPECT_FALSE(ParseRuleKind("adam+amsgrad").ok());
+  RuleHyper x;
+  x.eps = -1;
+  EXPECT_TRUE(absl::IsInvalidArgument(CheckRuleHyper(RuleKind::kAdamax, 0, x)));
   EXPECT_EQ(RuleSpec{RuleKind::kLion}.Slots().size(), 1u);
   EXPECT_EQ(RuleBytesPerParam(RuleSpec{RuleKind::kLion}, StateFormat::kF32),
             8.0);
