@@ -230,6 +230,30 @@ class UpdatePipeline {
   void Carry(const std::vector<PathCounters>& now);
   std::vector<int> OrderOf(uint64_t t) const;
 
+  // The parts of Step, in its order. The DRAM tier learns this step's
+  // order and the next's.
+  void DeclareOrder(const std::vector<int>& expected,
+                    const std::vector<int>& next);
+  // The next subgroup whose gradients are final (the update during
+  // backward), its wait counted in rep->grad_wait_s.
+  absl::StatusOr<int> NextFromGate(ReadyGate* gate,
+                                   const std::vector<bool>& taken,
+                                   StepReport* rep);
+  // Subgroup s's update in its checked-out state object: the plan's
+  // overrides and adoptions, then its tiles (kernel/tile.h) on the
+  // runner's threads, each tile's parameters to the sink or the model.
+  // `offloaded`: its gradient object's data (the baseline), else the
+  // stage's. *p_changed: p was set from outside the step.
+  absl::Status UpdateSubgroup(const Subgroup& s, const StepPlan& plan,
+                              const GradStage& grads, const float* offloaded,
+                              ParamSink* sink, Lease* lease, bool* p_changed,
+                              StepReport* rep);
+  // The report's bytes per path (with what the last step moved after it
+  // returned), cache hits and bound; returns the paths' counters now.
+  std::vector<PathCounters> Account(const std::vector<PathCounters>& before,
+                                    const CacheStats& cache_before,
+                                    StepReport* rep);
+
   // Read-ahead checkouts for step ahead_step_, by subgroup; the step takes
   // (erases) the ones it uses.
   std::map<int, std::future<absl::StatusOr<Lease>>> ahead_;

@@ -209,301 +209,349 @@ std::vector<std::unique_ptr<ObjectStore>> OpenStoreRanks(
   return out;
 }
 
-}  // namespace
+// mlpo inspect
+void AddInspectCommand(CLI::App& app) {
+  auto a = std::make_shared<CommonArgs>();
+  auto* c = AddStoreSub(app, "inspect",
+                        "Summary: objects, versions, bytes per path, tags, "
+                        "free space", a.get());
+  c->callback([a] {
+    auto s = OpenView("inspect", a->store);
+    StoreStats st = s->Stats();
+    auto tags = OrderedTags(*s);
+    const auto& o = s->options();
+    auto from = s->GetAttribute(kCopiedFromAttribute);
+    json copied_from = json::array();
+    if (from.ok())
+      for (const std::string& u : CopiedFrom(*from)) copied_from.push_back(u);
+    json j = {{"store", o.name},
+              {"rank", o.rank},
+              {"meta_dir", o.meta_dir},
+              {"uuid", s->store_uuid()},
+              {"copied_from", copied_from},
+              {"durability", o.durability == Durability::kStep ? "step" : "tag"},
+              {"state_format", StateFormatOf(*s)},
+              {"update_rule", UpdateRuleOf(*s)},
+              {"objects", st.objects},
+              {"objects_with_head", st.objects_with_head},
+              {"versions", st.versions},
+              {"tags", json::array()},
+              {"paths", PathsJson(st)}};
+    for (auto& [t, objs] : tags)
+      j["tags"].push_back({{"name", t},
+                           {"objects", objs.size()},
+                           {"step", TagStep(*s, objs)}});
+    if (a->json) {
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
+    std::printf("store %s rank %d  (index %s, durability %s, state format "
+                "%s, update rule %s)\n",
+                o.name.c_str(), o.rank, o.meta_dir.c_str(),
+                j["durability"].get<std::string>().c_str(),
+                j["state_format"].get<std::string>().c_str(),
+                j["update_rule"].get<std::string>().c_str());
+    std::string lineage;  // newest original first
+    for (auto u = copied_from.rbegin(); u != copied_from.rend(); ++u)
+      absl::StrAppend(&lineage, lineage.empty() ? ", a copy of store "
+                                                : ", itself a copy of ",
+                      u->get<std::string>());
+    std::printf("identity %s%s\n", s->store_uuid().c_str(),
+                lineage.c_str());
+    std::printf("objects %lu (%lu with a committed version), version "
+                "records %lu, tags %zu\n",
+                (unsigned long)st.objects, (unsigned long)st.objects_with_head,
+                (unsigned long)st.versions, tags.size());
+    std::printf("%-40s %-5s %12s %12s %12s %12s\n", "path", "kind",
+                "referenced", "gc-able", "used", "free");
+    for (auto& p : st.paths)
+      std::printf("%-40s %-5s %12s %12s %12s %12s\n", p.root.c_str(),
+                  p.kind.c_str(), FormatBytes(p.referenced_bytes).c_str(),
+                  FormatBytes(p.unreferenced_bytes).c_str(),
+                  FormatBytes(p.usage.used).c_str(),
+                  FormatBytes(p.usage.free).c_str());
+    for (auto& t : j["tags"])
+      std::printf("tag %s: %zu objects, step %s\n",
+                  t["name"].get<std::string>().c_str(),
+                  (size_t)t["objects"].get<uint64_t>(),
+                  StepText(t["step"]).c_str());
+  });
+}
 
-void AddStoreCommands(CLI::App& app) {
-  {
-    auto a = std::make_shared<CommonArgs>();
-    auto* c = AddStoreSub(app, "inspect",
-                          "Summary: objects, versions, bytes per path, tags, "
-                          "free space", a.get());
-    c->callback([a] {
-      auto s = OpenView("inspect", a->store);
-      StoreStats st = s->Stats();
-      auto tags = OrderedTags(*s);
-      const auto& o = s->options();
-      auto from = s->GetAttribute(kCopiedFromAttribute);
-      json copied_from = json::array();
-      if (from.ok())
-        for (const std::string& u : CopiedFrom(*from)) copied_from.push_back(u);
-      json j = {{"store", o.name},
-                {"rank", o.rank},
-                {"meta_dir", o.meta_dir},
-                {"uuid", s->store_uuid()},
-                {"copied_from", copied_from},
-                {"durability", o.durability == Durability::kStep ? "step" : "tag"},
-                {"state_format", StateFormatOf(*s)},
-                {"update_rule", UpdateRuleOf(*s)},
-                {"objects", st.objects},
-                {"objects_with_head", st.objects_with_head},
-                {"versions", st.versions},
-                {"tags", json::array()},
-                {"paths", PathsJson(st)}};
-      for (auto& [t, objs] : tags)
-        j["tags"].push_back({{"name", t},
-                             {"objects", objs.size()},
-                             {"step", TagStep(*s, objs)}});
-      if (a->json) {
-        std::cout << j.dump(2) << "\n";
-        return;
-      }
-      std::printf("store %s rank %d  (index %s, durability %s, state format "
-                  "%s, update rule %s)\n",
-                  o.name.c_str(), o.rank, o.meta_dir.c_str(),
-                  j["durability"].get<std::string>().c_str(),
-                  j["state_format"].get<std::string>().c_str(),
-                  j["update_rule"].get<std::string>().c_str());
-      std::string lineage;  // newest original first
-      for (auto u = copied_from.rbegin(); u != copied_from.rend(); ++u)
-        absl::StrAppend(&lineage, lineage.empty() ? ", a copy of store "
-                                                  : ", itself a copy of ",
-                        u->get<std::string>());
-      std::printf("identity %s%s\n", s->store_uuid().c_str(),
-                  lineage.c_str());
-      std::printf("objects %lu (%lu with a committed version), version "
-                  "records %lu, tags %zu\n",
-                  (unsigned long)st.objects, (unsigned long)st.objects_with_head,
-                  (unsigned long)st.versions, tags.size());
-      std::printf("%-40s %-5s %12s %12s %12s %12s\n", "path", "kind",
-                  "referenced", "gc-able", "used", "free");
-      for (auto& p : st.paths)
-        std::printf("%-40s %-5s %12s %12s %12s %12s\n", p.root.c_str(),
-                    p.kind.c_str(), FormatBytes(p.referenced_bytes).c_str(),
-                    FormatBytes(p.unreferenced_bytes).c_str(),
-                    FormatBytes(p.usage.used).c_str(),
-                    FormatBytes(p.usage.free).c_str());
-      for (auto& t : j["tags"])
-        std::printf("tag %s: %zu objects, step %s\n",
-                    t["name"].get<std::string>().c_str(),
-                    (size_t)t["objects"].get<uint64_t>(),
-                    StepText(t["step"]).c_str());
-    });
-  }
-  {
-    auto a = std::make_shared<CommonArgs>();
-    auto* c = AddStoreSub(app, "ls", "List objects with their head (step and "
-                                     "sequence number), size and kept "
-                                     "versions", a.get());
-    c->callback([a] {
-      auto s = OpenView("ls", a->store);
-      json j = json::array();
-      for (auto& i : s->List())
-        j.push_back({{"name", i.name},
-                     {"head", i.has_head ? json(i.head) : json(nullptr)},
-                     {"head_step",
-                      i.has_head ? json(i.head_step) : json(nullptr)},
-                     {"bytes", i.layout.total_bytes()},
-                     {"layout", i.layout.DebugString()},
-                     {"versions", i.versions},
-                     {"steps", i.steps}});
-      if (a->json) {
-        std::cout << json{{"objects", j}}.dump(2) << "\n";
-        return;
-      }
-      std::printf("%-32s %8s %8s %8s %12s  %s\n", "object", "step", "version",
-                  "kept", "bytes", "layout");
-      for (auto& o : j)
-        std::printf("%-32s %8s %8s %8zu %12s  %s\n",
-                    o["name"].get<std::string>().c_str(),
-                    StepText(o["head_step"]).c_str(),
-                    StepText(o["head"]).c_str(), o["versions"].size(),
-                    FormatBytes(o["bytes"].get<double>()).c_str(),
-                    o["layout"].get<std::string>().c_str());
-    });
-  }
-  AddShowCommand(app);
-  {
-    auto a = std::make_shared<CommonArgs>();
-    auto tag = std::make_shared<std::string>();
-    auto* c = AddStoreSub(app, "verify",
-                          "Read every extent of every head (or of --tag) and "
-                          "check its xxh3; exit 0 when all hold, 3 when some "
-                          "version reads back only from its replica (tag "
-                          "--copy-to: nothing lost, but one copy is bad), 1 "
-                          "when something is unreadable or a file of the "
-                          "store belongs to another user (FOREIGN OWNER)",
-                          a.get());
-    c->add_option("--tag", *tag, "Verify this tag's versions instead of heads")
-        ->check(NotEmpty());
-    auto deep = std::make_shared<bool>(false);
-    c->add_flag("--deep", *deep,
-                "Also check the index against the data without trusting "
-                "either: every extent of every record (heads, tags, records "
-                "awaiting gc) inside a segment file that exists and is long "
-                "enough, records' extents tiling their blobs, no two "
-                "extents overlapping");
-    c->callback([a, tag, deep] {
-      auto s = OpenView("verify", a->store);
-      auto rep = Verify(*s, 
-          *tag,
-          [](uint64_t done, uint64_t total) {
-            Progress("verify " + FormatBytes(done) + " / " +
-                     FormatBytes(total));
-          },
-          *deep);
-      Progress("");
-      if (!rep.ok()) Fail("verify", rep.status());
-      const std::vector<std::string> owner_problems = ForeignOwnedFiles(*s);
-      json bad = json::array();
-      for (auto& b : rep->bad)
-        bad.push_back({{"object", b.object}, {"version", b.version},
-                       {"path", b.path}, {"file", b.file},
-                       {"offset", b.file_offset}, {"length", b.length},
-                       {"error", b.error}});
-      json covered = json::array();
-      for (auto& b : rep->covered)
-        covered.push_back({{"object", b.object}, {"version", b.version},
-                           {"path", b.path}, {"file", b.file},
-                           {"offset", b.file_offset}, {"length", b.length},
-                           {"error", b.error}});
-      json superseded = json::array();
+// mlpo ls
+void AddLsCommand(CLI::App& app) {
+  auto a = std::make_shared<CommonArgs>();
+  auto* c = AddStoreSub(app, "ls", "List objects with their head (step and "
+                                   "sequence number), size and kept "
+                                   "versions", a.get());
+  c->callback([a] {
+    auto s = OpenView("ls", a->store);
+    json j = json::array();
+    for (auto& i : s->List())
+      j.push_back({{"name", i.name},
+                   {"head", i.has_head ? json(i.head) : json(nullptr)},
+                   {"head_step",
+                    i.has_head ? json(i.head_step) : json(nullptr)},
+                   {"bytes", i.layout.total_bytes()},
+                   {"layout", i.layout.DebugString()},
+                   {"versions", i.versions},
+                   {"steps", i.steps}});
+    if (a->json) {
+      std::cout << json{{"objects", j}}.dump(2) << "\n";
+      return;
+    }
+    std::printf("%-32s %8s %8s %8s %12s  %s\n", "object", "step", "version",
+                "kept", "bytes", "layout");
+    for (auto& o : j)
+      std::printf("%-32s %8s %8s %8zu %12s  %s\n",
+                  o["name"].get<std::string>().c_str(),
+                  StepText(o["head_step"]).c_str(),
+                  StepText(o["head"]).c_str(), o["versions"].size(),
+                  FormatBytes(o["bytes"].get<double>()).c_str(),
+                  o["layout"].get<std::string>().c_str());
+  });
+}
+
+// mlpo verify
+void AddVerifyCommand(CLI::App& app) {
+  auto a = std::make_shared<CommonArgs>();
+  auto tag = std::make_shared<std::string>();
+  auto* c = AddStoreSub(app, "verify",
+                        "Read every extent of every head (or of --tag) and "
+                        "check its xxh3; exit 0 when all hold, 3 when some "
+                        "version reads back only from its replica (tag "
+                        "--copy-to: nothing lost, but one copy is bad), 1 "
+                        "when something is unreadable or a file of the "
+                        "store belongs to another user (FOREIGN OWNER)",
+                        a.get());
+  c->add_option("--tag", *tag, "Verify this tag's versions instead of heads")
+      ->check(NotEmpty());
+  auto deep = std::make_shared<bool>(false);
+  c->add_flag("--deep", *deep,
+              "Also check the index against the data without trusting "
+              "either: every extent of every record (heads, tags, records "
+              "awaiting gc) inside a segment file that exists and is long "
+              "enough, records' extents tiling their blobs, no two "
+              "extents overlapping");
+  c->callback([a, tag, deep] {
+    auto s = OpenView("verify", a->store);
+    auto rep = Verify(*s, 
+        *tag,
+        [](uint64_t done, uint64_t total) {
+          Progress("verify " + FormatBytes(done) + " / " +
+                   FormatBytes(total));
+        },
+        *deep);
+    Progress("");
+    if (!rep.ok()) Fail("verify", rep.status());
+    const std::vector<std::string> owner_problems = ForeignOwnedFiles(*s);
+    json bad = json::array();
+    for (auto& b : rep->bad)
+      bad.push_back({{"object", b.object}, {"version", b.version},
+                     {"path", b.path}, {"file", b.file},
+                     {"offset", b.file_offset}, {"length", b.length},
+                     {"error", b.error}});
+    json covered = json::array();
+    for (auto& b : rep->covered)
+      covered.push_back({{"object", b.object}, {"version", b.version},
+                         {"path", b.path}, {"file", b.file},
+                         {"offset", b.file_offset}, {"length", b.length},
+                         {"error", b.error}});
+    json superseded = json::array();
+    for (auto& b : rep->superseded)
+      superseded.push_back({{"object", b.object}, {"version", b.version}});
+    // A segment file missing or cut short: the writable open refuses the
+    // store (recover --salvage is the way out), so verify never says OK.
+    const bool lost = !rep->bad.empty() || !rep->index_problems.empty() ||
+                      !rep->missing_segments.empty() ||
+                      !rep->short_segments.empty() ||
+                      !owner_problems.empty();
+    const bool one_copy =
+        !rep->covered.empty() || !rep->backup_problems.empty();
+    if (a->json) {
+      std::cout << json{{"ok", !lost},
+                        {"state", lost       ? "bad"
+                                  : one_copy ? "replica_only"
+                                             : "ok"},
+                        {"index_problems", rep->index_problems},
+                        {"backup_problems", rep->backup_problems},
+                        {"owner_problems", owner_problems},
+                        {"objects", rep->objects},
+                        {"extents", rep->extents}, {"bytes", rep->bytes},
+                        {"replicas", rep->replicas}, {"bad", bad},
+                        {"covered_by_replica", covered},
+                        {"superseded", superseded},
+                        {"missing_segments", rep->missing_segments},
+                        {"short_segments", rep->short_segments}}
+                       .dump(2)
+                << "\n";
+    } else {
+      for (auto& f : rep->missing_segments)
+        std::printf("MISSING segment file %s (`mlpo recover --salvage "
+                    "STORE` keeps every tag and head that still reads)\n",
+                    f.c_str());
+      for (auto& f : rep->short_segments)
+        std::printf("SHORT segment file %s (truncated; `mlpo recover "
+                    "--salvage STORE` keeps every tag and head that still "
+                    "reads)\n", f.c_str());
+      for (auto& m : rep->index_problems)
+        std::printf("BAD INDEX %s%s\n", m.c_str(),
+                    absl::StrContains(m, "mlpo recover")
+                        ? ""
+                        : "; `mlpo recover STORE` rebuilds it from a backup");
+      for (auto& m : owner_problems)
+        std::printf("FOREIGN OWNER %s\n", m.c_str());
+      for (auto& m : rep->backup_problems)
+        std::printf("BAD BACKUP %s (the live index is fine; the next tag "
+                    "writes a new backup)\n", m.c_str());
       for (auto& b : rep->superseded)
-        superseded.push_back({{"object", b.object}, {"version", b.version}});
-      // A segment file missing or cut short: the writable open refuses the
-      // store (recover --salvage is the way out), so verify never says OK.
-      const bool lost = !rep->bad.empty() || !rep->index_problems.empty() ||
-                        !rep->missing_segments.empty() ||
-                        !rep->short_segments.empty() ||
-                        !owner_problems.empty();
-      const bool one_copy =
-          !rep->covered.empty() || !rep->backup_problems.empty();
-      if (a->json) {
-        std::cout << json{{"ok", !lost},
-                          {"state", lost       ? "bad"
-                                    : one_copy ? "replica_only"
-                                               : "ok"},
-                          {"index_problems", rep->index_problems},
-                          {"backup_problems", rep->backup_problems},
-                          {"owner_problems", owner_problems},
-                          {"objects", rep->objects},
-                          {"extents", rep->extents}, {"bytes", rep->bytes},
-                          {"replicas", rep->replicas}, {"bad", bad},
-                          {"covered_by_replica", covered},
-                          {"superseded", superseded},
-                          {"missing_segments", rep->missing_segments},
-                          {"short_segments", rep->short_segments}}
-                         .dump(2)
-                  << "\n";
-      } else {
-        for (auto& f : rep->missing_segments)
-          std::printf("MISSING segment file %s (`mlpo recover --salvage "
-                      "STORE` keeps every tag and head that still reads)\n",
-                      f.c_str());
-        for (auto& f : rep->short_segments)
-          std::printf("SHORT segment file %s (truncated; `mlpo recover "
-                      "--salvage STORE` keeps every tag and head that still "
-                      "reads)\n", f.c_str());
-        for (auto& m : rep->index_problems)
-          std::printf("BAD INDEX %s%s\n", m.c_str(),
-                      absl::StrContains(m, "mlpo recover")
-                          ? ""
-                          : "; `mlpo recover STORE` rebuilds it from a backup");
-        for (auto& m : owner_problems)
-          std::printf("FOREIGN OWNER %s\n", m.c_str());
-        for (auto& m : rep->backup_problems)
-          std::printf("BAD BACKUP %s (the live index is fine; the next tag "
-                      "writes a new backup)\n", m.c_str());
-        for (auto& b : rep->superseded)
-          std::printf("superseded while reading: object %s version %lu (the "
-                      "running job replaced it; not corruption)\n",
-                      b.object.c_str(), (unsigned long)b.version);
-        for (auto& b : rep->covered)
-          std::printf("ONLY THE REPLICA HOLDS object %s version %lu: path %s "
-                      "file %s offset %lu length %lu: %s\n",
-                      b.object.c_str(), (unsigned long)b.version,
-                      b.path.c_str(), b.file.c_str(),
-                      (unsigned long)b.file_offset, (unsigned long)b.length,
-                      b.error.c_str());
-        for (auto& b : rep->bad)
-          std::printf("BAD object %s version %lu path %s file %s offset %lu "
-                      "length %lu: %s\n",
-                      b.object.c_str(), (unsigned long)b.version, b.path.c_str(),
-                      b.file.c_str(), (unsigned long)b.file_offset,
-                      (unsigned long)b.length, b.error.c_str());
-        std::printf("%s: %lu objects (%lu with a replica), %lu extents, %s "
-                    "checked, %zu bad, %zu readable from the replica only\n",
-                    lost                        ? "FAILED"
-                    : !rep->covered.empty()     ? "READABLE ONLY FROM THE REPLICA"
-                    : one_copy                  ? "DATA OK, A BACKUP IS BAD"
-                                                : "OK",
-                    (unsigned long)rep->objects, (unsigned long)rep->replicas,
-                    (unsigned long)rep->extents,
-                    FormatBytes(rep->bytes).c_str(), rep->bad.size(),
-                    rep->covered.size());
+        std::printf("superseded while reading: object %s version %lu (the "
+                    "running job replaced it; not corruption)\n",
+                    b.object.c_str(), (unsigned long)b.version);
+      for (auto& b : rep->covered)
+        std::printf("ONLY THE REPLICA HOLDS object %s version %lu: path %s "
+                    "file %s offset %lu length %lu: %s\n",
+                    b.object.c_str(), (unsigned long)b.version,
+                    b.path.c_str(), b.file.c_str(),
+                    (unsigned long)b.file_offset, (unsigned long)b.length,
+                    b.error.c_str());
+      for (auto& b : rep->bad)
+        std::printf("BAD object %s version %lu path %s file %s offset %lu "
+                    "length %lu: %s\n",
+                    b.object.c_str(), (unsigned long)b.version, b.path.c_str(),
+                    b.file.c_str(), (unsigned long)b.file_offset,
+                    (unsigned long)b.length, b.error.c_str());
+      std::printf("%s: %lu objects (%lu with a replica), %lu extents, %s "
+                  "checked, %zu bad, %zu readable from the replica only\n",
+                  lost                        ? "FAILED"
+                  : !rep->covered.empty()     ? "READABLE ONLY FROM THE REPLICA"
+                  : one_copy                  ? "DATA OK, A BACKUP IS BAD"
+                                              : "OK",
+                  (unsigned long)rep->objects, (unsigned long)rep->replicas,
+                  (unsigned long)rep->extents,
+                  FormatBytes(rep->bytes).c_str(), rep->bad.size(),
+                  rep->covered.size());
+    }
+    if (lost) throw CLI::RuntimeError(1);
+    if (one_copy) throw CLI::RuntimeError(3);
+  });
+}
+
+// mlpo health
+void AddHealthCommand(CLI::App& app) {
+  auto a = std::make_shared<CommonArgs>();
+  auto* c = AddStoreSub(
+      app, "health",
+      "One line on a store's health without reading its data (seconds on "
+      "any size, beside a running job): the index opens and its blocks "
+      "pass their checksums, every segment file is there and long "
+      "enough, every version's extents lie inside them without overlap. "
+      "Exit 0 healthy, 1 damaged (then `mlpo verify --deep STORE` names "
+      "what and `docs/operations.md` says what to do); a store that does "
+      "not open says why and exits 1 too",
+      a.get());
+  c->callback([a] {
+    auto s = OpenView("health", a->store);
+    std::vector<std::string> problems;
+    if (absl::Status st = CheckLiveIndex(*s); !st.ok())
+      problems.push_back(absl::StrCat("index: ", st.message()));
+    for (size_t p = 0; p < s->num_paths(); ++p) {
+      for (auto& f : s->path_at(p).MissingSegments())
+        problems.push_back("missing segment file " + f);
+      for (auto& f : s->path_at(p).ShortSegments())
+        problems.push_back("short segment file " + f);
+    }
+    for (const BadExtent& b : CheckExtentMap(*s))
+      problems.push_back(absl::StrCat("object ", b.object, " version ",
+                                      b.version, " in ", b.file, ": ",
+                                      b.error));
+    uint64_t step = 0, heads = 0;
+    for (const ObjectInfo& o : s->List())
+      if (o.has_head) {
+        ++heads;
+        step = std::max(step, o.head_step);
       }
-      if (lost) throw CLI::RuntimeError(1);
-      if (one_copy) throw CLI::RuntimeError(3);
-    });
-  }
-  {
-    auto a = std::make_shared<CommonArgs>();
-    auto* c = AddStoreSub(
-        app, "health",
-        "One line on a store's health without reading its data (seconds on "
-        "any size, beside a running job): the index opens and its blocks "
-        "pass their checksums, every segment file is there and long "
-        "enough, every version's extents lie inside them without overlap. "
-        "Exit 0 healthy, 1 damaged (then `mlpo verify --deep STORE` names "
-        "what and `docs/operations.md` says what to do); a store that does "
-        "not open says why and exits 1 too",
-        a.get());
-    c->callback([a] {
-      auto s = OpenView("health", a->store);
-      std::vector<std::string> problems;
-      if (absl::Status st = CheckLiveIndex(*s); !st.ok())
-        problems.push_back(absl::StrCat("index: ", st.message()));
-      for (size_t p = 0; p < s->num_paths(); ++p) {
-        for (auto& f : s->path_at(p).MissingSegments())
-          problems.push_back("missing segment file " + f);
-        for (auto& f : s->path_at(p).ShortSegments())
-          problems.push_back("short segment file " + f);
-      }
-      for (const BadExtent& b : CheckExtentMap(*s))
-        problems.push_back(absl::StrCat("object ", b.object, " version ",
-                                        b.version, " in ", b.file, ": ",
-                                        b.error));
-      uint64_t step = 0, heads = 0;
-      for (const ObjectInfo& o : s->List())
-        if (o.has_head) {
-          ++heads;
-          step = std::max(step, o.head_step);
-        }
-      auto tags = OrderedTags(*s);
-      const int pid = WriterLock::HolderPid(s->options().meta_dir);
-      const bool ok = problems.empty();
-      if (a->json) {
-        std::cout << json{{"ok", ok},
-                          {"state", ok ? "ok" : "bad"},
-                          {"store", s->options().name},
-                          {"meta_dir", s->options().meta_dir},
-                          {"step", step},
-                          {"objects_with_head", heads},
-                          {"tags", tags.size()},
-                          {"newest_tag",
-                           tags.empty() ? json(nullptr)
-                                        : json(tags.back().first)},
-                          {"held_by_pid", pid > 0 ? json(pid) : json(nullptr)},
-                          {"problems", problems}}
-                         .dump()
-                  << "\n";
-      } else {
-        std::string line = absl::StrCat(
-            ok ? "OK" : "DAMAGED", " ", s->options().meta_dir, ": step ",
-            step, ", ", heads, heads == 1 ? " object, " : " objects, ",
-            tags.size(), tags.size() == 1 ? " tag" : " tags");
-        if (!tags.empty())
-          absl::StrAppend(&line, " (newest ", tags.back().first, ")");
-        if (pid > 0) absl::StrAppend(&line, ", open by pid ", pid);
-        if (!ok)
-          absl::StrAppend(&line, "; ", problems.size(), " problem",
-                          problems.size() == 1 ? "" : "s", ", the first: ",
-                          problems.front(),
-                          " (`mlpo verify --deep STORE` lists them all)");
-        std::printf("%s\n", line.c_str());
-      }
-      if (!ok) throw CLI::RuntimeError(1);
-    });
-  }
+    auto tags = OrderedTags(*s);
+    const int pid = WriterLock::HolderPid(s->options().meta_dir);
+    const bool ok = problems.empty();
+    if (a->json) {
+      std::cout << json{{"ok", ok},
+                        {"state", ok ? "ok" : "bad"},
+                        {"store", s->options().name},
+                        {"meta_dir", s->options().meta_dir},
+                        {"step", step},
+                        {"objects_with_head", heads},
+                        {"tags", tags.size()},
+                        {"newest_tag",
+                         tags.empty() ? json(nullptr)
+                                      : json(tags.back().first)},
+                        {"held_by_pid", pid > 0 ? json(pid) : json(nullptr)},
+                        {"problems", problems}}
+                       .dump()
+                << "\n";
+    } else {
+      std::string line = absl::StrCat(
+          ok ? "OK" : "DAMAGED", " ", s->options().meta_dir, ": step ",
+          step, ", ", heads, heads == 1 ? " object, " : " objects, ",
+          tags.size(), tags.size() == 1 ? " tag" : " tags");
+      if (!tags.empty())
+        absl::StrAppend(&line, " (newest ", tags.back().first, ")");
+      if (pid > 0) absl::StrAppend(&line, ", open by pid ", pid);
+      if (!ok)
+        absl::StrAppend(&line, "; ", problems.size(), " problem",
+                        problems.size() == 1 ? "" : "s", ", the first: ",
+                        problems.front(),
+                        " (`mlpo verify --deep STORE` lists them all)");
+      std::printf("%s\n", line.c_str());
+    }
+    if (!ok) throw CLI::RuntimeError(1);
+  });
+}
+
+// mlpo tags
+void AddTagsCommand(CLI::App& app) {
+  auto a = std::make_shared<CommonArgs>();
+  auto* c = AddStoreSub(app, "tags",
+                        "List tags with their step, in the order their "
+                        "state was written (oldest first)", a.get());
+  c->callback([a] {
+    auto s = OpenView("tags", a->store);
+    json j = json::array();
+    for (auto& [t, objs] : OrderedTags(*s)) {
+      json o = json::object();
+      for (auto& [n, v] : objs) o[n] = v;
+      j.push_back({{"name", t}, {"objects", o}, {"step", TagStep(*s, objs)}});
+    }
+    if (a->json) {
+      std::cout << json{{"tags", j}}.dump(2) << "\n";
+      return;
+    }
+    for (auto& t : j)
+      std::printf("%s (%zu objects, step %s)\n",
+                  t["name"].get<std::string>().c_str(), t["objects"].size(),
+                  StepText(t["step"]).c_str());
+  });
+}
+
+// mlpo gc
+void AddGcCommand(CLI::App& app) {
+  auto a = std::make_shared<CommonArgs>();
+  auto* c = AddStoreSub(app, "gc", "Delete versions no head or tag references "
+                                   "and free their extents", a.get());
+  c->callback([a] {
+    auto s = OpenTarget("gc", a->store);
+    auto freed = Gc(*s);
+    if (!freed.ok()) Fail("gc", freed.status());
+    if (a->json)
+      std::cout << json{{"freed_bytes", *freed}}.dump(2) << "\n";
+    else
+      std::printf("gc: freed %s\n", FormatBytes(*freed).c_str());
+  });
+}
+
+// mlpo tag, restore and drop-tag: one callback, the store's call each
+// makes its own.
+void AddTagCommands(CLI::App& app) {
   struct TagCmd {
     const char* name;
     const char* help;
@@ -564,43 +612,19 @@ void AddStoreCommands(CLI::App& app) {
         std::printf("%s %s: done\n", cmd.c_str(), name->c_str());
     });
   }
-  {
-    auto a = std::make_shared<CommonArgs>();
-    auto* c = AddStoreSub(app, "tags",
-                          "List tags with their step, in the order their "
-                          "state was written (oldest first)", a.get());
-    c->callback([a] {
-      auto s = OpenView("tags", a->store);
-      json j = json::array();
-      for (auto& [t, objs] : OrderedTags(*s)) {
-        json o = json::object();
-        for (auto& [n, v] : objs) o[n] = v;
-        j.push_back({{"name", t}, {"objects", o}, {"step", TagStep(*s, objs)}});
-      }
-      if (a->json) {
-        std::cout << json{{"tags", j}}.dump(2) << "\n";
-        return;
-      }
-      for (auto& t : j)
-        std::printf("%s (%zu objects, step %s)\n",
-                    t["name"].get<std::string>().c_str(), t["objects"].size(),
-                    StepText(t["step"]).c_str());
-    });
-  }
-  {
-    auto a = std::make_shared<CommonArgs>();
-    auto* c = AddStoreSub(app, "gc", "Delete versions no head or tag references "
-                                     "and free their extents", a.get());
-    c->callback([a] {
-      auto s = OpenTarget("gc", a->store);
-      auto freed = Gc(*s);
-      if (!freed.ok()) Fail("gc", freed.status());
-      if (a->json)
-        std::cout << json{{"freed_bytes", *freed}}.dump(2) << "\n";
-      else
-        std::printf("gc: freed %s\n", FormatBytes(*freed).c_str());
-    });
-  }
+}
+
+}  // namespace
+
+void AddStoreCommands(CLI::App& app) {
+  AddInspectCommand(app);
+  AddLsCommand(app);
+  AddShowCommand(app);
+  AddVerifyCommand(app);
+  AddHealthCommand(app);
+  AddTagCommands(app);
+  AddTagsCommand(app);
+  AddGcCommand(app);
   AddRecoverCommand(app);
 }
 
