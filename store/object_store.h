@@ -412,8 +412,24 @@ class ObjectStore final : public StoreMaintenance {
                           const uint64_t* seal_before = nullptr) const;
   // OpenImpl for options_.read_only: beside a writer, never a false alarm.
   absl::Status OpenReadOnly();
-  // Opens the paths and builds the in-memory state from the index.
+  // Opens the paths and builds the in-memory state from the index: each
+  // path checked against its record (CheckPath), the paths opened and
+  // weighted (OpenPaths), then the records, references, version counter
+  // and free space (LoadRecords, mu_ held).
   absl::Status LoadState(const MetaSnapshot& snap);
+  // Path i is the one the index records (its identity, mended when only
+  // its file is lost; its store directory; its segment size, recorded in
+  // *upgrade for a store from before the record).
+  absl::Status CheckPath(size_t i, const MetaSnapshot& snap,
+                         MetaIndex::Batch* upgrade);
+  // Why path i, recorded at `recorded_root`, has no readable identity: a
+  // directory gone, an empty one, an unmounted disk, or another store's.
+  absl::Status UnidentifiedPathError(size_t i,
+                                     const std::string& recorded_root,
+                                     const absl::Status& why_not);
+  absl::Status OpenPaths(const MetaSnapshot& snap);
+  absl::Status LoadRecords(const MetaSnapshot& snap)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A path root whose .mlpo/uuid is gone but whose store directory's
   // descriptor names this store: writes `uuid` (the index's record of the
   // path) back (not when read-only); an error when the descriptor does not

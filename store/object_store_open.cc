@@ -421,132 +421,8 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
     store_uuid_ = NewUuid();
     upgrade.PutStoreUuid(store_uuid_);
   }
-  for (size_t i = 0; i < options_.paths.size(); ++i) {
-    auto& po = options_.paths[i].path;
-    const PathRecord& rec = snap.paths[i];
-    if (!rec.root.empty() && !SameDirectory(po.root, rec.root))
-      return absl::FailedPreconditionError(absl::StrCat(
-          Where(), ": path ", i, " is ", po.root, ", but the store's index "
-          "records the absolute root ", rec.root, " (",
-          fs()->Exists(rec.root) ? "another directory" : "which is gone",
-          "): the store was moved or copied (its index and descriptors "
-          "record absolute roots). Nothing was changed. `mlpo relocate ",
-          po.root, "/", StoreNamespace(options_),
-          "` makes it a store at its new place (a copy gets an identity of "
-          "its own)"));
-    auto uuid = PathUuid(po.root, false, fs());
-    // A damaged identity file (cut, flipped, or another store's copied
-    // over it) is mended like a lost one, unless it names another path of
-    // this store: then the directories were swapped (a disk mounted at
-    // the other's place), which is refused below.
-    bool ours = false;
-    for (const PathRecord& r : snap.paths)
-      ours = ours || (uuid.ok() && *uuid == r.uuid);
-    if (!rec.uuid.empty() && !ours) {
-      // The identity file alone is lost or damaged (33 bytes; it bricked
-      // the store): this is the recorded root, and where the store's
-      // descriptor there names this store, the index's record of the path
-      // is its identity. A writable open puts the file back; a read-only
-      // one goes on.
-      absl::Status mended = MendPathIdentity(po.root, rec.uuid);
-      if (mended.ok()) {
-        uuid = rec.uuid;
-        po.known_uuid = rec.uuid;  // read-only: the file is not rewritten
-      }
-    }
-    if (!uuid.ok()) {
-      // Told apart before any lossy remedy is named: a directory gone or
-      // empty is far more often a disk not mounted (or a directory moved)
-      // than a disk lost.
-      const std::string lossy = absl::StrCat(
-          " Only if its disk was replaced and its data is gone: `mlpo "
-          "recover --lost-path ", i, " STORE` makes the store go on without "
-          "it (the versions with no copy elsewhere are lost)");
-      std::string why;
-      if (!fs()->Exists(po.root)) {
-        why = absl::StrCat(
-            "the directory is gone (removed, renamed, or its file system "
-            "not mounted?). Nothing was changed. Mount it back, or point "
-            "the config at where the directory is now.", lossy);
-      } else if (auto names = fs()->ListDir(po.root);
-                 names.ok() && names->empty()) {
-        // Empty and on its parent's file system: nothing is mounted there,
-        // so the disk is most likely not mounted yet, and no lossy command
-        // is named. Empty and a file system's root: a disk is mounted
-        // there that holds nothing (a replaced one, or the wrong one).
-        auto self = fs()->Stat(po.root);
-        auto parent = fs()->Stat(
-            std::filesystem::path(AbsolutePath(po.root)).parent_path().string());
-        const bool mounted_here =
-            self.ok() && parent.ok() && self->dev != parent->dev;
-        why = mounted_here
-                  ? absl::StrCat(
-                        "the directory is the root of a file system mounted "
-                        "there that holds nothing: a new, empty disk (or "
-                        "the wrong one) is mounted in the path's place. "
-                        "Nothing was changed. If the store's disk is "
-                        "elsewhere, mount it here instead.", lossy)
-                  : std::string(
-                        "the directory is empty and nothing is mounted "
-                        "there (it is on its parent's file system): most "
-                        "likely its disk is not mounted yet. Nothing was "
-                        "changed, and nothing of the store is lost while "
-                        "that disk is intact: mount it there and open the "
-                        "store again");
-      } else {
-        why = absl::StrCat(uuid.status().message(),
-                           ". Nothing was changed. Check that the config "
-                           "names this store's paths (not another rank's or "
-                           "store's).", lossy);
-      }
-      return absl::FailedPreconditionError(absl::StrCat(
-          "path ", i, " (", po.root, ") is not the store's path ", rec.root,
-          ": ", why));
-    }
-    if (*uuid != rec.uuid)
-      return absl::FailedPreconditionError(absl::StrCat(
-          "path ", i, " (", po.root, ") has identity ", *uuid,
-          " but the store expects ", rec.uuid, " (recorded root ", rec.root,
-          ours ? "): that is another path's identity of this store, so the "
-                 "directories were swapped (a disk mounted at another's "
-                 "place?). Nothing was changed; mount each disk at its own "
-                 "root"
-               : absl::StrCat("): another store's directory (its "
-                              "descriptor does not name this store). Nothing "
-                              "was changed. If this path's disk was replaced "
-                              "and its data is gone, `mlpo recover "
-                              "--lost-path ", i, " STORE` makes the store go "
-                              "on without it")));
-    // The store knows its own segment size; the config's is only for new
-    // stores.
-    std::string dir = absl::StrCat(po.root, "/", StoreNamespace(options_));
-    if (!fs()->IsDirectory(dir) && !options_.salvage)
-      return absl::FailedPreconditionError(absl::StrCat(
-          "path ", i, " (", po.root, "): the store's directory ", dir,
-          " is gone (removed, or its disk unmounted?) while the index "
-          "records its data there. Nothing was changed. Mount it back; if "
-          "its data is lost, `mlpo recover --lost-path ", i,
-          " STORE` makes the store go on without it (versions with a copy "
-          "elsewhere are kept)"));
-    MLPO_ASSIGN_OR_RETURN(uint64_t on_disk, ExistingSegmentBytes(dir, fs()));
-    // (A read-only look and a salvage go on: verify names it as short.)
-    if (rec.segment_bytes != 0 && on_disk != 0 &&
-        on_disk != rec.segment_bytes && !ro && !options_.salvage)
-      return absl::DataLossError(absl::StrCat(
-          "path ", po.root, ": segment file ", dir, "/seg-000000 is ", on_disk,
-          " bytes, but the store's segments are ", rec.segment_bytes,
-          " bytes (truncated or replaced?). Nothing was changed. `mlpo "
-          "verify --deep STORE` lists every version it held; `mlpo recover "
-          "--salvage STORE` keeps every tag and head that does not touch "
-          "it"));
-    uint64_t seg = rec.segment_bytes != 0 ? rec.segment_bytes : on_disk;
-    if (seg != 0) po.segment_bytes = seg;
-    if (rec.segment_bytes == 0) {
-      PathRecord r = rec;
-      r.segment_bytes = po.segment_bytes;
-      upgrade.PutPath(static_cast<uint32_t>(i), r);
-    }
-  }
+  for (size_t i = 0; i < options_.paths.size(); ++i)
+    MLPO_RETURN_IF_ERROR(CheckPath(i, snap, &upgrade));
   if (!ro) {
     // A hard-linked copy (`cp -al`) shares the files written in place:
     // refused before the first write, which would change both stores.
@@ -559,6 +435,157 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
     MLPO_RETURN_IF_ERROR(meta_->SetSealUuid(store_uuid_));
     MLPO_RETURN_IF_ERROR(WriteStoreDescriptors(options_, store_uuid_, fs()));
   }
+  MLPO_RETURN_IF_ERROR(OpenPaths(snap));
+  MutexLock l(&mu_);
+  MLPO_RETURN_IF_ERROR(LoadRecords(snap));
+  pool_ = std::make_shared<BufferPool>(options_.buffer_pool_bytes);
+  if (!ro && (options_.cache_bytes > 0 || options_.cache_percent > 0)) {
+    cache_ = std::make_unique<ObjectCache>(options_.cache_bytes);
+    dirty_home_ = std::make_shared<DirtyHome>(cache_.get());
+    ResizeCache();  // mu_ is held (above)
+  }
+  hasher_ = std::make_unique<WorkQueue>();
+  finalizer_ = std::make_unique<WorkQueue>();
+  return absl::OkStatus();
+}
+
+
+absl::Status ObjectStore::UnidentifiedPathError(
+    size_t i, const std::string& recorded_root, const absl::Status& why_not) {
+  const auto& po = options_.paths[i].path;
+  // Told apart before any lossy remedy is named: a directory gone or
+  // empty is far more often a disk not mounted (or a directory moved)
+  // than a disk lost.
+  const std::string lossy = absl::StrCat(
+      " Only if its disk was replaced and its data is gone: `mlpo "
+      "recover --lost-path ", i, " STORE` makes the store go on without "
+      "it (the versions with no copy elsewhere are lost)");
+  std::string why;
+  if (!fs()->Exists(po.root)) {
+    why = absl::StrCat(
+        "the directory is gone (removed, renamed, or its file system "
+        "not mounted?). Nothing was changed. Mount it back, or point "
+        "the config at where the directory is now.", lossy);
+  } else if (auto names = fs()->ListDir(po.root);
+             names.ok() && names->empty()) {
+    // Empty and on its parent's file system: nothing is mounted there,
+    // so the disk is most likely not mounted yet, and no lossy command
+    // is named. Empty and a file system's root: a disk is mounted
+    // there that holds nothing (a replaced one, or the wrong one).
+    auto self = fs()->Stat(po.root);
+    auto parent = fs()->Stat(
+        std::filesystem::path(AbsolutePath(po.root)).parent_path().string());
+    const bool mounted_here =
+        self.ok() && parent.ok() && self->dev != parent->dev;
+    why = mounted_here
+              ? absl::StrCat(
+                    "the directory is the root of a file system mounted "
+                    "there that holds nothing: a new, empty disk (or "
+                    "the wrong one) is mounted in the path's place. "
+                    "Nothing was changed. If the store's disk is "
+                    "elsewhere, mount it here instead.", lossy)
+              : std::string(
+                    "the directory is empty and nothing is mounted "
+                    "there (it is on its parent's file system): most "
+                    "likely its disk is not mounted yet. Nothing was "
+                    "changed, and nothing of the store is lost while "
+                    "that disk is intact: mount it there and open the "
+                    "store again");
+  } else {
+    why = absl::StrCat(why_not.message(),
+                       ". Nothing was changed. Check that the config "
+                       "names this store's paths (not another rank's or "
+                       "store's).", lossy);
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "path ", i, " (", po.root, ") is not the store's path ", recorded_root,
+      ": ", why));
+}
+
+absl::Status ObjectStore::CheckPath(size_t i, const MetaSnapshot& snap,
+                                    MetaIndex::Batch* upgrade) {
+  const bool ro = options_.read_only;
+  auto& po = options_.paths[i].path;
+  const PathRecord& rec = snap.paths[i];
+  if (!rec.root.empty() && !SameDirectory(po.root, rec.root))
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(), ": path ", i, " is ", po.root, ", but the store's index "
+        "records the absolute root ", rec.root, " (",
+        fs()->Exists(rec.root) ? "another directory" : "which is gone",
+        "): the store was moved or copied (its index and descriptors "
+        "record absolute roots). Nothing was changed. `mlpo relocate ",
+        po.root, "/", StoreNamespace(options_),
+        "` makes it a store at its new place (a copy gets an identity of "
+        "its own)"));
+  auto uuid = PathUuid(po.root, false, fs());
+  // A damaged identity file (cut, flipped, or another store's copied
+  // over it) is mended like a lost one, unless it names another path of
+  // this store: then the directories were swapped (a disk mounted at
+  // the other's place), which is refused below.
+  bool ours = false;
+  for (const PathRecord& r : snap.paths)
+    ours = ours || (uuid.ok() && *uuid == r.uuid);
+  if (!rec.uuid.empty() && !ours) {
+    // The identity file alone is lost or damaged (33 bytes; it bricked
+    // the store): this is the recorded root, and where the store's
+    // descriptor there names this store, the index's record of the path
+    // is its identity. A writable open puts the file back; a read-only
+    // one goes on.
+    absl::Status mended = MendPathIdentity(po.root, rec.uuid);
+    if (mended.ok()) {
+      uuid = rec.uuid;
+      po.known_uuid = rec.uuid;  // read-only: the file is not rewritten
+    }
+  }
+  if (!uuid.ok()) return UnidentifiedPathError(i, rec.root, uuid.status());
+  if (*uuid != rec.uuid)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "path ", i, " (", po.root, ") has identity ", *uuid,
+        " but the store expects ", rec.uuid, " (recorded root ", rec.root,
+        ours ? "): that is another path's identity of this store, so the "
+               "directories were swapped (a disk mounted at another's "
+               "place?). Nothing was changed; mount each disk at its own "
+               "root"
+             : absl::StrCat("): another store's directory (its "
+                            "descriptor does not name this store). Nothing "
+                            "was changed. If this path's disk was replaced "
+                            "and its data is gone, `mlpo recover "
+                            "--lost-path ", i, " STORE` makes the store go "
+                            "on without it")));
+  // The store knows its own segment size; the config's is only for new
+  // stores.
+  std::string dir = absl::StrCat(po.root, "/", StoreNamespace(options_));
+  if (!fs()->IsDirectory(dir) && !options_.salvage)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "path ", i, " (", po.root, "): the store's directory ", dir,
+        " is gone (removed, or its disk unmounted?) while the index "
+        "records its data there. Nothing was changed. Mount it back; if "
+        "its data is lost, `mlpo recover --lost-path ", i,
+        " STORE` makes the store go on without it (versions with a copy "
+        "elsewhere are kept)"));
+  MLPO_ASSIGN_OR_RETURN(uint64_t on_disk, ExistingSegmentBytes(dir, fs()));
+  // (A read-only look and a salvage go on: verify names it as short.)
+  if (rec.segment_bytes != 0 && on_disk != 0 &&
+      on_disk != rec.segment_bytes && !ro && !options_.salvage)
+    return absl::DataLossError(absl::StrCat(
+        "path ", po.root, ": segment file ", dir, "/seg-000000 is ", on_disk,
+        " bytes, but the store's segments are ", rec.segment_bytes,
+        " bytes (truncated or replaced?). Nothing was changed. `mlpo "
+        "verify --deep STORE` lists every version it held; `mlpo recover "
+        "--salvage STORE` keeps every tag and head that does not touch "
+        "it"));
+  uint64_t seg = rec.segment_bytes != 0 ? rec.segment_bytes : on_disk;
+  if (seg != 0) po.segment_bytes = seg;
+  if (rec.segment_bytes == 0) {
+    PathRecord r = rec;
+    r.segment_bytes = po.segment_bytes;
+    upgrade->PutPath(static_cast<uint32_t>(i), r);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ObjectStore::OpenPaths(const MetaSnapshot& snap) {
+  const bool ro = options_.read_only;
   for (size_t i = 0; i < options_.paths.size(); ++i) {
     options_.paths[i].path.fs = options_.fs;
     options_.paths[i].path.allow_missing_segments = ro || options_.salvage;
@@ -590,7 +617,10 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
   }
   placement_->SetWeights(weights);
 
-  MutexLock l(&mu_);
+  return absl::OkStatus();
+}
+
+absl::Status ObjectStore::LoadRecords(const MetaSnapshot& snap) {
   for (auto& [name, layout] : snap.objects) objects_[name].layout = layout;
   for (auto& [name, v] : snap.heads) {
     objects_[name].has_head = true;
@@ -656,14 +686,6 @@ absl::Status ObjectStore::LoadState(const MetaSnapshot& snap) {
             "index from its backup"));
     }
   }
-  pool_ = std::make_shared<BufferPool>(options_.buffer_pool_bytes);
-  if (!ro && (options_.cache_bytes > 0 || options_.cache_percent > 0)) {
-    cache_ = std::make_unique<ObjectCache>(options_.cache_bytes);
-    dirty_home_ = std::make_shared<DirtyHome>(cache_.get());
-    ResizeCache();  // mu_ is held (above)
-  }
-  hasher_ = std::make_unique<WorkQueue>();
-  finalizer_ = std::make_unique<WorkQueue>();
   return absl::OkStatus();
 }
 
