@@ -53,6 +53,9 @@ absl::StatusOr<ManifestLayout> ManifestSubgroups(
   return out;
 }
 
+// Long (about 110 lines): one loop over the ranks, each rank's manifest
+// checked against the first's (world, step, rule, format, groups) as it is
+// read, so that a mismatch names the rank and the field.
 absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
     const StoreOptions& any_rank, const std::string& tag) {
   std::unique_ptr<CheckpointReader> r(new CheckpointReader());

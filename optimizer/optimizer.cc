@@ -73,6 +73,10 @@ absl::Status Optimizer::SetHyper(int group, const RuleHyper& hyper) {
   return absl::OkStatus();
 }
 
+// Long (about 110 lines): the options checked, the partition, the store
+// opened with this optimizer's initializer, then the store's format and
+// rule checked and each subgroup declared, in the order that lets a
+// failure change nothing.
 absl::Status Optimizer::Init() {
   const PipelineOptions& po = options_.pipeline;
   if (po.prefetch_depth < 1 || po.prefetch_depth > 64 ||

@@ -338,6 +338,9 @@ std::vector<PathCounters> UpdatePipeline::Account(
   return after;
 }
 
+// The step's loop over subgroups and its exits (about 110 lines): each
+// idea is a call (header); what is left is the order of the calls and
+// where an error stops the loop.
 absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
                                                 const StepPlan& plan,
                                                 const GradStage& grads,

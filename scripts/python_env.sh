@@ -15,5 +15,5 @@ export MLPO_PYTHON=$MLPO_VENV/bin/python
 export MLPO_TORCH_OLDEST=${MLPO_TORCH_OLDEST:-2.6.0}
 # What mlpo asks for itself (requirements.txt pins these and what they pull
 # in); the oldest-torch venv takes these pins and lets the rest follow.
-export MLPO_TOP_LEVEL="pytest|hypothesis|tqdm|numpy|matplotlib|safetensors|transformers|accelerate|lightning|scikit_build_core|pybind11"
+export MLPO_TOP_LEVEL="pytest|pytest-xdist|hypothesis|tqdm|numpy|matplotlib|safetensors|transformers|accelerate|lightning|scikit_build_core|pybind11"
 unset _mlpo_root

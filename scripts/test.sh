@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # README command 2: install what is missing, build, run every test.
 #   scripts/test.sh           default suite (Release unit tests, pytest, the
-#                             pip install check): about 22 minutes from a
+#                             pip install check): about 20 minutes from a
 #                             clean clone on 2 cores
 #   scripts/test.sh --slow    also the slow tests (crash loops, big runs),
 #                             the clang ASan+UBSan build's unit tests with
@@ -71,8 +71,12 @@ status=0
 echo "== [${SECONDS}s] tests (Release)"
 (cd build && ctest -j "$(nproc)" --output-on-failure --timeout 600 "${labels[@]}") || status=1
 echo "== [${SECONDS}s] tests (PyTorch adapter, pytest, $("$MLPO_PYTHON" -c 'import torch; print("torch", torch.__version__)'))"
+# Two pytest workers (MLPO_TEST_WORKERS), each taking whole files
+# (--dist loadfile: a file's module fixtures and its order stay as
+# written): most tests wait on subprocesses, ranks and the disk, and two
+# cores run two of them in about 80% of the time of one after the other.
 PYTHONPATH=build/python "$MLPO_PYTHON" -m pytest -q -p no:cacheprovider \
-  python/tests || status=1
+  -n "${MLPO_TEST_WORKERS:-2}" --dist loadfile python/tests || status=1
 echo "== [${SECONDS}s] pip wheel . / pip install into a fresh venv"
 MLPO_PIP_BUILD_DIR=build scripts/check_pip_install.sh || status=1
 if [ $sanitize -eq 1 ]; then

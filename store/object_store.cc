@@ -136,6 +136,10 @@ void ObjectStore::DeclareAccessOrder(const std::vector<std::string>& objects) {
   if (cache_) cache_->DeclareOrder(objects);
 }
 
+// Long (about 105 lines): which version a checkout gets (the
+// transaction's, the DRAM tier's dirty one, the head) is decided under one
+// hold of mu_, then served from the tier, a copy, a blank or a read; the
+// cases share the lease being built.
 std::future<absl::StatusOr<Lease>> ObjectStore::Checkout(
     const std::string& object, bool for_update) {
   auto promise = std::make_shared<std::promise<absl::StatusOr<Lease>>>();
@@ -511,6 +515,10 @@ absl::Status ObjectStore::StartWrites(std::shared_ptr<CommitOp> op) {
   return absl::OkStatus();
 }
 
+// Long (about 110 lines): the end of one commit as one critical sequence
+// (sync, retry on another path, index write or transaction hand-off,
+// freeing, the DRAM tier), whose order is the store's crash-safety
+// argument (docs/design.md "Durability"); it reads top to bottom.
 void ObjectStore::FinalizeCommit(std::shared_ptr<CommitOp> op) {
   const std::string& object = op->lease->object();
   std::string where = absl::StrCat("commit of ", object, " version ",

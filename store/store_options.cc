@@ -306,6 +306,9 @@ absl::Status ParseCacheBudget(absl::string_view text, uint64_t* bytes,
   return absl::OkStatus();
 }
 
+// Long (about 155 lines): one branch per config key, each with its own
+// type check and message naming the key (StoreConfigKeys documents the
+// same keys for --help and the docs).
 absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
                                                const std::string& base) {
   toml::table t;

@@ -20,6 +20,10 @@ std::vector<std::string> CopiedFrom(absl::string_view attribute) {
   return absl::StrSplit(attribute, ' ', absl::SkipEmpty());
 }
 
+// Long (about 160 lines) because it is one resumable procedure under one
+// writer lock: its marker decides copy or move once, and each later step
+// reads what the earlier ones found (the snapshot, the planned identity,
+// the roots); cut apart, that state would be passed through every piece.
 absl::StatusOr<RelocateReport> Relocate(const StoreOptions& options,
                                         bool new_identity,
                                         const UnshareProgress& progress) {

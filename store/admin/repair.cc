@@ -169,6 +169,11 @@ static absl::Status ForgetLostPath(MetaIndex* m, const StoreOptions& o, int lost
   return absl::OkStatus();
 }
 
+// Long (about 150 lines) because it is one ordered recovery under one
+// writer lock (classify the damage, roll back or rebuild, then read every
+// head and tag back), each step deciding from the report the earlier ones
+// filled; the pieces that stand alone (RebuildFromBackup, LosePath, the
+// read-back) are functions of their own above.
 absl::StatusOr<RecoverReport> RepairIndex(
     const StoreOptions& options, bool discard, int lost_path) {
   MLPO_RETURN_IF_ERROR(ValidateStoreOptions(options));

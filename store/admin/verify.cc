@@ -165,6 +165,9 @@ std::vector<std::string> ForeignOwnedFiles(const StoreView& store) {
   return out;
 }
 
+// Long (about 120 lines): the structural checks, then the read-back of
+// every record with its progress, then the replica fallback of a
+// read-only look; one report is filled in that order.
 absl::StatusOr<VerifyReport> Verify(
     StoreView& store, const std::string& tag,
     std::function<void(uint64_t, uint64_t)> progress, bool deep) {

@@ -238,6 +238,10 @@ void RemoveDeadReaders(const std::string& base) {
 
 }  // namespace
 
+// Long (about 125 lines): RocksDB's options, each with the reason it is
+// set so written beside it, then the open's failures told apart (damage,
+// permission, a creation cut short); the options are one struct built in
+// one place on purpose.
 absl::StatusOr<std::unique_ptr<MetaIndex>> MetaIndex::Open(
     const std::string& dir, Mode mode, FileSystem* fs) {
   if (fs == nullptr) fs = DefaultFileSystem();
