@@ -51,6 +51,22 @@ from ._warn import warn_user
 _told_plain = set()
 
 
+def _fsdp_hooks_after_reduce():
+    """Whether this torch's FSDP (fully_shard) runs a sharded parameter's
+    post-accumulate-grad hooks after its reduce-scatter has put this
+    rank's shard of the gradient in place (torch's own support for an
+    optimizer in backward, in foreach_reduce): then each shard is final
+    when its hook runs. Read from torch's source, as no flag says so."""
+    try:
+        import inspect
+        from torch.distributed.fsdp._fully_shard import \
+            _fsdp_collectives as collectives
+        return "_post_accumulate_grad_hooks" in \
+            inspect.getsource(collectives.foreach_reduce)
+    except Exception:  # another layout of torch's FSDP: the plain step
+        return False
+
+
 def _note_plain_step_once(why):
     """update_in_backward left at its default where it cannot run: said
     once per process and reason (the plain step's results are the same)."""
@@ -175,9 +191,10 @@ class BackwardUpdate:
         why = None
         if not hasattr(torch.Tensor, "register_post_accumulate_grad_hook"):
             why = "it needs torch >= 2.1 (register_post_accumulate_grad_hook)"
-        elif self._world > 1 and self._fsdp:
-            why = ("FSDP reduce-scatters the gradients after the "
-                   "parameters' hooks run; use the plain step")
+        elif self._world > 1 and self._fsdp and \
+                not _fsdp_hooks_after_reduce():
+            why = ("this torch's FSDP does not run the parameters' hooks "
+                   "after its reduce-scatter (torch 2.15's does)")
         elif self._device_path is not None:
             why = ("the parameters are on a device; the update in backward "
                    "reads host gradients")
@@ -217,10 +234,12 @@ class BackwardUpdate:
         for k, (g, e, at, n, off) in enumerate(self._pieces):
             self._pieces_of.setdefault(id(e), []).append(k)
         self._map_entries()
-        if self._world > 1:
+        if self._world > 1 and not self._fsdp:
             # Data parallel: the gradients are final once DDP reduced
             # them, which its communication hook sees (ddp_comm_hook); the
-            # parameters' own hooks fire before that.
+            # parameters' own hooks fire before that. (FSDP runs a sharded
+            # parameter's hooks once its reduce-scatter put this rank's
+            # shard of the gradient in place: hooked as one process is.)
             return
         for l in self._layout:
             for e in l["entries"]:
@@ -557,6 +576,8 @@ class BackwardUpdate:
                 g = e["dparam"].grad
                 if digests is None:
                     continue
+                if hasattr(g, "to_local"):  # FSDP: this rank's shard
+                    g = g.to_local()
                 if g is None or not g.is_contiguous() or \
                         g.dtype != e["dtype"] or \
                         self._piece_digests(e, g) != digests:

@@ -115,6 +115,9 @@ class Stepping:
         if self._world > 1 and not self._fsdp:
             return self._step_data_parallel(eng, loss,
                                             loss_scale or self.loss_scale)
+        if self._world > 1 and self.update_in_backward:
+            return self._step_fully_sharded(eng, loss,
+                                            loss_scale or self.loss_scale)
         self._learn_passes()  # (update in backward: the next step's count)
         self._reset_backward()  # fewer backwards than expected, or more
         self._check_groups()
@@ -139,6 +142,58 @@ class Stepping:
         self._note_versions()
         if self._auto is not None:
             self._auto.stepped(False)
+        return loss
+
+    def _step_fully_sharded(self, eng, loss, scale):
+        """step() of an FSDP rank with the update in backward (each shard
+        of the gradients handed in when FSDP's reduce-scatter put it in
+        place): the step that ran during backward is finished where every
+        rank can, deciding clipping and overflow skips from every rank's
+        statistics summed (each rank holds a shard), else every rank runs
+        the plain step."""
+        running = eng.stepping_in_backward
+        together, rep = False, None
+        self._check_groups()
+        self._forget_prepared()
+        keep = []
+        sync_in(self._entries)
+        try:
+            ok = running and scale == self.loss_scale and \
+                not self._changed_after_hand_in()
+            got = self._agree_call("step", [0 if ok else 1])
+            together = int(got[0]) == 0
+            if together:
+                rep = self._finish_together(eng)
+            else:
+                if running:
+                    # (another rank's gradients changed, or it runs the
+                    # plain step: this one's speculation is dropped too)
+                    self._guarded(eng, "discard_step", True)
+                    self._point_at_model(eng)
+                for g, group in enumerate(self.param_groups):
+                    eng.set_hyper(g, self._hyper(group))
+                rep = self._step_local_shards(eng, keep, scale)
+            rep["in_backward"] = together
+            self.last_report = rep
+            if running:
+                self._note_redo(bool(rep.get("redone")))
+        finally:
+            self._learn_passes()
+            self._reset_backward()
+            if self._engine is not None:
+                if self._engine.stepping_in_backward:
+                    # Raised before the step was decided: nothing of it
+                    # is applied.
+                    try:
+                        self._engine.discard_step(False)
+                    except (RuntimeError, OSError):
+                        pass
+                self._point_at_model(self._engine)
+            sync_out(self._entries)
+        self._warn_skipped(eng, rep)
+        self._note_versions()
+        if self._auto is not None:
+            self._auto.stepped(together)
         return loss
 
     def _step_data_parallel(self, eng, loss, scale):

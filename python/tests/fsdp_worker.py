@@ -29,6 +29,10 @@ ap.add_argument("--out", required=True)
 # "sync" (dcp.save) or "async" (dcp.async_save)
 ap.add_argument("--dcp")
 ap.add_argument("--clip", type=float, default=0.0)
+# mlpo's update_in_backward: None (the default), on or off
+ap.add_argument("--in-backward", choices=["default", "on", "off"],
+                default="default")
+ap.add_argument("--accumulation", type=int, default=1)
 a = ap.parse_args()
 
 if "WORLD_SIZE" in os.environ:
@@ -59,7 +63,9 @@ def groups():
 
 if a.optimizer == "mlpo":
     opt = mt.AdamW(groups(), lr=1e-2, store=a.store, subgroup_numel=100,
-                   max_grad_norm=a.clip)
+                   max_grad_norm=a.clip,
+                   update_in_backward={"default": None, "on": True,
+                                       "off": False}[a.in_backward])
 else:
     opt = torch.optim.AdamW(groups(), lr=1e-2)
 if a.load and a.dcp:
@@ -78,13 +84,21 @@ def full_params():
 
 
 losses = {}
+in_backward = 0  # steps that ran during backward
 for step in range(a.start, a.stop):
     opt.zero_grad()
-    loss = loss_of(net, step)
-    loss.backward()
+    for micro in range(a.accumulation):
+        # (micro-batches: the same batch in halves of the loss, so the
+        # sum of their gradients is the whole batch's)
+        loss = loss_of(net, step) / a.accumulation
+        loss.backward()
+    loss = loss * a.accumulation
     if a.clip and a.optimizer == "torch":
         torch.nn.utils.clip_grad_norm_(net.parameters(), a.clip)
     opt.step()
+    if a.optimizer == "mlpo" and opt.last_report and \
+            opt.last_report.get("in_backward"):
+        in_backward += 1
     losses[step] = loss.item()
     if step + 1 == a.save_at and a.dcp:
         dcp_save(a.save, net, opt, a.dcp)
@@ -95,7 +109,8 @@ for step in range(a.start, a.stop):
 params = full_params()
 if rank == 0:
     with open(a.out, "w") as f:
-        json.dump({"losses": losses, "world": world, "params": params}, f)
+        json.dump({"losses": losses, "world": world, "params": params,
+                   "in_backward": in_backward}, f)
 if dist.is_initialized():
     dist.barrier()
     dist.destroy_process_group()

@@ -1,6 +1,7 @@
 """FSDP (torch 2.x fully_shard, 2 CPU ranks over gloo) with mlpo.torch:
 each rank updates its local shards; side by side with torch.optim.AdamW
-under the same FSDP loop; a checkpoint resumed on 2 ranks exactly; a
+under the same FSDP loop; the update during backward equal to the plain
+step bit for bit; a checkpoint resumed on 2 ranks exactly; a
 checkpoint of 2 FSDP ranks loaded into one process and into mlpo's own
 data parallel, and one of one process loaded into FSDP ranks; export of
 an FSDP checkpoint puts its shards together."""
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 import mlpo.torch as mt
+from mlpo._backward import _fsdp_hooks_after_reduce
 from test_distributed import free_port, launch_json
 
 TOL = 1e-6
@@ -63,6 +65,35 @@ def test_fsdp_matches_torch_and_resumes(tmp_path, build_python_path):
     assert w.shape == (33, 16)
     assert exp["state"][0]["exp_avg"].shape == (33, 16)
     assert float(exp["state"][0]["step"]) == 4
+
+
+@needs_cpu_fsdp
+@pytest.mark.skipif(not _fsdp_hooks_after_reduce(),
+                    reason="this torch's FSDP does not run the parameters' "
+                    "hooks after its reduce-scatter: the plain step runs")
+@pytest.mark.parametrize("clip, accumulation", [(0.0, 1), (0.5, 1),
+                                                (0.0, 2)],
+                         ids=["plain", "clipping", "accumulation"])
+def test_fsdp_update_in_backward_is_the_plain_step(tmp_path,
+                                                   build_python_path, clip,
+                                                   accumulation):
+    """Under FSDP each rank's shard of the gradients goes to the running
+    step when FSDP's reduce-scatter puts it in place (torch 2.15 runs the
+    sharded parameter's hooks there): the result is the plain step's bit
+    for bit on every rank, with clipping decided from the ranks' summed
+    statistics (a clipped step is redone) and with accumulation (the
+    update runs in the last backward)."""
+    kw = dict(clip=clip, accumulation=accumulation)
+    off = run(tmp_path, build_python_path, 2, tmp_path / "off.json",
+              store=tmp_path / "off", in_backward="off", **kw)
+    on = run(tmp_path, build_python_path, 2, tmp_path / "on.json",
+             store=tmp_path / "on", in_backward="on", **kw)
+    assert off["in_backward"] == 0
+    # Steps ran during backward (the first with accumulation learns the
+    # count; clipping that clips twice in a row pauses the speculation).
+    assert on["in_backward"] >= 4, on["in_backward"]
+    assert on["params"] == off["params"]
+    assert on["losses"] == off["losses"]
 
 
 @needs_cpu_fsdp
