@@ -33,6 +33,12 @@ DistributedDataParallel, each rank with batches of its own; torch.optim
 keeps the whole state on every rank, mlpo a shard of it per rank with
 DDP's communication hook (mlpo.torch.ddp_comm_hook, so in-backward
 updates from the averaged buckets); rank 0's times are printed.
+
+--fsdp N the same under FSDP (torch's fully_shard on every transformer
+block and the root): torch.optim updates each rank's shards of the
+parameters with their state in RAM, mlpo each rank's shards with their
+state in its store (in-backward: each gradient shard as FSDP's
+reduce-scatter puts it in place).
 """
 import argparse
 import json
@@ -136,6 +142,9 @@ def parse_args(argv):
     ap.add_argument("--ddp", type=int, default=1,
                     help="ranks of DistributedDataParallel (gloo), started "
                     "here (default 1: one process, no DDP)")
+    ap.add_argument("--fsdp", type=int, default=1,
+                    help="ranks of FSDP (fully_shard, gloo), started here "
+                    "(default 1: one process, no FSDP)")
     ap.add_argument("--json", action="store_true",
                     help="print one JSON object")
     a = ap.parse_args(argv)
@@ -145,8 +154,11 @@ def parse_args(argv):
             a.accumulation = 4
         if a.clip is None:
             a.clip = "1.0"
-    if a.ddp < 1:
-        ap.error(f"--ddp must be 1 or more, not {a.ddp}")
+    if a.ddp < 1 or a.fsdp < 1:
+        ap.error("--ddp and --fsdp must be 1 or more")
+    if a.ddp > 1 and a.fsdp > 1:
+        ap.error("--ddp and --fsdp: one of them")
+    a.ranks = max(a.ddp, a.fsdp)
     if a.accumulation < 1:
         ap.error("--accumulation must be 1 or more")
     if a.user_clip and a.clip is None:
@@ -168,15 +180,15 @@ def parse_args(argv):
 
 
 def launch_ranks(a, argv):
-    """--ddp N: this script again on N ranks (gloo on localhost); rank 0's
+    """--ddp N or --fsdp N: this script again on N ranks (gloo on localhost); rank 0's
     output is this run's; the exit status the worst rank's."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = str(s.getsockname()[1])
     procs, logs = [], []
-    for r in range(a.ddp):
+    for r in range(a.ranks):
         env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r),
-                   WORLD_SIZE=str(a.ddp), MASTER_ADDR="127.0.0.1",
+                   WORLD_SIZE=str(a.ranks), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=port, GLOO_SOCKET_IFNAME="lo",
                    OMP_NUM_THREADS=str(a.threads or 1))
         # (the other ranks' errors into a file, not a pipe: a pipe read only
@@ -187,7 +199,7 @@ def launch_ranks(a, argv):
             stdout=None if r == 0 else subprocess.DEVNULL,
             stderr=logs[-1], text=True))
     codes = [p.wait() for p in procs]
-    for r in range(1, a.ddp):
+    for r in range(1, a.ranks):
         if codes[r]:
             logs[r].seek(0)
             sys.stderr.write(f"iteration_bench: rank {r} failed:\n"
@@ -211,10 +223,10 @@ def main(argv=None):
 
 
 def run(a, argv):
-    if a.ddp > 1 and "RANK" not in os.environ:
+    if a.ranks > 1 and "RANK" not in os.environ:
         launch_ranks(a, argv)
     rank = 0
-    if a.ddp > 1:
+    if a.ranks > 1:
         torch.distributed.init_process_group("gloo")
         rank = torch.distributed.get_rank()
         torch.set_num_threads(a.threads or 1)
@@ -225,7 +237,7 @@ def run(a, argv):
         sys.exit(f"iteration_bench: --dir {a.dir}: {parent} does not exist")
     if rank == 0:
         shutil.rmtree(a.dir, ignore_errors=True)
-    if a.ddp > 1:
+    if a.ranks > 1:
         torch.distributed.barrier()
     runs = {}
     torch.manual_seed(0)
@@ -249,6 +261,11 @@ def run(a, argv):
         net = m
         if a.ddp > 1:
             m = torch.nn.parallel.DistributedDataParallel(net)
+        elif a.fsdp > 1:
+            from torch.distributed.fsdp import fully_shard
+            for b in net.blocks:
+                fully_shard(b)
+            fully_shard(net)
         if kind == "torch":
             opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
         else:
@@ -278,7 +295,8 @@ def run(a, argv):
           f"{a.batch}x{a.ctx} tokens an iteration, DRAM tier {a.cache} of "
           f"{12 * nparams / 2**30:.2f} GiB of state; {a.iters} timed "
           "iterations each, interleaved" + (
-              f"; DDP on {a.ddp} gloo ranks" if a.ddp > 1 else ""),
+              f"; DDP on {a.ddp} gloo ranks" if a.ddp > 1 else
+              f"; FSDP on {a.fsdp} gloo ranks" if a.fsdp > 1 else ""),
           file=sys.stderr)
     for it in range(a.iters + 1):
         xs = [(torch.randint(0, a.vocab, (a.batch, a.ctx), generator=g),
@@ -297,8 +315,11 @@ def run(a, argv):
             t1 = time.perf_counter()
             norm = None
             if clip and (kind == "torch" or a.user_clip):
-                norm = float(torch.nn.utils.clip_grad_norm_(
-                    r["model"].parameters(), clip))
+                norm = torch.nn.utils.clip_grad_norm_(
+                    r["model"].parameters(), clip)
+                # (FSDP: a DTensor of the global norm)
+                norm = float(norm.full_tensor() if hasattr(
+                    norm, "full_tensor") else norm)
             r["opt"].step()
             t2 = time.perf_counter()
             if it == 0:
@@ -319,7 +340,9 @@ def run(a, argv):
                         p["written"]
             print(f"  iteration {it} {kind:>10}: forward+backward "
                   f"{t1 - t0:6.2f} s, step {t2 - t1:6.2f} s", file=sys.stderr)
-    out = dict(params=nparams, iters=a.iters, cache=a.cache, ranks=a.ddp,
+    out = dict(params=nparams, iters=a.iters, cache=a.cache, ranks=a.ranks,
+               parallel="ddp" if a.ddp > 1 else "fsdp" if a.fsdp > 1
+               else None,
                tokens_per_iteration=a.batch * a.ctx * a.accumulation, clip=clip or None,
                runs={})
     for kind, r in runs.items():
@@ -347,7 +370,7 @@ def run(a, argv):
     out["in_backward_vs_torch"] = ib["iteration_s"] / tq["iteration_s"]
     out["in_backward_vs_bound"] = ib["iteration_s"] / max(
         tq["forward_backward_s"], update_s)
-    if a.ddp > 1:
+    if a.ranks > 1:
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     if rank:
