@@ -178,18 +178,7 @@ class Stepping:
             if running:
                 self._note_redo(bool(rep.get("redone")))
         finally:
-            self._learn_passes()
-            self._reset_backward()
-            if self._engine is not None:
-                if self._engine.stepping_in_backward:
-                    # Raised before the step was decided: nothing of it
-                    # is applied.
-                    try:
-                        self._engine.discard_step(False)
-                    except (RuntimeError, OSError):
-                        pass
-                self._point_at_model(self._engine)
-            sync_out(self._entries)
+            self._end_ranks_step()
         self._warn_skipped(eng, rep)
         self._note_versions()
         if self._auto is not None:
@@ -243,25 +232,31 @@ class Stepping:
             if running:  # (a speculation dropped here is redone too)
                 self._note_redo(bool(rep.get("redone")))
         finally:
-            self._learn_passes()
-            self._reset_backward()
-            if self._engine is not None:
-                if self._engine.stepping_in_backward:
-                    # Raised before the step was decided (another rank
-                    # gone mid-collective): nothing of it is applied. (The
-                    # error raised is the one that stopped it.)
-                    try:
-                        self._engine.discard_step(False)
-                    except (RuntimeError, OSError):
-                        pass
-                self._point_at_model(self._engine)
-            sync_out(self._entries)
+            self._end_ranks_step()
         if not self._warn_skipped(eng, rep) and not rep["skipped"]:
             self._publish_sharded()
         self._note_versions()
         if self._auto is not None:
             self._auto.stepped(together)
         return loss
+
+    def _end_ranks_step(self):
+        """The end of a data-parallel step(), however it ended: the next
+        step's backward count, the backward state reset, a step still
+        running during backward dropped (raised before the ranks decided
+        it, another rank gone mid-collective: nothing of it is applied;
+        the error raised is the one that stopped it), the parameters' memory
+        the model's again."""
+        self._learn_passes()
+        self._reset_backward()
+        if self._engine is not None:
+            if self._engine.stepping_in_backward:
+                try:
+                    self._engine.discard_step(False)
+                except (RuntimeError, OSError):
+                    pass
+            self._point_at_model(self._engine)
+        sync_out(self._entries)
 
     def _warn_skipped(self, eng, rep):
         """A step skipped for an overflow: a warning (the first, then at
