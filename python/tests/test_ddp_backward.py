@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from mlpo._backward import _fsdp_hooks_after_reduce
 from test_distributed import launch
 
 TORCH_TOL = 1e-6
@@ -153,9 +154,13 @@ def test_state_dict_on_rank_0_only_raises_on_every_rank(
         assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.parametrize("parallel", [
+    "ddp", pytest.param("fsdp", marks=pytest.mark.skipif(
+        not _fsdp_hooks_after_reduce(),
+        reason="this torch's FSDP runs the plain step"))])
 def test_killed_ranks_resume_or_say_how(tmp_path, build_python_path,
-                                        mlpo_cli):
-    """SIGKILL of both ranks (one, then the other a moment later) while
+                                        mlpo_cli, parallel):
+    """SIGKILL of both ranks (DDP, or FSDP's fully_shard) (one, then the other a moment later) while
     they update during backward, durability="step": every restart resumes
     at the last step rank 0 saw return or the one before, with exactly the
     parameters an unkilled run had there; or, where the kill fell between
@@ -185,7 +190,8 @@ def test_killed_ranks_resume_or_say_how(tmp_path, build_python_path,
                        GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
             procs.append(subprocess.Popen(
                 [sys.executable, worker, "--work", str(work), "--out", "-",
-                 "--resume", str(int(rnd > 0))], env=env,
+                 "--resume", str(int(rnd > 0)), "--parallel", parallel],
+                env=env,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         # Killed while training: after rank 0 says it resumed (starting
         # torch takes seconds, more on a loaded machine), or once it ends
@@ -231,7 +237,8 @@ def test_killed_ranks_resume_or_say_how(tmp_path, build_python_path,
     (tmp_path / "r").mkdir()
     res = launch(tmp_path, build_python_path, 2, tmp_path / "ref",
                  worker="ddp_kill_worker.py", work=tmp_path / "r",
-                 stop=max(starts), record=",".join(map(str, starts)))
+                 stop=max(starts), record=",".join(map(str, starts)),
+                 parallel=parallel)
     for rank, (code, text) in enumerate(res):
         assert code == 0, f"rank {rank}:\n" + text[-3000:]
     ref = torch.load(tmp_path / "r" / "reference.pt")
