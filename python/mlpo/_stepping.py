@@ -323,8 +323,10 @@ class Stepping:
             if self._world == 1 and (call.endswith("step") or (
                     isinstance(e, RuntimeError) and not _refused(e))):
                 # (a failed step leaves the step count where it was)
+                # (flush() settles with no argument: the writes of a step
+                # that returned failed behind it)
                 what = f"step {eng.step_count + 1}" if call.endswith("step") \
-                    else f"{call} {args[0]!r}"
+                    else f"{call} {args[0]!r}" if args else "flush()"
                 self._failed_step = (what, str(e).split("\n")[0])
             raise
 
