@@ -52,6 +52,8 @@ class Prefetcher {
   // Waits for every read still in flight, and forgets them.
   void Drain();
   int read_ahead_used() const { return read_ahead_used_; }
+  // Whether subgroup i was taken (Take) this step.
+  bool taken(int i) const { return taken_[i]; }
 
  private:
   struct Fetch {

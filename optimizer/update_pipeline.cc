@@ -215,7 +215,7 @@ void UpdatePipeline::DeclareOrder(const std::vector<int>& expected,
 }
 
 absl::StatusOr<int> UpdatePipeline::NextFromGate(ReadyGate* gate,
-                                                 const std::vector<bool>& taken,
+                                                 const Prefetcher& reads,
                                                  StepReport* rep) {
   absl::Time w = absl::Now();
   absl::StatusOr<int> ready = gate->Next();
@@ -224,7 +224,7 @@ absl::StatusOr<int> UpdatePipeline::NextFromGate(ReadyGate* gate,
   Trace::Get()->Complete("gradient wait", "wait", "pipeline", w, got);
   if (!ready.ok()) return ready.status();
   const int i = *ready;
-  if (i < 0 || i >= static_cast<int>(taken.size()) || taken[i])
+  if (i < 0 || i >= static_cast<int>(subgroups_->size()) || reads.taken(i))
     return absl::InternalError(absl::StrCat("gate gave subgroup ", i));
   return i;
 }
@@ -369,13 +369,12 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
   auto window = std::make_unique<CommitWindow>(options_.max_commits_in_flight);
   CommitWindow& commits = *window;
   absl::Status error;
-  std::vector<bool> taken(subgroups_->size(), false);
   int k = 0;
   last_taken_.clear();
   for (; k < count && error.ok() && commits.first_error().ok(); ++k) {
     int i = expected[k];
     if (plan.gate != nullptr) {
-      absl::StatusOr<int> ready = NextFromGate(plan.gate, taken, &rep);
+      absl::StatusOr<int> ready = NextFromGate(plan.gate, reads, &rep);
       if (!ready.ok()) {
         error = ready.status();
         break;
@@ -383,7 +382,6 @@ absl::StatusOr<StepReport> UpdatePipeline::Step(uint64_t t,
       i = *ready;
     }
     const Subgroup& s = (*subgroups_)[i];
-    taken[i] = true;
     rep.order.push_back(i);
     last_taken_.push_back(i);
     absl::Time w = absl::Now();

@@ -189,6 +189,8 @@ struct StepPlan {
 void ApplyOverrides(const std::map<uint64_t, std::vector<float>>& overrides,
                     float* p);
 
+class Prefetcher;  // optimizer/prefetcher.h
+
 class UpdatePipeline {
  public:
   class CommitWindow;  // commits in flight (update_pipeline.cc)
@@ -235,9 +237,8 @@ class UpdatePipeline {
   void DeclareOrder(const std::vector<int>& expected,
                     const std::vector<int>& next);
   // The next subgroup whose gradients are final (the update during
-  // backward), its wait counted in rep->grad_wait_s.
-  absl::StatusOr<int> NextFromGate(ReadyGate* gate,
-                                   const std::vector<bool>& taken,
+  // backward) and not yet taken, its wait counted in rep->grad_wait_s.
+  absl::StatusOr<int> NextFromGate(ReadyGate* gate, const Prefetcher& reads,
                                    StepReport* rep);
   // Subgroup s's update in its checked-out state object: the plan's
   // overrides and adoptions, then its tiles (kernel/tile.h) on the

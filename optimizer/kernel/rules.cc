@@ -4,7 +4,6 @@
 // so no header of the rules includes the dispatch back.
 #include "optimizer/kernel/rules.h"
 
-#include <cmath>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -54,8 +53,7 @@ absl::StatusOr<RuleKind> ParseRuleKind(absl::string_view s) {
 }
 
 absl::Status CheckRuleHyper(RuleKind k, int group, const RuleHyper& h) {
-  auto nonneg = [](double x) { return std::isfinite(x) && x >= 0; };
-  const char* need = !nonneg(h.lr) || !nonneg(h.weight_decay)
+  const char* need = !rules::NonNeg(h.lr) || !rules::NonNeg(h.weight_decay)
                          ? "need finite lr >= 0 and weight_decay >= 0"
                          : rules::WithRule(k, [&]<typename Rule>() {
                              return Rule::Check(h);

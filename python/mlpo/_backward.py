@@ -34,6 +34,7 @@ step's:
   backward, then zero_grad()); the model's tensors were never written.
 
 A mixin of the optimizer class in torch.py."""
+import functools
 import gc
 import statistics
 import time
@@ -51,12 +52,14 @@ from ._warn import warn_user
 _told_plain = set()
 
 
+@functools.lru_cache(maxsize=None)
 def _fsdp_hooks_after_reduce():
     """Whether this torch's FSDP (fully_shard) runs a sharded parameter's
     post-accumulate-grad hooks after its reduce-scatter has put this
     rank's shard of the gradient in place (torch's own support for an
     optimizer in backward, in foreach_reduce): then each shard is final
-    when its hook runs. Read from torch's source, as no flag says so."""
+    when its hook runs. Read from torch's source, as no flag says so
+    (once per process)."""
     try:
         import inspect
         from torch.distributed.fsdp._fully_shard import \

@@ -165,13 +165,7 @@ class Stepping:
             if together:
                 rep = self._finish_together(eng)
             else:
-                if running:
-                    # (another rank's gradients changed, or it runs the
-                    # plain step: this one's speculation is dropped too)
-                    self._guarded(eng, "discard_step", True)
-                    self._point_at_model(eng)
-                for g, group in enumerate(self.param_groups):
-                    eng.set_hyper(g, self._hyper(group))
+                self._ready_for_plain_step(eng, running)
                 rep = self._step_local_shards(eng, keep, scale)
             rep["in_backward"] = together
             self.last_report = rep
@@ -219,13 +213,7 @@ class Stepping:
             if together:
                 rep = self._finish_together(eng)
             else:
-                if running:
-                    # (another rank's gradients changed, or it runs the
-                    # plain step: this one's speculation is dropped too)
-                    self._guarded(eng, "discard_step", True)
-                    self._point_at_model(eng)
-                for g, group in enumerate(self.param_groups):
-                    eng.set_hyper(g, self._hyper(group))
+                self._ready_for_plain_step(eng, running)
                 rep = self._step_sharded(eng, keep, scale, got[1:])
             rep["in_backward"] = together
             self.last_report = rep
@@ -239,6 +227,17 @@ class Stepping:
         if self._auto is not None:
             self._auto.stepped(together)
         return loss
+
+    def _ready_for_plain_step(self, eng, running):
+        """The ranks run the plain step: a step running during backward is
+        dropped (another rank's gradients changed, or it runs the plain
+        step: this one's speculation goes too), and the engine takes the
+        groups' hyperparameters as they are now."""
+        if running:
+            self._guarded(eng, "discard_step", True)
+            self._point_at_model(eng)
+        for g, group in enumerate(self.param_groups):
+            eng.set_hyper(g, self._hyper(group))
 
     def _end_ranks_step(self):
         """The end of a data-parallel step(), however it ended: the next
