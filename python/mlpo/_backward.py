@@ -198,7 +198,7 @@ class BackwardUpdate:
                 not _fsdp_hooks_after_reduce():
             why = ("this torch's FSDP does not run the parameters' hooks "
                    "after its reduce-scatter (torch 2.15's does)")
-        elif self._device_path is not None:
+        elif self._layout.device_path is not None:
             why = ("the parameters are on a device; the update in backward "
                    "reads host gradients")
         if why and on is None:
@@ -234,7 +234,7 @@ class BackwardUpdate:
         """Hooks every parameter (again after a reopen or a new group)."""
         self._remove_backward_hooks()
         self._pieces_of = {}
-        for k, (g, e, at, n, off) in enumerate(self._pieces):
+        for k, (g, e, at, n, off) in enumerate(self._layout.pieces):
             self._pieces_of.setdefault(id(e), []).append(k)
         self._map_entries()
         if self._world > 1 and not self._fsdp:
@@ -499,18 +499,18 @@ class BackwardUpdate:
                                                       dtype=p.dtype)
         copy.copy_(_flat(p.detach()))
         for k in self._pieces_of.get(id(e), ()):
-            g, _, at, n, off = self._pieces[k]
+            g, _, at, n, off = self._layout.pieces[k]
             eng.set_param_memory(k, copy.data_ptr() + at * copy.element_size(),
                                  _DTYPES[p.dtype])
             eng.borrow_grad(g, off, grad.data_ptr() + at * grad.element_size(),
-                            self._grad_dt, n)
+                            self._layout.grad_dt, n)
             eng.grad_ready(k)
 
     def _point_at_model(self, eng):
         """Every parameter's memory for the engine is the model's own
         again (a later rewind, of a step whose writes fail behind,
         writes there)."""
-        for k, (g, e, at, n, off) in enumerate(self._pieces):
+        for k, (g, e, at, n, off) in enumerate(self._layout.pieces):
             p = e["param"]
             eng.set_param_memory(k, p.data_ptr() + at * p.element_size(),
                                  _DTYPES[p.dtype])
@@ -543,7 +543,7 @@ class BackwardUpdate:
         self._forget_prepared()
         for g, h in enumerate(hyper):
             eng.set_hyper(g, h)
-        sync_in(self._entries)
+        sync_in(self._layout.entries)
         # (a parameter handed in gets its copy's memory instead)
         self._point_at_model(eng)
         self._guarded(eng, "begin_step", self.loss_scale)
@@ -566,7 +566,7 @@ class BackwardUpdate:
         es = flat.element_size()
         out = []
         for k in self._pieces_of.get(id(e), ()):
-            _, _, at, n, _ = self._pieces[k]
+            _, _, at, n, _ = self._layout.pieces[k]
             out.append(_mlpo.checksum(flat.data_ptr() + at * es, n * es))
         return tuple(out)
 
@@ -638,7 +638,7 @@ class BackwardUpdate:
             self._reset_backward()
             if self._engine is not None:
                 self._point_at_model(self._engine)
-            sync_out(self._entries)
+            sync_out(self._layout.entries)
             self._note_versions()
 
     def _finish_together(self, eng):
@@ -676,7 +676,7 @@ class BackwardUpdate:
             else:
                 self._reset_backward()
             self._point_at_model(eng)
-            sync_out(self._entries)
+            sync_out(self._layout.entries)
             self._note_versions()
         if why:
             warn_user(f"mlpo.torch: {why}: the step that ran during "

@@ -532,7 +532,7 @@ class CheckpointMixin:
             return False
         self._ns = ns
         self._engine = eng
-        eng.set_attribute("manifest", json.dumps(self._manifest))
+        eng.set_attribute("manifest", json.dumps(self._layout.manifest))
         try:
             self._restore(tag)
         finally:
@@ -548,9 +548,10 @@ class CheckpointMixin:
         self._check_manifest_of(json.loads(reader.manifest()))
         eng = self._require_engine()
         steps = reader.param_steps()
-        mine = [steps[e["index"]] for (g, e, at, n, off) in self._pieces]
+        mine = [steps[e["index"]]
+                for (g, e, at, n, off) in self._layout.pieces]
         fill = fill_from(reader, CheckpointCoords(json.loads(
-            reader.manifest())), [list(self._shard_pieces(g))
+            reader.manifest())), [list(self._layout.shard_pieces(g))
                                   for g in range(len(self._layout))])
         eng.reset()  # a new lineage holding the checkpoint's state
         eng.import_state(reader.step, fill, mine)
@@ -595,7 +596,7 @@ class CheckpointMixin:
 
     def _check_manifest_of(self, other):
         try:
-            diff = _model_difference(other, self._manifest)
+            diff = _model_difference(other, self._layout.manifest)
         except ValueError as e:
             raise ValueError(f"mlpo.torch: the checkpoint: {e}") from None
         if diff is not None and not isinstance(diff[0], str):

@@ -105,14 +105,14 @@ class StoreOpening:
         groups = []
         for g, l in zip(self.param_groups, self._layout):
             groups.append(dict(numel=l["numel"],
-                               params=[self._pieces[k][3]
+                               params=[self._layout.pieces[k][3]
                                        for k in l["pieces"]],
                                **self._hyper(g)))
-        dt = _DTYPES[self._dtype]
+        dt = _DTYPES[self._layout.dtype]
         return _mlpo.Engine(
             self._toml_text, self._base_dir, _store_name(ns, self._world),
-            self._rank, groups, self._opts["subgroup_numel"], self._grad_dt,
-            dt, self._opts["max_grad_norm"], self._opts["prefetch"],
+            self._rank, groups, self._opts["subgroup_numel"],
+            self._layout.grad_dt, dt, self._opts["max_grad_norm"], self._opts["prefetch"],
             self._opts["commits"], self._opts["threads"], self._durability,
             restore_tag or "", *self._device_args(), True,
             self._state_format)
@@ -166,7 +166,7 @@ class StoreOpening:
             if old is not None and check_model:
                 try:
                     diff = _model_difference(_parse_manifest(old),
-                                             self._manifest)
+                                             self._layout.manifest)
                 except ValueError as e:
                     eng.close()
                     raise RuntimeError(
@@ -190,7 +190,7 @@ class StoreOpening:
                 self._toml_text, self._base_dir,
                 _store_name(ns, self._world), "manifest")
             diff = None if held is None else _model_difference(
-                _parse_manifest(held), self._manifest)
+                _parse_manifest(held), self._layout.manifest)
         except (RuntimeError, ValueError, OSError):
             diff = None  # unreadable: its state all the same
         if diff is not None:
@@ -227,7 +227,8 @@ class StoreOpening:
                 held = _mlpo.read_store_attribute(
                     self._toml_text, self._base_dir, n, "manifest")
                 if held is None or _model_difference(
-                        _parse_manifest(held), self._manifest) is not None:
+                        _parse_manifest(held),
+                        self._layout.manifest) is not None:
                     continue
             except (RuntimeError, ValueError, OSError):
                 continue  # not a store, or not this model's: not ours
@@ -284,7 +285,7 @@ class StoreOpening:
                 self._toml_text, self._base_dir,
                 _store_name(ns, self._world), restore_tag or "")
             diff = _model_difference(json.loads(reader.manifest()),
-                                     self._manifest)
+                                     self._layout.manifest)
         except (RuntimeError, ValueError):
             # Nothing readable at the heads (or that tag): not this
             # model's state to resume.
@@ -342,7 +343,7 @@ class StoreOpening:
         self._ns = cand
         self._engine = eng
         try:
-            eng.set_attribute("manifest", json.dumps(self._manifest))
+            eng.set_attribute("manifest", json.dumps(self._layout.manifest))
             self._resuming = False  # (only while opening)
             if restore_tag:
                 self._params_from_store()
@@ -469,7 +470,7 @@ class StoreOpening:
     def _device_args(self):
         """Engine arguments of the device path: backend, index, and each
         group's tensors as (offset, numel, data_ptr)."""
-        if self._device_path is None:
+        if self._layout.device_path is None:
             return "", 0, []
         self._device_ptrs = {}
         pieces = []
@@ -481,4 +482,5 @@ class StoreOpening:
                                e["param"].data_ptr()))
                     self._device_ptrs[id(e["param"])] = e["param"].data_ptr()
             pieces.append(ps)
-        return self._device_path[0], self._device_path[1], pieces
+        backend, index = self._layout.device_path
+        return backend, index, pieces

@@ -94,7 +94,7 @@ class StateView(Mapping):
         opt = self._opt
         if opt._layout is None or opt._engine is None:
             return None
-        k = opt._piece_of.get(id(param))
+        k = opt._layout.piece_of.get(id(param))
         if k is None or (opt._engine.param_steps[k] == 0 and
                          not _STATE_FROM_START.get(opt._mode)):
             return None
@@ -110,7 +110,7 @@ class StateView(Mapping):
                 "mlpo.torch: opt.state[p] with data parallel (each rank "
                 "holds a shard); read mlpo.torch.export_state_dict("
                 "opt.state_dict()) instead")
-        e = opt._pieces[k][1]
+        e = opt._layout.pieces[k][1]
         eng = opt._engine
         _, slots = eng.read_range(e["group"], e["offset"], e["numel"])
         dev = e["param"].device
@@ -130,7 +130,7 @@ class StateView(Mapping):
                 _lightning_moving_state():
             return
         steps = opt._engine.param_steps
-        for k, (g, e, at, n, off) in enumerate(opt._pieces):
+        for k, (g, e, at, n, off) in enumerate(opt._layout.pieces):
             if steps[k] > 0 or _STATE_FROM_START.get(opt._mode):
                 yield e["dparam"]
 

@@ -57,7 +57,7 @@ class Stepping:
                              f"{grad.device}")
         if grad.stride() != p.stride():
             grad = torch.empty_like(p).copy_(grad)
-        if self._mixed and grad.dtype != torch.float32:
+        if self._layout.mixed and grad.dtype != torch.float32:
             grad = torch.empty_like(p, dtype=torch.float32).copy_(grad)
         return grad
 
@@ -126,16 +126,17 @@ class Stepping:
             eng.set_hyper(g, self._hyper(group))
         scale = loss_scale or self.loss_scale
         keep = []  # gradients stay alive while staged
-        sync_in(self._entries)  # stand-ins (_stand_in.py) take the model's
+        # stand-ins (_stand_in.py) take the model's values
+        sync_in(self._layout.entries)
         try:
-            if self._device_path is not None:
+            if self._layout.device_path is not None:
                 rep = self._step_device(eng, keep, scale)
             elif self._world == 1:
                 rep = self._step_host(eng, keep, scale)
             else:
                 rep = self._step_local_shards(eng, keep, scale)
         finally:
-            sync_out(self._entries)
+            sync_out(self._layout.entries)
         rep["in_backward"] = False
         self.last_report = rep
         self._warn_skipped(eng, rep)
@@ -156,7 +157,7 @@ class Stepping:
         self._check_groups()
         self._forget_prepared()
         keep = []
-        sync_in(self._entries)
+        sync_in(self._layout.entries)
         try:
             ok = running and scale == self.loss_scale and \
                 not self._changed_after_hand_in()
@@ -196,7 +197,7 @@ class Stepping:
         self._check_groups()
         self._forget_prepared()
         keep = []
-        sync_in(self._entries)
+        sync_in(self._layout.entries)
         try:
             if running:
                 self._ddp_drain(wait=True)
@@ -255,7 +256,7 @@ class Stepping:
                 except (RuntimeError, OSError):
                     pass
             self._point_at_model(self._engine)
-        sync_out(self._entries)
+        sync_out(self._layout.entries)
 
     def _warn_skipped(self, eng, rep):
         """A step skipped for an overflow: a warning (the first, then at
@@ -273,7 +274,7 @@ class Stepping:
 
     def _step_host(self, eng, keep, scale):
         # The kernel reads and writes the model's tensors themselves.
-        for k, (g, e, at, n, off) in enumerate(self._pieces):
+        for k, (g, e, at, n, off) in enumerate(self._layout.pieces):
             p = e["param"]
             grad = self._grad_of(e)
             eng.set_param_memory(k, p.data_ptr() + at * p.element_size(),
@@ -282,14 +283,14 @@ class Stepping:
                 continue
             keep.append(grad)  # read in place by the step: no copy
             eng.borrow_grad(g, off, grad.data_ptr() + at * grad.element_size(),
-                            self._grad_dt, n)
+                            self._layout.grad_dt, n)
         return self._guarded(eng, "step", scale)
 
     def _step_device(self, eng, keep, scale):
-        dt = _DTYPES[self._dtype]
-        if self._device.type == "cuda":
+        dt = _DTYPES[self._layout.dtype]
+        if self._layout.device.type == "cuda":
             # backward ran on PyTorch's stream; ours copy the gradients
-            torch.cuda.synchronize(self._device)
+            torch.cuda.synchronize(self._layout.device)
         self._override_edited(eng)
         for g, l in enumerate(self._layout):
             for e in l["entries"]:
@@ -360,7 +361,7 @@ class Stepping:
         """Device memory the engine cannot read: parameters edited since the
         last step go in as masters."""
         for k in self._edited():
-            g, e, at, n, off = self._pieces[k]
+            g, e, at, n, off = self._layout.pieces[k]
             t = _flat(e["param"].detach())[at:at + n].cpu()
             if not eng.state_stored:
                 eng.set_initial(g, off, t.data_ptr(), _DTYPES[t.dtype], n)
@@ -451,11 +452,11 @@ class Stepping:
         shard of them; the kernel updates this rank's shards of the
         parameters in place. The ranks agree on the gradient statistics
         (norm clipping, overflow skips), as one process would see them."""
-        dt = _DTYPES[self._dtype]
+        dt = _DTYPES[self._layout.dtype]
         # FSDP gives every rank the same gradients to have or not: the
         # agreement is only that every rank is in step().
         self._agree_call("step", [])
-        for k, (g, e, at, n, off) in enumerate(self._pieces):
+        for k, (g, e, at, n, off) in enumerate(self._layout.pieces):
             p = e["param"]
             eng.set_param_memory(k, p.data_ptr() + at * p.element_size(), dt)
             grad = self._grad_of(e)
@@ -469,20 +470,20 @@ class Stepping:
     def _step_sharded(self, eng, keep, scale, has):
         """`has`: whether each parameter has a gradient on any rank (it has
         one on every rank then)."""
-        dt = _DTYPES[self._dtype]
+        dt = _DTYPES[self._layout.dtype]
         active = {}
         i = 0
         for l in self._layout:
             for e in l["entries"]:
                 active[id(e["param"])] = bool(has[i])
                 i += 1
-        for k, (g, e, at, n, off) in enumerate(self._pieces):
+        for k, (g, e, at, n, off) in enumerate(self._layout.pieces):
             p = e["param"]
             eng.set_param_memory(k, p.data_ptr() + at * p.element_size(), dt)
         if self._ddp_reduced:
             # DDP (its hook, ddp_comm_hook) averaged the gradients in
             # backward: each rank's copy is the average already.
-            for k, (g, e, at, n, off) in enumerate(self._pieces):
+            for k, (g, e, at, n, off) in enumerate(self._layout.pieces):
                 grad = self._grad_of(e) if active[id(e["param"])] else None
                 if grad is None:
                     continue
@@ -500,9 +501,9 @@ class Stepping:
                         _flat(grad).float()
             dist.all_reduce(flat, group=self._pg)
             shard = (flat[l["start"]:l["start"] + l["numel"]]
-                     / self._world).to(self._dtype).contiguous()
+                     / self._world).to(self._layout.dtype).contiguous()
             keep.append(shard)
-            for e, at, n, off in self._shard_pieces(g):
+            for e, at, n, off in self._layout.shard_pieces(g):
                 if active[id(e["param"])]:
                     eng.stage_grad(g, off, shard.data_ptr() +
                                    off * shard.element_size(), dt, n)
@@ -513,8 +514,8 @@ class Stepping:
         """Each rank's step wrote its shard into its own tensors: gather the
         shards so that every rank has every new parameter."""
         for g, l in enumerate(self._layout):
-            shard = torch.empty(l["numel"], dtype=self._dtype)
-            for e, at, n, off in self._shard_pieces(g):
+            shard = torch.empty(l["numel"], dtype=self._layout.dtype)
+            for e, at, n, off in self._layout.shard_pieces(g):
                 shard[off:off + n] = _flat(e["param"])[at:at + n]
             flat = self._gather(shard, l)
             lo, hi = l["start"], l["start"] + l["numel"]  # this rank's
@@ -532,15 +533,15 @@ class Stepping:
         .data bumps no version counter); device memory is compared by
         version counter."""
         eng = self._require_engine()
-        sync_in(self._entries)
-        if self._device_path is not None:
+        sync_in(self._layout.entries)
+        if self._layout.device_path is not None:
             if self._edited():
                 self._override_edited(eng)
                 eng.adopt_edits([])
         else:
-            edited = list(range(len(self._pieces)))
+            edited = list(range(len(self._layout.pieces)))
             for k in edited:
-                g, e, at, n, off = self._pieces[k]
+                g, e, at, n, off = self._layout.pieces[k]
                 p = e["param"]
                 eng.set_param_memory(k, p.data_ptr() + at * p.element_size(),
                                      _DTYPES[p.dtype])

@@ -108,8 +108,8 @@ class TorchImport:
                                     zip(slots, out[1:])}
 
         eng.reset()
-        eng.import_state(t, fill, [steps[e["index"]]
-                                   for (g, e, at, n, off) in self._pieces])
+        eng.import_state(t, fill, [steps[e["index"]] for (g, e, at, n, off)
+                                   in self._layout.pieces])
         tag, k = f"step-{t}", 1
         while tag in eng.tags():
             tag, k = f"step-{t}.{k}", k + 1

@@ -56,7 +56,7 @@ import torch.distributed as dist
 from . import _mlpo, store_config
 from ._opening import STATE_BYTES, STATE_FORMATS  # noqa: F401
 from ._checkpoints import CheckpointMixin, _MADE, _flat
-from ._layout import Layout
+from ._layout import build_layout, split_names
 from ._torch_import import TorchImport
 from ._state_view import StateView
 from ._export import export_state_dict
@@ -65,7 +65,7 @@ from ._dcp import DcpShapes
 from ._retention import Retention
 from ._stepping import Stepping
 from ._backward import BackwardUpdate, PlainStepNote, ddp_comm_hook
-from ._rules import check_group, check_slots, manifest_hyper
+from ._rules import check_group, check_slots
 from ._stand_in import sync_in, sync_out
 from ._unsupported import refuse_unsupported
 from ._reshard import fsdp_mesh
@@ -92,7 +92,7 @@ def _wrapped(obj):
         else None
 
 
-class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
+class _MlpoOptimizer(TorchImport, StoreOpening, CheckpointMixin,
                      DcpShapes, Retention, BackwardUpdate, Stepping,
                      torch.optim.Optimizer):
     _mode = "adamw"
@@ -134,7 +134,7 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
             raise ValueError(f"mlpo.torch.{cls}: keep_checkpoints must be a "
                              f"whole number >= 0 (0 keeps every checkpoint), "
                              f"not {keep_checkpoints!r}")
-        params, self._names = self._split_names(params)
+        params, self._names = split_names(params)
         self._layout = None
         self._engine = None
         _MADE.add(self)  # closed at interpreter exit if still open
@@ -208,7 +208,7 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
                               max_grad_norm=float(max_grad_norm),
                               prefetch=int(prefetch), commits=int(commits),
                               threads=int(threads))
-            self._layout = self._make_layout()
+            self._layout = self._build_layout()
             try:  # a bad key or value, named with the file it is in
                 _mlpo.check_store_config(self._toml(), self._base_dir)
             except ValueError as e:
@@ -259,8 +259,13 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
             "store. Save opt.state_dict() (a small dict naming a checkpoint "
             "of the store) and load it into a new optimizer")
 
-    def _hyper_json(self, group):
-        return manifest_hyper(self._mode, group)
+    def _build_layout(self):
+        return build_layout(
+            self.param_groups, self._names, mode=self._mode,
+            world=self._world, rank=self._rank, fsdp=self._fsdp,
+            subgroup_numel=self._opts["subgroup_numel"],
+            state_format=self._state_format,
+            device_backend=self._device_backend_arg)
 
     def _hyper(self, group):
         """The group's hyperparameters as numbers (a 0-d tensor lr, as a
@@ -288,26 +293,11 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
             return float(self.defaults["initial_accumulator_value"])
         return 0.0
 
-    @property
-    def _grad_dt(self):
-        return "f32" if self._mixed else _DTYPES[self._dtype]
-
-    def _shard_pieces(self, g):
-        """(entry, start within param, count, offset within shard) for every
-        piece of this rank's shard of group g."""
-        for k in self._layout[g]["pieces"]:
-            _, e, at, n, off = self._pieces[k]
-            yield e, at, n, off
-
-    @property
-    def _entries(self):
-        return [e for l in self._layout for e in l["entries"]]
-
     def _set_initial(self):
         """The model's parameters as the initial masters (a fresh start)."""
-        sync_in(self._entries)
+        sync_in(self._layout.entries)
         for g in range(len(self._layout)):
-            for e, at, n, off in self._shard_pieces(g):
+            for e, at, n, off in self._layout.shard_pieces(g):
                 t = _flat(e["param"].detach())[at:at + n]
                 if t.device.type != "cpu":
                     t = t.cpu()
@@ -326,7 +316,7 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
             for e in l["entries"]:
                 _flat(e["param"]).copy_(
                     flat[e["offset"]:e["offset"] + e["numel"]])
-        sync_out(self._entries)
+        sync_out(self._layout.entries)
         self._note_versions()
 
     def _note_versions(self):
@@ -340,7 +330,7 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
         """Engine parameter indices whose tensor changed since step() or a
         load (in place, or new memory)."""
         out = []
-        for k, (g, e, at, n, off) in enumerate(self._pieces):
+        for k, (g, e, at, n, off) in enumerate(self._layout.pieces):
             p = e["param"]
             if self._seen.get(id(p)) != (p._version, p.data_ptr()):
                 out.append(k)
@@ -385,7 +375,7 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
         if self._engine is not None:
             check_slots(self._engine.rule, {**self.defaults, **param_group},
                         "mlpo.torch: add_param_group")
-        groups, names = self._split_names([param_group])
+        groups, names = split_names([param_group])
         eng = self._require_engine()
         saved = None
         if eng.step_count > 0 or not eng.fresh_pending:
@@ -396,7 +386,7 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
         self._names.update(names)
         super().add_param_group(groups[0])
         try:
-            self._layout = self._make_layout()
+            self._layout = self._build_layout()
         except Exception:
             self.param_groups.pop()
             self._names = old_names
@@ -418,7 +408,7 @@ class _MlpoOptimizer(Layout, TorchImport, StoreOpening, CheckpointMixin,
                 return p[off:off + n], {k: x[off:off + n]
                                         for k, x in slots.items()}
             p = torch.empty(n, dtype=torch.float32)
-            for e, at, cnt, o in self._shard_pieces(g):
+            for e, at, cnt, o in self._layout.shard_pieces(g):
                 a, b = max(off, o), min(off + n, o + cnt)
                 if a < b:
                     p[a - off:b - off] = _flat(e["param"].detach())[
