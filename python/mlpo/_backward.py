@@ -44,7 +44,7 @@ import torch
 import torch.distributed as dist
 
 from . import _mlpo
-from ._checkpoints import _flat
+from ._stand_in import _flat
 from ._opening import _DTYPES
 from ._stand_in import sync_in, sync_out
 from ._warn import warn_user

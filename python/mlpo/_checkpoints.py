@@ -16,10 +16,13 @@ import torch
 import torch.distributed as dist
 
 from ._callers import called_from
-from ._dcp import from_dcp_shape
+from ._dcp import dcp_shape, from_dcp_copy, from_dcp_shape
+from ._retention import prune_checkpoints, step_tag_key
+from ._torch_import import import_torch
 from ._warn import warn_user
 from . import _mlpo
 from ._reshard import CheckpointCoords, fill_from
+from ._stand_in import _flat
 from ._dict_checks import _check_hyper, _refuse_one_rank_save
 from ._tag_ids import (check_reader_tag, check_tag, check_tag_ids,
                        is_store, reader_holds, tag_id)
@@ -47,13 +50,6 @@ def _close_at_exit():
         except Exception as e:  # noqa: BLE001 (reported, exit goes on)
             print(f"mlpo.torch: closing the optimizer at exit failed: {e}",
                   file=sys.stderr)
-
-
-def _flat(t):
-    """A 1-d view of a dense tensor's elements in memory order."""
-    if t.is_contiguous():
-        return t.view(-1)
-    return t.as_strided((t.numel(),), (1,), t.storage_offset())
 
 
 def _shaped(flat, pm):
@@ -151,7 +147,7 @@ class CheckpointMixin:
         """Records the current state as `tag` (no data copied)."""
         if self._world > 1:
             self._agree_tag("checkpoint", tag)
-        if self.keep_checkpoints > 0 and _step_tag_key(tag) is not None:
+        if self.keep_checkpoints > 0 and step_tag_key(tag) is not None:
             raise ValueError(
                 f"mlpo.torch: checkpoint({tag!r}): names of the form "
                 "step-<t> are state_dict()'s, and keep_checkpoints="
@@ -275,7 +271,8 @@ class CheckpointMixin:
                 state_dict = out
         if called_from("torch.distributed.checkpoint.state_dict",
                        "_get_optim_state_dict"):
-            state_dict = self._dcp_shape(state_dict)
+            state_dict = dcp_shape(state_dict, self.param_groups,
+                                   self._layout, self.dcp_state)
         return state_dict
 
     def load_state_dict(self, state_dict):
@@ -336,7 +333,7 @@ class CheckpointMixin:
         tags = set(eng.tags())
         t = eng.step_count
         tag = next((n for n in sorted(tags) if eng.state_stored and
-                    (_step_tag_key(n) or (None,))[0] == t and
+                    (step_tag_key(n) or (None,))[0] == t and
                     eng.tag_is_current(n)), None)
         if self._world > 1:
             # One name on every rank: the one each would hand out again,
@@ -353,7 +350,7 @@ class CheckpointMixin:
             while tag in tags:
                 tag, k = f"step-{t}.{k}", k + 1
             self._guarded(eng, "tag", tag)
-        self._prune_checkpoints(tag)
+        prune_checkpoints(eng, self.keep_checkpoints, tag)
         self._last_handed = tag
         # "params" lists are empty so that torch.optim's load_state_dict
         # refuses this dict (its groups do not match) instead of loading an
@@ -386,7 +383,8 @@ class CheckpointMixin:
 
     def _load_state_dict(self, state_dict):
         self._forget_prepared()
-        state_dict = self._from_dcp_copy(from_dcp_shape(state_dict))
+        state_dict = from_dcp_copy(from_dcp_shape(state_dict),
+                                   self._layout)
         if self._world > 1:
             self._agree_load(state_dict)
         if not isinstance(state_dict, dict) or "param_groups" not in \
@@ -423,7 +421,11 @@ class CheckpointMixin:
             # so that a refused dict only raises)
             self._warn_if_model_moved(state_dict["mlpo"])
         else:
-            self._import_torch(state_dict)
+            tag = import_torch(state_dict, self._require_engine,
+                               self._layout, self._mode, self._initial_slot)
+            if tag is not None:
+                self._guarded(self._engine, "tag", tag)
+                self._note_versions()
         for mine, theirs in zip(self.param_groups, groups):
             for k, v in theirs.items():
                 if k != "params":
@@ -603,14 +605,3 @@ class CheckpointMixin:
             raise ValueError(
                 "mlpo.torch: the checkpoint was written for another model "
                 f"(checkpoint {diff[0]}, model {diff[1]})")
-
-
-def _step_tag_key(tag):
-    """(step, k) of an automatic tag "step-<t>" or "step-<t>.<k>", else
-    None."""
-    if not tag.startswith("step-"):
-        return None
-    step, _, k = tag[5:].partition(".")
-    if not step.isdigit() or (k and not k.isdigit()):
-        return None
-    return (int(step), int(k) if k else 0)

@@ -18,6 +18,13 @@ step, a restore; sync_out). Gradients take the same way (grad_of)."""
 import torch
 
 
+def _flat(t):
+    """A 1-d view of a dense tensor's elements in memory order."""
+    if t.is_contiguous():
+        return t.view(-1)
+    return t.as_strided((t.numel(),), (1,), t.storage_offset())
+
+
 def is_dense(p):
     """Non-overlapping and dense: its elements fill numel() consecutive
     slots of its storage in some order (contiguous, channels_last, ...)."""

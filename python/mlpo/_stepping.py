@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from ._stand_in import grad_of as stand_in_grad, sync_in, sync_out
 from ._warn import warn_user
-from ._checkpoints import _flat
+from ._stand_in import _flat
 from ._opening import _DTYPES
 from ._backward import _note_plain_step_once
 

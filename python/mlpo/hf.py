@@ -26,6 +26,8 @@ import os
 import torch
 import transformers
 
+from ._retention import drop_unfollowed, names_this_store
+
 
 __all__ = ["TrainerCheckpoints", "mlpo_optimizer"]
 
@@ -54,7 +56,7 @@ def folder_tags(output_dir, opt):
         except Exception:
             return None
         info = sd.get("mlpo") if isinstance(sd, dict) else None
-        if isinstance(info, dict) and opt._names_this_store(info):
+        if isinstance(info, dict) and names_this_store(opt, info):
             out.add(info.get("tag"))
     return out
 
@@ -110,7 +112,7 @@ class TrainerCheckpoints(transformers.TrainerCallback):
         if named is None:
             return  # the next save tries again
         self._known.add((opt._ns, opt._engine.store_uuid, opt._last_handed))
-        opt._drop_unfollowed(
-            named, self._known, "because no checkpoint folder under "
+        drop_unfollowed(
+            opt, named, self._known, "because no checkpoint folder under "
             f"{args.output_dir} names it any more (mlpo.hf."
             "TrainerCheckpoints follows Trainer's save_total_limit)")

@@ -32,6 +32,8 @@ try:
 except ImportError:  # the standalone package of the same code
     from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 
+from ._retention import drop_unfollowed, names_this_store
+
 
 __all__ = ["StoreCheckpoints", "mlpo_optimizers"]
 
@@ -106,7 +108,7 @@ class StoreCheckpoints(Callback):
                 except (OSError, ValueError):
                     return None
                 out.update(info.get("tag") for info in seen[1]
-                           if opt._names_this_store(info))
+                           if names_this_store(opt, info))
         return out
 
     def _follow(self, trainer):
@@ -116,8 +118,8 @@ class StoreCheckpoints(Callback):
             named = self._named(trainer, opt)
             if named is None:
                 continue  # the next save tries again
-            opt._drop_unfollowed(
-                named, self._known, "because no .ckpt file in the "
+            drop_unfollowed(
+                opt, named, self._known, "because no .ckpt file in the "
                 "ModelCheckpoint directories names it any more (mlpo."
                 "lightning.StoreCheckpoints follows Lightning's save_top_k)")
 

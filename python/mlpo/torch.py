@@ -55,14 +55,12 @@ import torch.distributed as dist
 
 from . import _mlpo, store_config
 from ._opening import STATE_BYTES, STATE_FORMATS  # noqa: F401
-from ._checkpoints import CheckpointMixin, _MADE, _flat
+from ._checkpoints import CheckpointMixin, _MADE
+from ._stand_in import _flat
 from ._layout import build_layout, split_names
-from ._torch_import import TorchImport
 from ._state_view import StateView
 from ._export import export_state_dict
 from ._opening import _DTYPES, StoreOpening
-from ._dcp import DcpShapes
-from ._retention import Retention
 from ._stepping import Stepping
 from ._backward import BackwardUpdate, PlainStepNote, ddp_comm_hook
 from ._rules import check_group, check_slots
@@ -92,8 +90,7 @@ def _wrapped(obj):
         else None
 
 
-class _MlpoOptimizer(TorchImport, StoreOpening, CheckpointMixin,
-                     DcpShapes, Retention, BackwardUpdate, Stepping,
+class _MlpoOptimizer(StoreOpening, CheckpointMixin, BackwardUpdate, Stepping,
                      torch.optim.Optimizer):
     _mode = "adamw"
 
