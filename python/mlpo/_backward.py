@@ -45,7 +45,7 @@ import torch.distributed as dist
 
 from . import _mlpo
 from ._stand_in import _flat
-from ._opening import _DTYPES
+from ._session import _DTYPES
 from ._stand_in import sync_in, sync_out
 from ._warn import warn_user
 
@@ -194,7 +194,7 @@ class BackwardUpdate:
         why = None
         if not hasattr(torch.Tensor, "register_post_accumulate_grad_hook"):
             why = "it needs torch >= 2.1 (register_post_accumulate_grad_hook)"
-        elif self._world > 1 and self._fsdp and \
+        elif self._ranks.world > 1 and self._ranks.fsdp and \
                 not _fsdp_hooks_after_reduce():
             why = ("this torch's FSDP does not run the parameters' hooks "
                    "after its reduce-scatter (torch 2.15's does)")
@@ -214,7 +214,7 @@ class BackwardUpdate:
         # (data parallel: the ranks' median times summed, so that every
         # rank makes the same choice)
         self._auto = _AutoChoice(
-            self._sum_over_ranks if self._world > 1 else None) \
+            self._ranks.sum if self._ranks.world > 1 else None) \
             if on is None else None
         self._hook_params()
 
@@ -237,7 +237,7 @@ class BackwardUpdate:
         for k, (g, e, at, n, off) in enumerate(self._layout.pieces):
             self._pieces_of.setdefault(id(e), []).append(k)
         self._map_entries()
-        if self._world > 1 and not self._fsdp:
+        if self._ranks.world > 1 and not self._ranks.fsdp:
             # Data parallel: the gradients are final once DDP reduced
             # them, which its communication hook sees (ddp_comm_hook); the
             # parameters' own hooks fire before that. (FSDP runs a sharded
@@ -340,10 +340,11 @@ class BackwardUpdate:
             # gloo ended the job without a word of why).
             self._ddp_pass_agreed = True
             _queue_end_of_backward(self._ddp_pass_ended)
-            self._agree_call("backward", [])
+            self._ranks.agree_call("backward", [],
+                                   self._layout.n_params)
         buf = bucket.buffer()
-        buf.div_(self._world)
-        fut = dist.all_reduce(buf, group=self._pg,
+        buf.div_(self._ranks.world)
+        fut = dist.all_reduce(buf, group=self._ranks.pg,
                               async_op=True).get_future()
         self._ddp_reduced = self._ddp_hooked = True
         eng = self._engine
@@ -482,7 +483,7 @@ class BackwardUpdate:
         orig = e["dparam"].grad
         self._bwd_given[id(e)] = (
             e, orig, orig._version, grad,
-            self._piece_digests(e, grad) if self._world > 1
+            self._piece_digests(e, grad) if self._ranks.world > 1
             else self._digest(orig))
         self._borrow_pieces(eng, e, grad)
 
@@ -573,7 +574,7 @@ class BackwardUpdate:
     def _changed_after_hand_in(self):
         if self._bwd_stale:
             return True
-        if self._world > 1:
+        if self._ranks.world > 1:
             # (DDP: p.grad holds a copy of the reduced bucket, or is it)
             for e, _, _, _, digests in self._bwd_given.values():
                 g = e["dparam"].grad
@@ -604,7 +605,7 @@ class BackwardUpdate:
         do). Data parallel: step() decides it with the other ranks; any
         other call first drops it (nothing applied), and step() runs the
         plain step on every rank."""
-        if self._world > 1:
+        if self._ranks.world > 1:
             self._ddp_pending = []
             self._bwd_plain = True
             self._discard_in_backward(None, mid_backward=True)
@@ -652,7 +653,7 @@ class BackwardUpdate:
                     self._hand_in(eng, e)
 
         def agree(sum_sq, nonfinite):
-            sum_sq, nonfinite = self._sum_over_ranks((sum_sq, nonfinite))
+            sum_sq, nonfinite = self._ranks.sum((sum_sq, nonfinite))
             return sum_sq, int(nonfinite)
         rep = self._guarded(eng, "finish_step", agree)
         if not rep["skipped"]:

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from ._callers import called_from
 from ._dcp import dcp_shape, from_dcp_copy, from_dcp_shape
 from ._retention import prune_checkpoints, step_tag_key
+from ._session import store_name
 from ._torch_import import import_torch
 from ._warn import warn_user
 from . import _mlpo
@@ -62,10 +63,6 @@ def _shaped(flat, pm):
     t = torch.empty_strided(shape, stride, dtype=flat.dtype)
     _flat(t).copy_(flat)
     return t
-
-
-def _store_name(name, world):
-    return name if world == 1 else f"{name}-w{world}"
 
 
 def _parse_manifest(text):
@@ -145,8 +142,9 @@ class CheckpointMixin:
 
     def checkpoint(self, tag):
         """Records the current state as `tag` (no data copied)."""
-        if self._world > 1:
-            self._agree_tag("checkpoint", tag)
+        if self._ranks.world > 1:
+            self._ranks.agree_tag("checkpoint", tag,
+                                 self._layout.n_params)
         if self.keep_checkpoints > 0 and step_tag_key(tag) is not None:
             raise ValueError(
                 f"mlpo.torch: checkpoint({tag!r}): names of the form "
@@ -157,8 +155,8 @@ class CheckpointMixin:
 
     def restore(self, tag):
         """Moves the state back to `tag` and the model's parameters with it."""
-        if self._world > 1:
-            self._agree_tag("restore", tag)
+        if self._ranks.world > 1:
+            self._ranks.agree_tag("restore", tag, self._layout.n_params)
         self._restore(tag)
 
     def _restore(self, tag):
@@ -215,7 +213,7 @@ class CheckpointMixin:
         self.close()
 
     def __del__(self):
-        if "_engine" not in self.__dict__:
+        if "_session" not in self.__dict__:
             return  # a wrapper (Lightning's) or a half-made optimizer
         try:
             self.close()
@@ -224,19 +222,19 @@ class CheckpointMixin:
 
     def _uuids(self):
         mine = self._require_engine().store_uuid
-        if self._world == 1:
+        if self._ranks.world == 1:
             return [mine]
-        out = [None] * self._world
-        dist.all_gather_object(out, mine, group=self._pg)
+        out = [None] * self._ranks.world
+        dist.all_gather_object(out, mine, group=self._ranks.pg)
         return out
 
     def _tag_ids(self, eng, tag):
         """Each rank's identity of `tag` (see _tag_ids.tag_id), for the dict."""
         mine = tag_id(eng, tag)
-        if self._world == 1:
+        if self._ranks.world == 1:
             return [mine]
-        out = [None] * self._world
-        dist.all_gather_object(out, mine, group=self._pg)
+        out = [None] * self._ranks.world
+        dist.all_gather_object(out, mine, group=self._ranks.pg)
         return out
 
     def _params_digest(self):
@@ -262,7 +260,7 @@ class CheckpointMixin:
             # caller that asks on one rank only, as Trainer saves.
             state_dict = copy.deepcopy(prepared[1])
         else:
-            if self._world > 1:
+            if self._ranks.world > 1:
                 _refuse_one_rank_save()
             state_dict = self._take_state_dict()
         for hook in self._optimizer_state_dict_post_hooks.values():
@@ -319,8 +317,9 @@ class CheckpointMixin:
 
     def _take_state_dict(self):
         eng = self._require_engine()
-        if self._world > 1:  # every rank here, or a clear error on each
-            self._agree_call("state_dict", [])
+        if self._ranks.world > 1:  # every rank here, or a clear error on each
+            self._ranks.agree_call("state_dict", [],
+                                   self._layout.n_params)
         self._adopt_edits()  # the checkpoint holds what the model holds
         # "step-<t>", or "step-<t>.<k>" when a tag of that step already
         # holds another lineage's state (training on after a rollback): a
@@ -335,13 +334,13 @@ class CheckpointMixin:
         tag = next((n for n in sorted(tags) if eng.state_stored and
                     (step_tag_key(n) or (None,))[0] == t and
                     eng.tag_is_current(n)), None)
-        if self._world > 1:
+        if self._ranks.world > 1:
             # One name on every rank: the one each would hand out again,
             # else the first free on all (a rank's tags can differ from
             # the others' where one store was changed alone).
-            views = [None] * self._world
+            views = [None] * self._ranks.world
             dist.all_gather_object(views, (tag, sorted(tags)),
-                                   group=self._pg)
+                                   group=self._ranks.pg)
             if any(v[0] != tag for v in views):
                 tag = None
             tags = set().union(*(v[1] for v in views))
@@ -360,7 +359,7 @@ class CheckpointMixin:
             d = {k: v for k, v in g.items() if k != "params"}
             d["params"] = []
             groups.append(d)
-        loaded = self._loaded_reference(eng, tag) if self._world == 1 \
+        loaded = self._loaded_reference(eng, tag) if self._ranks.world == 1 \
             else None
         if loaded is not None:
             return {"state": {}, "param_groups": groups, "mlpo": loaded}
@@ -368,9 +367,9 @@ class CheckpointMixin:
             "state": {},
             "param_groups": groups,
             "mlpo": {"format": _MANIFEST_FORMAT,
-                     "store": {"toml": self._toml_text,
-                               "base_dir": self._base_dir},
-                     "name": self._ns, "world_size": self._world,
+                     "store": {"toml": self._session.toml_text,
+                               "base_dir": self._session.base_dir},
+                     "name": self._session.ns, "world_size": self._ranks.world,
                      "store_name": self.store_name,
                      "tag": tag, "step": eng.step_count,
                      "param_counts": [len(g["params"])
@@ -385,8 +384,8 @@ class CheckpointMixin:
         self._forget_prepared()
         state_dict = from_dcp_copy(from_dcp_shape(state_dict),
                                    self._layout)
-        if self._world > 1:
-            self._agree_load(state_dict)
+        if self._ranks.world > 1:
+            self._ranks.agree_load(state_dict, self._layout.n_params)
         if not isinstance(state_dict, dict) or "param_groups" not in \
                 state_dict:
             raise ValueError("mlpo.torch: not an optimizer state dict")
@@ -475,19 +474,19 @@ class CheckpointMixin:
                              "the store's config (toml, base_dir)")
         check_tag_ids(info, world)
         tag = info["tag"]
-        if info["world_size"] == self._world:
+        if info["world_size"] == self._ranks.world:
             eng = self._require_engine()
-            theirs = info["store_uuids"][self._rank]
+            theirs = info["store_uuids"][self._ranks.rank]
             ns = info["name"]
             ours = is_store(eng, theirs)
-            if not ours and ns != self._ns:
+            if not ours and ns != self._session.ns:
                 # Another namespace of the store (another optimizer's, or a
                 # run before this one): move there, or copy the tag in when
                 # a live optimizer holds it.
                 if self._switch_namespace(ns, theirs, tag, info):
                     return
                 own = self._reshard(info)
-                if self._world == 1:
+                if self._ranks.world == 1:
                     eng = self._require_engine()
                     self._loaded_ref = (own, tag_id(eng, own),
                                         copy.deepcopy(info))
@@ -499,7 +498,7 @@ class CheckpointMixin:
                     f"{_written_at(info['store'])}); this optimizer's store "
                     f"{eng.meta_dir} is {eng.store_uuid}. Point store= and "
                     "name= at the store that wrote it")
-            check_tag(eng, tag, info, theirs, self._rank)
+            check_tag(eng, tag, info, theirs, self._ranks.rank)
             self._restore(tag)
             return
         self._reshard(info)
@@ -507,12 +506,12 @@ class CheckpointMixin:
     def _switch_namespace(self, ns, uuid, tag, info):
         """Reopens this optimizer in namespace `ns` at `tag`; False (and
         nothing changed) when that namespace is held or is another store."""
-        old_ns = self._ns
+        old_ns = self._session.ns
         was_fresh = self._engine.fresh_pending
         self._engine.close()
         self._engine = None
         try:
-            eng = self._try_open(ns)
+            eng = self._opener().try_open(ns)
         except Exception:
             eng = None
         if eng is not None and not is_store(eng, uuid):
@@ -521,7 +520,7 @@ class CheckpointMixin:
         refused = None
         if eng is not None:
             try:  # a missing or reused tag changes nothing either
-                check_tag(eng, tag, info, uuid, self._rank)
+                check_tag(eng, tag, info, uuid, self._ranks.rank)
             except ValueError as e:
                 eng.close()
                 eng, refused = None, e
@@ -532,7 +531,7 @@ class CheckpointMixin:
             if refused is not None:
                 raise refused
             return False
-        self._ns = ns
+        self._session.ns = ns
         self._engine = eng
         eng.set_attribute("manifest", json.dumps(self._layout.manifest))
         try:
@@ -570,11 +569,10 @@ class CheckpointMixin:
         names: in the store this optimizer was given when that holds the
         checkpoint's stores or copies of them (`cp -a`, then `mlpo relocate
         --all`), else where the dict says they were written."""
-        name = info.get("store_name") or _store_name(info["name"],
+        name = info.get("store_name") or store_name(info["name"],
                                                      info["world_size"])
         try:
-            here = _mlpo.CheckpointReader(self._toml_text, self._base_dir,
-                                          name, info["tag"])
+            here = self._session.reader(name, info["tag"])
         except (OSError, ValueError, RuntimeError):
             here = None  # not here (or not readable): try the recorded place
         if here is not None and reader_holds(here, info):
@@ -584,8 +582,8 @@ class CheckpointMixin:
             reader = _mlpo.CheckpointReader(store["toml"], store["base_dir"],
                                             name, info["tag"])
         except FileNotFoundError as e:
-            roots = ", ".join(os.path.join(self._base_dir, p["root"])
-                              for p in self._config["path"])
+            roots = ", ".join(os.path.join(self._session.base_dir, p["root"])
+                              for p in self._session.config["path"])
             raise FileNotFoundError(
                 f"mlpo.torch: the checkpoint of {info['world_size']} ranks "
                 f"cannot be read where it was written ({e}), and this "

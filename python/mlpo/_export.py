@@ -10,7 +10,8 @@ from ._rules import RULES, torch_group
 
 from . import _mlpo
 from . import store_config
-from ._checkpoints import _shaped, _store_name
+from ._checkpoints import _shaped
+from ._session import store_name as _store_name
 from ._reshard import CheckpointCoords
 from ._tag_ids import check_reader_tag, check_tag_ids
 

@@ -9,7 +9,7 @@ import warnings
 import torch
 
 from ._checkpoints import _MANIFEST_FORMAT
-from ._opening import _DTYPES
+from ._session import _DTYPES
 from ._reshard import (fsdp_group_sizes, fsdp_rows, local_shard,
                        row_numel)
 from ._rules import manifest_hyper
@@ -75,9 +75,10 @@ class Layout:
     device      the parameters' one device
     device_path (backend, device index) of the device path, or None
     manifest    what the store keeps of the model (names, shapes, groups)
+    n_params    how many model parameters it lays out
     """
     __slots__ = ("groups", "pieces", "piece_of", "dtype", "mixed", "device",
-                 "device_path", "manifest")
+                 "device_path", "manifest", "n_params")
 
     def __iter__(self):
         return iter(self.groups)
@@ -173,6 +174,7 @@ def build_layout(param_groups, names, *, mode, world, rank, fsdp,
         raise ValueError("mlpo.torch: optimizer got an empty parameter "
                          "list")
     out.groups = layout
+    out.n_params = index
     out.mixed = len(dtypes) > 1
     out.dtype = dtypes.pop() if not out.mixed else torch.float32
     devices = {e["param"].device for e in out.entries}

@@ -65,8 +65,9 @@ def names_this_store(opt, info):
     """Whether a state dict's 'mlpo' entry names optimizer `opt`'s
     namespace and store (this rank's)."""
     uuids = info.get("store_uuids") or []
-    return info.get("name") == opt._ns and opt._rank < len(uuids) \
-        and uuids[opt._rank] == opt._engine.store_uuid
+    rank = opt._ranks.rank
+    return info.get("name") == opt._session.ns and rank < len(uuids) \
+        and uuids[rank] == opt._engine.store_uuid
 
 
 def drop_unfollowed(opt, named, known, why):
@@ -77,7 +78,7 @@ def drop_unfollowed(opt, named, known, why):
     not write it, its file may not be there yet)."""
     eng = opt._engine
     named = set(named) | {opt._last_handed}
-    mine = (opt._ns, eng.store_uuid)
+    mine = (opt._session.ns, eng.store_uuid)
     stale = [t for t in eng.tags()
              if step_tag_key(t) is not None and t not in named
              and (*mine, t) in known]

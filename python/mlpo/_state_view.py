@@ -105,7 +105,7 @@ class StateView(Mapping):
         k = self._stepped(param)
         if k is None:  # torch.optim's state is a defaultdict(dict)
             return {}
-        if opt._world > 1:
+        if opt._ranks.world > 1:
             raise NotImplementedError(
                 "mlpo.torch: opt.state[p] with data parallel (each rank "
                 "holds a shard); read mlpo.torch.export_state_dict("

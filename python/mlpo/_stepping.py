@@ -4,7 +4,6 @@ cut into this rank's shard), the step run, skipped steps reported, and a
 sharded step's new parameters gathered on every rank; and the edits made
 between steps adopted before a tag. A mixin of the optimizer class in
 torch.py, which owns the layout (_layout, _pieces) and the engine."""
-import hashlib
 
 import torch
 import torch.distributed as dist
@@ -12,7 +11,7 @@ import torch.distributed as dist
 from ._stand_in import grad_of as stand_in_grad, sync_in, sync_out
 from ._warn import warn_user
 from ._stand_in import _flat
-from ._opening import _DTYPES
+from ._session import _DTYPES
 from ._backward import _note_plain_step_once
 
 
@@ -73,7 +72,8 @@ class Stepping:
                 "groups are added with add_param_group; nothing was changed")
         for g, (group, l) in enumerate(zip(self.param_groups, self._layout)):
             ps, es = group["params"], l["entries"]
-            if not self._fsdp and any(hasattr(p, "device_mesh") for p in ps):
+            if not self._ranks.fsdp and any(hasattr(p, "device_mesh")
+                                            for p in ps):
                 raise ValueError(
                     f"mlpo.torch: param group {g}'s parameters were replaced "
                     "by FSDP's sharded ones (DTensors) after the optimizer "
@@ -105,17 +105,17 @@ class Stepping:
         self._ddp_pass_agreed = False  # (a backward that raised kept it)
         # (a step run in backward finishes; with data parallel, below,
         # where every rank decides it together)
-        eng = self._require_engine(finish=self._world == 1)
+        eng = self._require_engine(finish=self._ranks.world == 1)
         if self._bwd_done:
             self._bwd_done = False
             self._warn_skipped(eng, self.last_report)
             if self._auto is not None:
                 self._auto.stepped(True)
             return loss
-        if self._world > 1 and not self._fsdp:
+        if self._ranks.world > 1 and not self._ranks.fsdp:
             return self._step_data_parallel(eng, loss,
                                             loss_scale or self.loss_scale)
-        if self._world > 1 and self.update_in_backward:
+        if self._ranks.world > 1 and self.update_in_backward:
             return self._step_fully_sharded(eng, loss,
                                             loss_scale or self.loss_scale)
         self._learn_passes()  # (update in backward: the next step's count)
@@ -131,7 +131,7 @@ class Stepping:
         try:
             if self._layout.device_path is not None:
                 rep = self._step_device(eng, keep, scale)
-            elif self._world == 1:
+            elif self._ranks.world == 1:
                 rep = self._step_host(eng, keep, scale)
             else:
                 rep = self._step_local_shards(eng, keep, scale)
@@ -161,7 +161,8 @@ class Stepping:
         try:
             ok = running and scale == self.loss_scale and \
                 not self._changed_after_hand_in()
-            got = self._agree_call("step", [0 if ok else 1])
+            got = self._ranks.agree_call("step", [0 if ok else 1],
+                                         self._layout.n_params)
             together = int(got[0]) == 0
             if together:
                 rep = self._finish_together(eng)
@@ -207,9 +208,9 @@ class Stepping:
                 not self._changed_after_hand_in()
             # One collective: which call, whether every rank can finish,
             # and which parameters have gradients on any rank.
-            got = self._agree_call("step", [0 if ok else 1] + [
-                e["dparam"].grad is not None for l in self._layout
-                for e in l["entries"]])
+            got = self._ranks.agree_call("step", [0 if ok else 1] + [
+                e["dparam"].grad is not None for e in self._layout.entries],
+                self._layout.n_params)
             together = int(got[0]) == 0
             if together:
                 rep = self._finish_together(eng)
@@ -320,7 +321,7 @@ class Stepping:
         try:
             return getattr(eng, call)(*args)
         except (RuntimeError, OSError) as e:
-            if self._world == 1 and (call.endswith("step") or (
+            if self._ranks.world == 1 and (call.endswith("step") or (
                     isinstance(e, RuntimeError) and not _refused(e))):
                 # (a failed step leaves the step count where it was)
                 # (flush() settles with no argument: the writes of a step
@@ -340,7 +341,7 @@ class Stepping:
         what, why = failed = self._failed_step
         self.close()  # (what a poisoned store could not write back is lost)
         self._failed_step = failed  # until the reopen works
-        self._open(ns=self._ns, resume=True)
+        self._open(ns=self._session.ns, resume=True)
         self._failed_step = None
         if self.update_in_backward:
             self._hook_params()
@@ -368,84 +369,12 @@ class Stepping:
             else:
                 eng.override_masters(g, off, t.data_ptr(), _DTYPES[t.dtype], n)
 
-    # Codes of the calls that take collectives with several ranks.
-    _CALLS = {"step": 1, "state_dict": 2, "load_state_dict": 3,
-              "checkpoint": 4, "restore": 5, "backward": 6}
-
-    def _agree_call(self, what, flags):
-        """Data parallel: the first collective of step(), state_dict(),
-        load_state_dict(), checkpoint() and restore(), an all-reduce (MAX)
-        of `flags` (ints; returned reduced) that also carries which call
-        each rank is in. A rank in
-        another call (state_dict() on rank 0 only, as a torch.optim script
-        saves its replicated state) paired its collectives with the
-        others' until every rank waited forever: now every rank raises,
-        saying so, and their collectives stay paired."""
-        code = self._CALLS[what]
-        # One length for every call (a collective pairs tensors of one
-        # size): a flag per parameter, at least two.
-        n = max(2, 1 + sum(len(l["entries"]) for l in self._layout))
-        flags = list(flags) + [0] * (n - len(flags))
-        t = torch.tensor([code, -code] + flags, dtype=torch.int32)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._pg)
-        if int(t[0]) != code or int(-t[1]) != code:
-            other = int(t[0]) if int(t[0]) != code else int(-t[1])
-            other = next(n for n, c in self._CALLS.items() if c == other)
-            raise RuntimeError(
-                f"mlpo.torch: rank {self._rank} is in {what}() while another "
-                f"rank is in {other}(): with data parallel every rank makes "
-                "the same calls, as "
-                "each holds a shard of the state. Call state_dict() on every "
-                "rank (each tags its shard) and save the dict on one, and "
-                "load_state_dict() on every rank; nothing was changed")
-        return t[2:]
-
-    def _agree_same(self, what, key):
-        """_agree_call for `what`, whose argument (`key`, a string) must be
-        the same on every rank: whether it is."""
-        h = int(hashlib.sha256(key.encode()).hexdigest()[:7], 16)
-        got = self._agree_call(what, [h, -h])
-        return int(got[0]) == -int(got[1])
-
-    def _agree_load(self, state_dict):
-        """Data parallel: every rank loads, and the same checkpoint, before
-        anything changes (a load on rank 0 only, or of another file on one
-        rank, left the ranks' shards at different states)."""
-        info = state_dict.get("mlpo") if isinstance(state_dict, dict) \
-            else None
-        if not isinstance(info, dict):
-            info = {}
-        if not self._agree_same("load_state_dict", repr((
-                info.get("tag"), info.get("step"), info.get("world_size"),
-                info.get("store_uuids")))):
-            raise RuntimeError(
-                "mlpo.torch: the ranks load different state dicts (this "
-                f"rank's names tag {info.get('tag')!r}): with data parallel "
-                "every rank loads the same one; nothing was changed")
-
-    def _agree_tag(self, what, tag):
-        """Data parallel: checkpoint() and restore() on every rank, of one
-        tag, before anything changes (on one rank only they left the ranks'
-        shards at different states)."""
-        if not self._agree_same(what, repr(tag)):
-            raise RuntimeError(
-                f"mlpo.torch: {what}({tag!r}): the ranks name different "
-                "tags; with data parallel every rank names the same one; "
-                "nothing was changed")
-
     def _step_with_global_stats(self, eng, scale):
         """The step of a rank whose gradients are staged, with the norm and
         the non-finite count of every rank's (clipping and overflow skips
         decide as one process would)."""
-        sum_sq, nonfinite = self._sum_over_ranks(eng.local_grad_stats())
+        sum_sq, nonfinite = self._ranks.sum(eng.local_grad_stats())
         return self._guarded(eng, "step", scale, sum_sq, int(nonfinite))
-
-    def _sum_over_ranks(self, values):
-        """Each of `values` (numbers) summed over the ranks, in float64:
-        gradient statistics, the default's iteration times."""
-        t = torch.tensor([float(v) for v in values], dtype=torch.float64)
-        dist.all_reduce(t, group=self._pg)
-        return t.tolist()
 
     def _step_local_shards(self, eng, keep, scale):
         """FSDP: FSDP has averaged the gradients and left each rank its
@@ -455,7 +384,7 @@ class Stepping:
         dt = _DTYPES[self._layout.dtype]
         # FSDP gives every rank the same gradients to have or not: the
         # agreement is only that every rank is in step().
-        self._agree_call("step", [])
+        self._ranks.agree_call("step", [], self._layout.n_params)
         for k, (g, e, at, n, off) in enumerate(self._layout.pieces):
             p = e["param"]
             eng.set_param_memory(k, p.data_ptr() + at * p.element_size(), dt)
@@ -493,15 +422,16 @@ class Stepping:
                                 at * grad.element_size(), dt, n)
             return self._step_with_global_stats(eng, scale)
         for g, l in enumerate(self._layout):
-            flat = torch.zeros(l["chunk"] * self._world, dtype=torch.float32)
+            flat = torch.zeros(l["chunk"] * self._ranks.world,
+                               dtype=torch.float32)
             for e in l["entries"]:
                 grad = self._grad_of(e)
                 if grad is not None:
                     flat[e["offset"]:e["offset"] + e["numel"]] = \
                         _flat(grad).float()
-            dist.all_reduce(flat, group=self._pg)
+            dist.all_reduce(flat, group=self._ranks.pg)
             shard = (flat[l["start"]:l["start"] + l["numel"]]
-                     / self._world).to(self._layout.dtype).contiguous()
+                     / self._ranks.world).to(self._layout.dtype).contiguous()
             keep.append(shard)
             for e, at, n, off in self._layout.shard_pieces(g):
                 if active[id(e["param"])]:
@@ -517,7 +447,7 @@ class Stepping:
             shard = torch.empty(l["numel"], dtype=self._layout.dtype)
             for e, at, n, off in self._layout.shard_pieces(g):
                 shard[off:off + n] = _flat(e["param"])[at:at + n]
-            flat = self._gather(shard, l)
+            flat = self._ranks.gather_flat(shard, l)
             lo, hi = l["start"], l["start"] + l["numel"]  # this rank's
             for e in l["entries"]:
                 a, b = e["offset"], e["offset"] + e["numel"]

@@ -255,7 +255,7 @@ def load_checkpoint(opt, ckpt_dir, tag=None, model=None):
     if not isinstance(opt, _MlpoOptimizer):
         raise TypeError("mlpo.deepspeed.load_checkpoint: opt must be an "
                         f"mlpo.torch optimizer, not {type(opt).__name__}")
-    if opt._fsdp:
+    if opt._ranks.fsdp:
         raise ValueError("mlpo.deepspeed.load_checkpoint: an FSDP optimizer "
                          "(its parameters are shards): load the DeepSpeed "
                          "checkpoint in one process or mlpo's data "

@@ -77,7 +77,7 @@ class TrainerCheckpoints(transformers.TrainerCallback):
 
     def _prepare(self, control, optimizer):
         opt = mlpo_optimizer(optimizer)
-        if control.should_save and opt is not None and opt._world > 1:
+        if control.should_save and opt is not None and opt._ranks.world > 1:
             opt.prepare_state_dict()
 
     def on_step_end(self, args, state, control, optimizer=None, **kwargs):
@@ -88,7 +88,7 @@ class TrainerCheckpoints(transformers.TrainerCallback):
 
     def _note_folders(self, args, opt):
         named = folder_tags(args.output_dir, opt)
-        mine = (opt._ns, opt._engine.store_uuid)
+        mine = (opt._session.ns, opt._engine.store_uuid)
         self._known.update((*mine, t) for t in named or ())
         return named
 
@@ -101,7 +101,7 @@ class TrainerCheckpoints(transformers.TrainerCallback):
         if opt is not None and opt._engine is not None:
             self._note_folders(args, opt)
             if opt._last_handed is not None:
-                self._known.add((opt._ns, opt._engine.store_uuid,
+                self._known.add((opt._session.ns, opt._engine.store_uuid,
                                  opt._last_handed))
 
     def on_save(self, args, state, control, optimizer=None, **kwargs):
@@ -111,7 +111,8 @@ class TrainerCheckpoints(transformers.TrainerCallback):
         named = self._note_folders(args, opt)
         if named is None:
             return  # the next save tries again
-        self._known.add((opt._ns, opt._engine.store_uuid, opt._last_handed))
+        self._known.add((opt._session.ns, opt._engine.store_uuid,
+                         opt._last_handed))
         drop_unfollowed(
             opt, named, self._known, "because no checkpoint folder under "
             f"{args.output_dir} names it any more (mlpo.hf."

@@ -41,7 +41,9 @@ are all-gathered. A checkpoint written by W ranks loads into W' ranks
 Under FSDP (fully_shard) the parameters are DTensors: each rank updates its
 own shards in place, and checkpoints reshard the same way (_reshard.py).
 """
+import json
 import math
+import sys
 
 try:
     import torch
@@ -51,16 +53,17 @@ except ImportError as e:  # an interpreter without torch
         f"from {__import__('sys').executable}: pip install torch there, or "
         "use mlpo's venv (.venv/bin/python in a source tree, made by "
         "scripts/deps.sh)") from e
-import torch.distributed as dist
 
 from . import _mlpo, store_config
-from ._opening import STATE_BYTES, STATE_FORMATS  # noqa: F401
+from ._session import STATE_BYTES, STATE_FORMATS  # noqa: F401
+from ._session import _DTYPES, Ranks, Session
 from ._checkpoints import CheckpointMixin, _MADE
 from ._stand_in import _flat
 from ._layout import build_layout, split_names
 from ._state_view import StateView
 from ._export import export_state_dict
-from ._opening import _DTYPES, StoreOpening
+from ._opening import (Opener, agree_open, device_args, open_namespace,
+                       resume_point, steps_differ)
 from ._stepping import Stepping
 from ._backward import BackwardUpdate, PlainStepNote, ddp_comm_hook
 from ._rules import check_group, check_slots
@@ -74,13 +77,6 @@ __all__ = ["AdamW", "Adam", "Lion", "Adagrad", "SGD", "Adamax",
 
 
 
-def _world(process_group):
-    if dist.is_available() and dist.is_initialized():
-        return (dist.get_world_size(process_group),
-                dist.get_rank(process_group))
-    return 1, 0
-
-
 def _wrapped(obj):
     """The mlpo optimizer `obj` wraps when it is a proxy object whose class
     derives from an mlpo optimizer's (Lightning's LightningOptimizer);
@@ -90,7 +86,7 @@ def _wrapped(obj):
         else None
 
 
-class _MlpoOptimizer(StoreOpening, CheckpointMixin, BackwardUpdate, Stepping,
+class _MlpoOptimizer(CheckpointMixin, BackwardUpdate, Stepping,
                      torch.optim.Optimizer):
     _mode = "adamw"
 
@@ -133,7 +129,7 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, BackwardUpdate, Stepping,
                              f"not {keep_checkpoints!r}")
         params, self._names = split_names(params)
         self._layout = None
-        self._engine = None
+        self._session = None  # (the store and engine, once made)
         _MADE.add(self)  # closed at interpreter exit if still open
         self._failed_step = None  # (step, error) of a step that failed
         self._bwd_done = False  # a step ran in backward; step() is done
@@ -167,64 +163,43 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, BackwardUpdate, Stepping,
         self.keep_checkpoints = keep_checkpoints
         self.last_report = None
         self._warned_skips = 0
-        self._pg = process_group
-        self._world, self._rank = _world(process_group)
         # FSDP (fully_shard): the parameters are DTensors whose local
         # shards this rank updates in place, as torch.optim does; FSDP
         # itself averages the gradients and gathers the parameters.
-        mesh = fsdp_mesh(self.param_groups)
-        self._fsdp = mesh is not None
-        if self._fsdp:
-            if process_group is None:
-                self._pg = mesh.get_group()
-            self._world, self._rank = _world(self._pg)
+        self._ranks = Ranks(process_group, fsdp_mesh(self.param_groups))
         if device_backend not in (None, "auto", "cuda", "host"):
             raise ValueError(f"mlpo.torch.{cls}: device_backend must be "
                              "None, 'auto', 'cuda' or 'host', not "
                              f"{device_backend!r}")
         self._device_backend_arg = device_backend
         try:
-            self._config, self._base_dir = store_config.load(store,
-                                                             create=False)
-            self._name = self._resolve_name(name)
-            self._durability = self._resolve_durability(durability)
-            self._state_format = self._resolve_state_format(state_format)
-            self._config.pop("name", None)
-            self._config.pop("state_format", None)
-            rank = self._config.pop("rank", None)
-            if rank is not None and rank != self._rank:
-                # (a rank=3 config made rank-0's store without a word, and
-                # the CLI then called rank 3's healthy store lost)
-                raise ValueError(
-                    f"mlpo.torch: the store config's rank {rank!r} is not "
-                    f"this process's rank {self._rank}: the optimizer takes "
-                    "its rank from torch.distributed (one store per rank, "
-                    "<path>/<name>/rank-<r>); drop `rank` from the config")
-            self._config["durability"] = self._durability
-            self._opts = dict(subgroup_numel=int(subgroup_numel),
-                              max_grad_norm=float(max_grad_norm),
-                              prefetch=int(prefetch), commits=int(commits),
-                              threads=int(threads))
+            s = self._session = Session(
+                store, name=name, durability=durability,
+                state_format=state_format, ranks=self._ranks,
+                opts=dict(subgroup_numel=int(subgroup_numel),
+                          max_grad_norm=float(max_grad_norm),
+                          prefetch=int(prefetch), commits=int(commits),
+                          threads=int(threads)))
             self._layout = self._build_layout()
             try:  # a bad key or value, named with the file it is in
-                _mlpo.check_store_config(self._toml(), self._base_dir)
+                _mlpo.check_store_config(s.toml(self._layout), s.base_dir)
             except ValueError as e:
                 raise ValueError(
                     f"mlpo store config {store_config.source(store)}: {e}"
                 ) from None
-            store_config.make_roots(self._config, self._base_dir)
+            store_config.make_roots(s.config, s.base_dir)
             self._open(restore_tag=restore_tag, resume=resume)
         except Exception as e:
-            if self._world > 1 and not getattr(self, "_open_told", False):
+            s = self._session
+            if self._ranks.world > 1 and not (s is not None and s.open_told):
                 # The other ranks wait for this one in a collective of
                 # opening: tell them, so they stop too.
-                self._agree_open(None, e)
+                agree_open(self._ranks, s, None, e)
             raise
         self._setup_backward(update_in_backward, accumulation_steps,
                              max_grad_norm, loss_scale)
-        if self._world > 1:
-            self._agree_steps(self._agree_open(
-                (self._engine.step_count, self._engine.tag_order()), None))
+        if self._ranks.world > 1:
+            self._agree_steps()
 
     # Wrapped as a base class: PyTorch Lightning's LightningOptimizer makes
     # an object of a class derived from its own and this one, holding this
@@ -256,12 +231,107 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, BackwardUpdate, Stepping,
             "store. Save opt.state_dict() (a small dict naming a checkpoint "
             "of the store) and load it into a new optimizer")
 
+    @property
+    def _engine(self):
+        """The session's open engine; None while closed (or half made)."""
+        s = self._session
+        return None if s is None else s.engine
+
+    @_engine.setter
+    def _engine(self, eng):
+        self._session.engine = eng
+
+    @property
+    def state_format(self):
+        """How the store holds the rule's state: "fp32", "bf16-moments" or
+        "int8-moments" (fixed when the store was created)."""
+        return self._session.state_format
+
+    @property
+    def store_name(self):
+        """The namespace this optimizer's state lives in ("<name>",
+        "<name>.2", ...; data parallel: "<name>-w<W>")."""
+        return self._session.store_name
+
+    def _engine_groups(self):
+        """Each group's sizes and hyperparameters, as the engine takes
+        them."""
+        return [dict(numel=l["numel"],
+                     params=[self._layout.pieces[k][3] for k in l["pieces"]],
+                     **self._hyper(g))
+                for g, l in zip(self.param_groups, self._layout)]
+
+    def _opener(self, **kw):
+        """An Opener (_opening.py) of this optimizer's store and layout;
+        sets aside the device path's pointers it opens with."""
+        args, self._device_ptrs = device_args(self._layout)
+        return Opener(self._session, self._layout, self._engine_groups(),
+                      args, **kw)
+
+    def _open(self, restore_tag=None, resume=False, ns=None,
+              check_model=True):
+        """Opens this optimizer's namespace (`ns`, or the first free one
+        holding this model's state or none) and sets the model's
+        parameters from it: fresh unless `resume` or `restore_tag`."""
+        s = self._session
+        s.toml_text = s.toml(self._layout)
+        opener = self._opener(restore_tag=restore_tag,
+                              resuming=bool(resume or restore_tag),
+                              check_model=check_model)
+        s.ns, eng = open_namespace(opener, ns)
+        s.engine = eng
+        try:
+            eng.set_attribute("manifest", json.dumps(self._layout.manifest))
+            if restore_tag:
+                self._params_from_store()
+            elif resume:
+                self._resume(opener.skipped)
+            self._set_initial()
+            self._note_versions()
+        except BaseException:
+            # A resume that failed (damaged data, another world) releases
+            # the store at once: the half-made optimizer held it, and its
+            # lock, until the garbage collector ran.
+            s.engine = None
+            try:
+                eng.close()
+            except Exception:  # noqa: BLE001 -- the first error is the one
+                pass
+            raise
+
+    def _resume(self, skipped):
+        """Continues from what the open namespace holds (resume_point),
+        says which once, and reads the parameters back."""
+        what = resume_point(self._session, self._layout, skipped)
+        if self._ranks.world > 1:
+            # Before the collectives of reading the parameters: a rank with
+            # nothing stored (killed before its DRAM tier was written back)
+            # beside ranks at step t took other collectives, and gloo
+            # aborted the process.
+            self._agree_steps()
+        if self._ranks.rank == 0:
+            print(f"mlpo.torch: {self.store_name}: {what}", file=sys.stderr)
+        if self._engine.state_stored:
+            self._params_from_store()
+
+    def _agree_steps(self):
+        """Data parallel, opened: the ranks agree that their stores hold
+        one state (steps_differ), or every rank closes and raises."""
+        eng = self._engine
+        err = steps_differ(self._session, agree_open(
+            self._ranks, self._session, (eng.step_count, eng.tag_order()),
+            None))
+        if err is not None:
+            self.close()
+            raise err
+
     def _build_layout(self):
         return build_layout(
             self.param_groups, self._names, mode=self._mode,
-            world=self._world, rank=self._rank, fsdp=self._fsdp,
-            subgroup_numel=self._opts["subgroup_numel"],
-            state_format=self._state_format,
+            world=self._ranks.world, rank=self._ranks.rank,
+            fsdp=self._ranks.fsdp,
+            subgroup_numel=self._session.opts["subgroup_numel"],
+            state_format=self._session.state_format,
             device_backend=self._device_backend_arg)
 
     def _hyper(self, group):
@@ -308,8 +378,8 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, BackwardUpdate, Stepping,
         for g, l in enumerate(self._layout):
             p, _ = self._engine.read_group(g)
             flat = torch.from_numpy(p)
-            if self._world > 1 and not self._fsdp:
-                flat = self._gather(flat, l)
+            if self._ranks.world > 1 and not self._ranks.fsdp:
+                flat = self._ranks.gather_flat(flat, l)
             for e in l["entries"]:
                 _flat(e["param"]).copy_(
                     flat[e["offset"]:e["offset"] + e["numel"]])
@@ -333,20 +403,6 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, BackwardUpdate, Stepping,
                 out.append(k)
         return out
 
-    def _gather(self, shard, l):
-        """Every rank's shard of group l, as its flat vector (gathered into
-        one buffer: each rank's chunk a view of it, no concatenation)."""
-        chunk = l["chunk"]
-        if shard.numel() == chunk:
-            padded = shard.contiguous()
-        else:
-            padded = torch.zeros(chunk, dtype=shard.dtype)
-            padded[:shard.numel()] = shard
-        flat = torch.empty(chunk * self._world, dtype=shard.dtype)
-        dist.all_gather(list(flat.view(self._world, chunk)), padded,
-                        group=self._pg)
-        return flat[:l["flat"]]
-
     def _require_engine(self, finish=True):
         """The open engine (reopened after a failed step); a step running
         during backward is decided first unless `finish` is False."""
@@ -363,7 +419,7 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, BackwardUpdate, Stepping,
         every other parameter keeps its state and step count."""
         if self._layout is None:  # torch.optim.Optimizer.__init__
             return super().add_param_group(param_group)
-        if self._world > 1:
+        if self._ranks.world > 1:
             raise NotImplementedError(
                 "mlpo.torch: add_param_group with data parallel is not "
                 "supported; pass every group to the constructor")
@@ -390,7 +446,7 @@ class _MlpoOptimizer(StoreOpening, CheckpointMixin, BackwardUpdate, Stepping,
             raise
         eng.close()
         self._engine = None
-        self._open(ns=self._ns, check_model=False)  # the model grew
+        self._open(ns=self._session.ns, check_model=False)  # the model grew
         if self.update_in_backward:
             self._hook_params()
         if saved is None or saved[2] == 0:
