@@ -33,7 +33,7 @@ step's:
   is discarded, as if it never ran (an exception in the middle of
   backward, then zero_grad()); the model's tensors were never written.
 
-A mixin of the optimizer class in torch.py."""
+InBackward is held by the optimizer class in torch.py (opt._bwd)."""
 import functools
 import gc
 import statistics
@@ -48,6 +48,7 @@ from ._stand_in import _flat
 from ._session import _DTYPES
 from ._stand_in import sync_in, sync_out
 from ._warn import warn_user
+from ._layout import check_groups, grad_of
 
 _told_plain = set()
 
@@ -144,11 +145,31 @@ def ddp_comm_hook(state, bucket):
     as they are, so that it updates during backward (update_in_backward)
     with the gradients step() would see. Without it, with data parallel,
     step() runs the whole update."""
-    return state._ddp_bucket(bucket)
+    return state._bwd.ddp_bucket(bucket)
 
 
 class PlainStepNote(UserWarning):
     """The update during backward is off where it cannot run."""
+
+
+def point_at_model(eng, layout):
+    """Every parameter's memory for the engine is the model's own again
+    (a later rewind, of a step whose writes fail behind, writes there)."""
+    for k, (g, e, at, n, off) in enumerate(layout.pieces):
+        p = e["param"]
+        eng.set_param_memory(k, p.data_ptr() + at * p.element_size(),
+                             _DTYPES[p.dtype])
+
+
+def _weak_hook(ref, e):
+    """A post-accumulate-grad hook for entry `e` calling the InBackward
+    `ref` refers to while it lives (a hook returns None: torch takes
+    anything else for a new gradient)."""
+    def hook(p):
+        me = ref()
+        if me is not None:
+            me._grad_final(e)
+    return hook
 
 
 def _queue_end_of_backward(fn):
@@ -157,12 +178,32 @@ def _queue_end_of_backward(fn):
     torch.autograd.Variable._execution_engine.queue_callback(fn)
 
 
-class BackwardUpdate:
-    def _setup_backward(self, on, accumulation_steps, max_grad_norm,
-                        loss_scale):
+class InBackward:
+    """The update during backward of one optimizer: its hooks, the count
+    of backward passes, what they handed in, and the speculation's
+    bookkeeping. The optimizer holds it (opt._bwd) and it reaches the
+    optimizer through a weak reference (the model's hooks must not keep
+    the optimizer, and the store, alive)."""
+
+    def __init__(self, opt):
+        self._opt = weakref.ref(opt)
+        self.done = False  # a step ran in backward; step() is done
+        self.auto = None  # _AutoChoice when update_in_backward is None
+        self._bwd_hooks = []
+        self.ddp_hooked = False  # ddp_comm_hook has run
+        self.ddp_pass_agreed = False  # this backward's call check is done
+        self.ddp_why = None  # why no DDP could be hooked
+        self.reset()
+
+    @property
+    def opt(self):
+        return self._opt()
+
+    def setup(self, on, accumulation_steps):
         """Checks what update_in_backward cannot do (a ValueError saying
         why), then hooks every parameter."""
-        cls = f"mlpo.torch.{type(self).__name__}"
+        opt = self.opt
+        cls = f"mlpo.torch.{type(opt).__name__}"
         if accumulation_steps is not None and (isinstance(
                 accumulation_steps, bool) or not isinstance(
                 accumulation_steps, int) or accumulation_steps < 1):
@@ -173,7 +214,7 @@ class BackwardUpdate:
         if on not in (None, True, False):
             raise ValueError(f"{cls}: update_in_backward must be True, False "
                              f"or None (on where it can run), not {on!r}")
-        self.accumulation_steps = accumulation_steps
+        opt.accumulation_steps = accumulation_steps
         self._passes = accumulation_steps or 1  # the backward that updates
         self._warned_passes = False
         self._shadows = {}  # id(entry) -> the copy a speculative step writes
@@ -182,43 +223,43 @@ class BackwardUpdate:
         self._spec_pause = 0   # steps left to run whole (_note_redo)
         self._spec_backoff = 2
         self._bwd_hooks = []
-        self._auto = None
-        self._ddp_hooked = False  # ddp_comm_hook has run
-        self._ddp_pass_agreed = False  # this backward's call check is done
+        self.auto = None
+        self.ddp_hooked = False  # ddp_comm_hook has run
+        self.ddp_pass_agreed = False  # this backward's call check is done
         self._ddp_searched = False  # for a DDP to hook (_hook_ddp)
-        self._ddp_why = None
-        self._reset_backward()
-        self.update_in_backward = bool(on)
+        self.ddp_why = None
+        self.reset()
+        opt.update_in_backward = bool(on)
         if on is False:
             return
         why = None
         if not hasattr(torch.Tensor, "register_post_accumulate_grad_hook"):
             why = "it needs torch >= 2.1 (register_post_accumulate_grad_hook)"
-        elif self._ranks.world > 1 and self._ranks.fsdp and \
+        elif opt._ranks.world > 1 and opt._ranks.fsdp and \
                 not _fsdp_hooks_after_reduce():
             why = ("this torch's FSDP does not run the parameters' hooks "
                    "after its reduce-scatter (torch 2.15's does)")
-        elif self._layout.device_path is not None:
+        elif opt._layout.device_path is not None:
             why = ("the parameters are on a device; the update in backward "
                    "reads host gradients")
         if why and on is None:
             # The default: the plain step, whose results are the same.
-            self.update_in_backward = False
+            opt.update_in_backward = False
             _note_plain_step_once(why)
             return
         if why:
-            self.close()
+            opt.close()
             raise ValueError(f"{cls}: update_in_backward=True is refused: "
                              f"{why}")
-        self.update_in_backward = True
+        opt.update_in_backward = True
         # (data parallel: the ranks' median times summed, so that every
         # rank makes the same choice)
-        self._auto = _AutoChoice(
-            self._ranks.sum if self._ranks.world > 1 else None) \
+        self.auto = _AutoChoice(
+            opt._ranks.sum if opt._ranks.world > 1 else None) \
             if on is None else None
-        self._hook_params()
+        self.hook_params()
 
-    def _reset_backward(self):
+    def reset(self):
         """A step's count of backward passes and what they handed in
         starts again."""
         self._bwd_pass = 0         # backward passes since the last step
@@ -226,48 +267,49 @@ class BackwardUpdate:
         self._bwd_given = {}       # id(entry) -> (entry, .grad, version, grad)
         self._bwd_stale = False    # a gradient changed once handed in
         self._bwd_beyond = False   # a backward past the updating one ran
-        self._bwd_plain = False    # this step is step()'s to run whole
-        self._ddp_pending = []     # DDP buckets reduced or in flight
-        self._ddp_reduced = False  # DDP averaged this step's gradients
+        self.plain = False    # this step is step()'s to run whole
+        self.ddp_pending = []     # DDP buckets reduced or in flight
+        self.ddp_reduced = False  # DDP averaged this step's gradients
 
-    def _hook_params(self):
+    def hook_params(self):
         """Hooks every parameter (again after a reopen or a new group)."""
-        self._remove_backward_hooks()
+        opt = self.opt
+        self.remove_hooks()
         self._pieces_of = {}
-        for k, (g, e, at, n, off) in enumerate(self._layout.pieces):
+        for k, (g, e, at, n, off) in enumerate(opt._layout.pieces):
             self._pieces_of.setdefault(id(e), []).append(k)
         self._map_entries()
-        if self._ranks.world > 1 and not self._ranks.fsdp:
+        if opt._ranks.world > 1 and not opt._ranks.fsdp:
             # Data parallel: the gradients are final once DDP reduced
             # them, which its communication hook sees (ddp_comm_hook); the
             # parameters' own hooks fire before that. (FSDP runs a sharded
             # parameter's hooks once its reduce-scatter put this rank's
             # shard of the gradient in place: hooked as one process is.)
             return
-        for l in self._layout:
+        for l in opt._layout:
             for e in l["entries"]:
                 # (a weak reference: the model does not keep the
                 # optimizer alive)
                 self._bwd_hooks.append(
                     e["dparam"].register_post_accumulate_grad_hook(
-                        lambda p, e=e, me=weakref.ref(self):
-                        me() is not None and me()._grad_final(e)))
+                        _weak_hook(weakref.ref(self), e)))
 
     def _map_entries(self):
         """Each parameter's entry by its memory (DDP's buckets name
         parameters; their objects need not be the ones given)."""
+        opt = self.opt
         self._entry_at = {e["dparam"].data_ptr(): e
-                          for l in self._layout for e in l["entries"]}
+                          for l in opt._layout for e in l["entries"]}
 
-    def _remove_backward_hooks(self):
+    def remove_hooks(self):
         for h in getattr(self, "_bwd_hooks", ()):
             h.remove()
         self._bwd_hooks = []
 
     def _pass_ended(self):
         self._bwd_in_pass = False
-        if self._ddp_pending:
-            self._ddp_drain(wait=True)
+        if self.ddp_pending and self.opt is not None:
+            self.ddp_drain(wait=True)
 
     def _count_pass(self):
         """The first gradient of a backward pass counts it (and its end is
@@ -294,14 +336,14 @@ class BackwardUpdate:
             # the plain step.
             if not self._bwd_beyond:
                 self._bwd_beyond = True
-                self._ddp_pending = []
+                self.ddp_pending = []
                 if eng.stepping_in_backward:
-                    self._discard_in_backward(None, mid_backward=True)
+                    self.discard(None, mid_backward=True)
             return False
-        return not (self._bwd_plain or self._spec_pause > 0 or (
-            self._auto is not None and not self._auto.speculate()))
+        return not (self.plain or self._spec_pause > 0 or (
+            self.auto is not None and not self.auto.speculate()))
 
-    def _hook_ddp(self):
+    def hook_ddp(self):
         """update_in_backward on, data parallel and no ddp_comm_hook seen at
         step(): a DistributedDataParallel wrapping these parameters (as
         Trainer and Accelerate make it, out of the script's reach) gets
@@ -319,59 +361,61 @@ class BackwardUpdate:
             if not ptrs <= mine:
                 continue
             try:
-                obj.register_comm_hook(self, ddp_comm_hook)
+                obj.register_comm_hook(self.opt, ddp_comm_hook)
             except (RuntimeError, ValueError, AssertionError) as err:
                 # (a hook of its own already: compression, PowerSGD)
-                self._ddp_why = f"its model's DDP has a hook already: {err}"
+                self.ddp_why = f"its model's DDP has a hook already: {err}"
                 return False
             return True
         return False
 
-    def _ddp_bucket(self, bucket):
+    def ddp_bucket(self, bucket):
         """DDP's communication hook (ddp_comm_hook): the bucket averaged
         over the ranks as DDP's own hook does it; in the pass that updates,
         its reduced gradients go to the running step (as soon as its
         all-reduce is seen done: at a later bucket, or when the pass
         ends)."""
-        if not self._ddp_pass_agreed:
+        opt = self.opt
+        if not self.ddp_pass_agreed:
             # The first bucket of a backward: every rank is in backward, or
             # all raise (state_dict() on rank 0 only, as a torch.optim DDP
             # script saves, once paired its check with this all-reduce and
             # gloo ended the job without a word of why).
-            self._ddp_pass_agreed = True
+            self.ddp_pass_agreed = True
             _queue_end_of_backward(self._ddp_pass_ended)
-            self._ranks.agree_call("backward", [],
-                                   self._layout.n_params)
+            opt._ranks.agree_call("backward", [],
+                                   opt._layout.n_params)
         buf = bucket.buffer()
-        buf.div_(self._ranks.world)
-        fut = dist.all_reduce(buf, group=self._ranks.pg,
+        buf.div_(opt._ranks.world)
+        fut = dist.all_reduce(buf, group=opt._ranks.pg,
                               async_op=True).get_future()
-        self._ddp_reduced = self._ddp_hooked = True
-        eng = self._engine
-        if self.update_in_backward and eng is not None and \
-                self._failed_step is None:
+        self.ddp_reduced = self.ddp_hooked = True
+        eng = opt._engine
+        if opt.update_in_backward and eng is not None and \
+                opt._failed_step is None:
             self._count_pass()
             if self._updating_pass(eng):
-                self._ddp_pending.append(
+                self.ddp_pending.append(
                     (bucket.parameters(), bucket.gradients(), fut))
-                self._ddp_drain(wait=False)
+                self.ddp_drain(wait=False)
         return fut.then(lambda f: f.value()[0])
 
     def _ddp_pass_ended(self):
-        self._ddp_pass_agreed = False
+        self.ddp_pass_agreed = False
 
-    def _ddp_drain(self, wait):
+    def ddp_drain(self, wait):
         """Reduced buckets, in the order they came, to the running step
         (begun by the first); `wait`: every bucket, waiting for its
         all-reduce."""
-        eng = self._engine
-        while self._ddp_pending:
-            params, grads, fut = self._ddp_pending[0]
+        opt = self.opt
+        eng = opt._engine
+        while self.ddp_pending:
+            params, grads, fut = self.ddp_pending[0]
             if not wait and not fut.done():
                 return
-            self._ddp_pending.pop(0)
+            self.ddp_pending.pop(0)
             fut.wait()
-            if eng is None or self._bwd_plain or self._bwd_beyond:
+            if eng is None or self.plain or self._bwd_beyond:
                 continue
             for p, g in zip(params, grads):
                 e = self._entry_at.get(p.data_ptr())
@@ -388,8 +432,8 @@ class BackwardUpdate:
                     # leaves it None; step() hands in what it finds.
                     continue
                 if not eng.stepping_in_backward and \
-                        not self._begin_in_backward(eng):
-                    self._ddp_pending = []
+                        not self._begin(eng):
+                    self.ddp_pending = []
                     return
                 self._hand_in(eng, e, g)
 
@@ -397,9 +441,10 @@ class BackwardUpdate:
         """A parameter's gradient was accumulated: in the last backward
         pass of a step (the accumulation_steps-th since step()) it goes to
         the running step."""
-        eng = self._engine
-        if eng is None or self._failed_step is not None:
-            return  # closed, or reopening at the next call
+        opt = self.opt
+        eng = None if opt is None else opt._engine
+        if eng is None or opt._failed_step is not None:
+            return  # gone or closed, or reopening at the next call
         self._count_pass()
         if id(e) in self._bwd_given and self._bwd_pass == self._passes:
             # A second gradient in the same pass (a hook of its own
@@ -408,11 +453,11 @@ class BackwardUpdate:
             return
         if not self._updating_pass(eng):
             return
-        if not eng.stepping_in_backward and not self._begin_in_backward(eng):
+        if not eng.stepping_in_backward and not self._begin(eng):
             return
         self._hand_in(eng, e)
 
-    def _note_redo(self, redone):
+    def note_redo(self, redone):
         """Speculation that keeps failing (clipping that clips step after
         step, as early in training) costs a second pass over the state
         each step: after two redone steps in a row the next steps run the
@@ -428,22 +473,23 @@ class BackwardUpdate:
             self._spec_backoff = min(64, self._spec_backoff * 2)
             self._redo_streak = 0
 
-    def _learn_passes(self):
+    def learn_passes(self):
         """At step(): the backwards this step had are the count the next
         one updates in (accumulation_steps given: a warning when it was
         exceeded, once)."""
+        opt = self.opt
         n = self._bwd_pass
         if n <= 0:
             return
-        if self._spec_pause > 0 and not self._bwd_done:
+        if self._spec_pause > 0 and not self.done:
             self._spec_pause -= 1  # a paused step ran whole
-        if self.accumulation_steps is None:
+        if opt.accumulation_steps is None:
             self._passes = n
-        elif n > self.accumulation_steps and not self._warned_passes:
+        elif n > opt.accumulation_steps and not self._warned_passes:
             self._warned_passes = True
             warn_user(
                 f"mlpo.torch: {n} backwards ran before step() with "
-                f"accumulation_steps={self.accumulation_steps}: the update "
+                f"accumulation_steps={opt.accumulation_steps}: the update "
                 "that ran during backward was discarded and step() ran the "
                 "plain step (exact, without the overlap). Set "
                 "accumulation_steps to the backwards per step, or leave it "
@@ -454,6 +500,7 @@ class BackwardUpdate:
         version tells a change after this). `reduced`: DDP's averaged
         gradient of it in its bucket (p.grad gets a copy of it when
         backward ends: its values tell a change)."""
+        opt = self.opt
         if not e["numel"]:
             self._bwd_given[id(e)] = (e, None, 0, None, None)
             return
@@ -461,35 +508,36 @@ class BackwardUpdate:
             if reduced.dtype != e["dtype"] or \
                     tuple(reduced.shape) != e["shape"] or \
                     not reduced.is_contiguous():
-                self._bwd_plain = True  # step() stages it, or says why not
+                self.plain = True  # step() stages it, or says why not
                 if eng.stepping_in_backward:
-                    self._discard_in_backward(None, mid_backward=True)
+                    self.discard(None, mid_backward=True)
                 return
             self._bwd_given[id(e)] = (e, None, 0, reduced,
                                       self._piece_digests(e, reduced))
             self._borrow_pieces(eng, e, reduced)
             return
         try:
-            grad = self._grad_of(e)
+            grad = grad_of(e, opt._layout.mixed)
         except (ValueError, TypeError, RuntimeError):
             # A gradient the step refuses (sparse, another dtype): step()
             # raises saying so, and nothing of this step runs before it.
-            self._bwd_plain = True
+            self.plain = True
             if eng.stepping_in_backward:
-                self._discard_in_backward(None, mid_backward=True)
+                self.discard(None, mid_backward=True)
             return
         if grad is None:
             return
         orig = e["dparam"].grad
         self._bwd_given[id(e)] = (
             e, orig, orig._version, grad,
-            self._piece_digests(e, grad) if self._ranks.world > 1
+            self._piece_digests(e, grad) if opt._ranks.world > 1
             else self._digest(orig))
         self._borrow_pieces(eng, e, grad)
 
     def _borrow_pieces(self, eng, e, grad):
         """This rank's pieces of entry e: the step reads `grad` in place
         and writes a copy of the parameter, copied in at step()."""
+        opt = self.opt
         if not self._pieces_of.get(id(e)):
             return  # (data parallel: all of it in other ranks' shards)
         p = e["param"]
@@ -500,21 +548,12 @@ class BackwardUpdate:
                                                       dtype=p.dtype)
         copy.copy_(_flat(p.detach()))
         for k in self._pieces_of.get(id(e), ()):
-            g, _, at, n, off = self._layout.pieces[k]
+            g, _, at, n, off = opt._layout.pieces[k]
             eng.set_param_memory(k, copy.data_ptr() + at * copy.element_size(),
                                  _DTYPES[p.dtype])
             eng.borrow_grad(g, off, grad.data_ptr() + at * grad.element_size(),
-                            self._layout.grad_dt, n)
+                            opt._layout.grad_dt, n)
             eng.grad_ready(k)
-
-    def _point_at_model(self, eng):
-        """Every parameter's memory for the engine is the model's own
-        again (a later rewind, of a step whose writes fail behind,
-        writes there)."""
-        for k, (g, e, at, n, off) in enumerate(self._layout.pieces):
-            p = e["param"]
-            eng.set_param_memory(k, p.data_ptr() + at * p.element_size(),
-                                 _DTYPES[p.dtype])
 
     def _copy_in(self):
         """The speculative step was committed: its parameters into the
@@ -525,29 +564,30 @@ class BackwardUpdate:
                 if copy is not None and e["numel"]:
                     _flat(e["param"].detach()).copy_(copy)
 
-    def _begin_in_backward(self, eng):
+    def _begin(self, eng):
         """The first final gradient of a step: the engine's step starts,
         with the hyperparameters the groups hold now; whether it did (a
         group or hyperparameter the step refuses is left to step(), which
         raises saying so, rather than backward())."""
+        opt = self.opt
         try:
-            self._check_groups()
-            hyper = [self._hyper(group) for group in self.param_groups]
+            check_groups(opt.param_groups, opt._layout, opt._ranks.fsdp)
+            hyper = [opt._hyper(group) for group in opt.param_groups]
         except (ValueError, TypeError, RuntimeError):
-            self._bwd_plain = True
+            self.plain = True
             return False
         if eng.fresh_pending:
             # A fresh start's first step drops the store's heads (the run
             # before): not a speculation a discard could give back.
-            self._bwd_plain = True
+            self.plain = True
             return False
-        self._forget_prepared()
+        opt._forget_prepared()
         for g, h in enumerate(hyper):
             eng.set_hyper(g, h)
-        sync_in(self._layout.entries)
+        sync_in(opt._layout.entries)
         # (a parameter handed in gets its copy's memory instead)
-        self._point_at_model(eng)
-        self._guarded(eng, "begin_step", self.loss_scale)
+        point_at_model(eng, opt._layout)
+        opt._guarded(eng, "begin_step", opt.loss_scale)
         return True
 
     def _digest(self, grad):
@@ -563,18 +603,20 @@ class BackwardUpdate:
     def _piece_digests(self, e, grad):
         """Checksums of this rank's pieces of a gradient (data parallel:
         what DDP handed in is compared with p.grad by value)."""
+        opt = self.opt
         flat = grad.reshape(-1)
         es = flat.element_size()
         out = []
         for k in self._pieces_of.get(id(e), ()):
-            _, _, at, n, _ = self._layout.pieces[k]
+            _, _, at, n, _ = opt._layout.pieces[k]
             out.append(_mlpo.checksum(flat.data_ptr() + at * es, n * es))
         return tuple(out)
 
-    def _changed_after_hand_in(self):
+    def changed_after_hand_in(self):
+        opt = self.opt
         if self._bwd_stale:
             return True
-        if self._ranks.world > 1:
+        if opt._ranks.world > 1:
             # (DDP: p.grad holds a copy of the reduced bucket, or is it)
             for e, _, _, _, digests in self._bwd_given.values():
                 g = e["dparam"].grad
@@ -599,99 +641,90 @@ class BackwardUpdate:
             return True
         return False
 
-    def _finish_in_backward(self, eng):
+    def finish(self, eng):
         """Decides a step running during backward: at step(), or at any
         other call on the state first (step() then has nothing left to
         do). Data parallel: step() decides it with the other ranks; any
         other call first drops it (nothing applied), and step() runs the
         plain step on every rank."""
-        if self._ranks.world > 1:
-            self._ddp_pending = []
-            self._bwd_plain = True
-            self._discard_in_backward(None, mid_backward=True)
+        opt = self.opt
+        if opt._ranks.world > 1:
+            self.ddp_pending = []
+            self.plain = True
+            self.discard(None, mid_backward=True)
             return
         try:
-            if self._changed_after_hand_in():
+            if self.changed_after_hand_in():
                 # Exact all the same: dropped, and redone as the plain step
                 # (into the model's own tensors) with the gradients as they
                 # are now.
-                self._guarded(eng, "discard_step", True)
+                opt._guarded(eng, "discard_step", True)
                 keep = []
-                rep = self._step_host(eng, keep, self.loss_scale)
+                rep = opt._step_host(eng, keep, opt.loss_scale)
             else:
                 # Gradients backward did not hand in: unused in the last
                 # micro-batch, zeros kept by set_to_none=False, a pass cut
                 # short.
-                for l in self._layout:
+                for l in opt._layout:
                     for e in l["entries"]:
                         if id(e) not in self._bwd_given and \
                                 e["dparam"].grad is not None:
                             self._hand_in(eng, e)
-                rep = self._guarded(eng, "finish_step")
+                rep = opt._guarded(eng, "finish_step")
                 if not rep["skipped"]:
                     self._copy_in()
             rep["in_backward"] = True
-            self.last_report = rep
-            self._bwd_done = True
-            self._note_redo(bool(rep.get("redone")))
+            opt.last_report = rep
+            self.done = True
+            self.note_redo(bool(rep.get("redone")))
         finally:
-            self._learn_passes()
-            self._reset_backward()
-            if self._engine is not None:
-                self._point_at_model(self._engine)
-            sync_out(self._layout.entries)
-            self._note_versions()
+            self.learn_passes()
+            self.reset()
+            if opt._engine is not None:
+                point_at_model(opt._engine, opt._layout)
+            sync_out(opt._layout.entries)
+            opt._note_versions()
 
-    def _finish_together(self, eng):
+    def finish_together(self, eng):
         """Data parallel: step() on every rank finishes the step run during
         backward, deciding clipping and overflow skips from every rank's
         gradient statistics."""
-        for l in self._layout:
+        opt = self.opt
+        for l in opt._layout:
             for e in l["entries"]:
                 if id(e) not in self._bwd_given and \
                         e["dparam"].grad is not None:
                     self._hand_in(eng, e)
 
         def agree(sum_sq, nonfinite):
-            sum_sq, nonfinite = self._ranks.sum((sum_sq, nonfinite))
+            sum_sq, nonfinite = opt._ranks.sum((sum_sq, nonfinite))
             return sum_sq, int(nonfinite)
-        rep = self._guarded(eng, "finish_step", agree)
+        rep = opt._guarded(eng, "finish_step", agree)
         if not rep["skipped"]:
             self._copy_in()
         return rep
 
-    def _discard_in_backward(self, why, mid_backward=False):
+    def discard(self, why, mid_backward=False):
         """A step running during backward that step() never asked for (or,
         `mid_backward`, that this backward made moot: step() runs the plain
         step): nothing of it is applied; the model's tensors were never
         written."""
-        eng = self._engine
+        opt = self.opt
+        eng = opt._engine
         try:
             # (its rewind writes the copies: the model's tensors hold the
             # values from before it already)
-            self._guarded(eng, "discard_step", False)
+            opt._guarded(eng, "discard_step", False)
         finally:
             if mid_backward:  # the count of backwards goes on
                 self._bwd_given = {}
                 self._bwd_stale = False
             else:
-                self._reset_backward()
-            self._point_at_model(eng)
-            sync_out(self._layout.entries)
-            self._note_versions()
+                self.reset()
+            point_at_model(eng, opt._layout)
+            sync_out(opt._layout.entries)
+            opt._note_versions()
         if why:
             warn_user(f"mlpo.torch: {why}: the step that ran during "
                       "backward was discarded (step() was not called); "
                       "the parameters are as before it", RuntimeWarning)
-
-    def zero_grad(self, set_to_none=True):
-        """As torch.optim's. With update_in_backward, a step still running
-        (backward ran, step() did not: an exception in the middle of
-        backward, or zero_grad before step) is discarded, as torch.optim
-        would not have stepped either, and a count of backwards without a
-        step starts again."""
-        if self.update_in_backward:
-            if self._engine is not None and self._engine.stepping_in_backward:
-                self._discard_in_backward(None)
-            self._reset_backward()
-        super().zero_grad(set_to_none=set_to_none)

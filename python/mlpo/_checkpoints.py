@@ -128,6 +128,60 @@ def _written_at(store):
         return "a place the state dict does not say"
 
 
+def params_digest(layout):
+    """sha256 of `layout`'s parameters as the model holds them now (group
+    order, as fp32): what a dict taken before the first step
+    records, to see that loading it gave them back."""
+    h = hashlib.sha256()
+    for e in layout.entries:
+        h.update(e["param"].detach().float().cpu().contiguous().numpy()
+                 .tobytes())
+    return h.hexdigest()
+
+
+def checkpoint_reader(session, info):
+    """The reader of the checkpoint of another world size that `info` (a
+    dict's "mlpo") names: in `session`'s store when that holds the
+    checkpoint's stores or copies of them (`cp -a`, then `mlpo relocate
+    --all`), else where the dict says they were written."""
+    name = info.get("store_name") or store_name(info["name"],
+                                                 info["world_size"])
+    try:
+        here = session.reader(name, info["tag"])
+    except (OSError, ValueError, RuntimeError):
+        here = None  # not here (or not readable): try the recorded place
+    if here is not None and reader_holds(here, info):
+        return here
+    store = info["store"]
+    try:
+        reader = _mlpo.CheckpointReader(store["toml"], store["base_dir"],
+                                        name, info["tag"])
+    except FileNotFoundError as e:
+        roots = ", ".join(session.roots())
+        raise FileNotFoundError(
+            f"mlpo.torch: the checkpoint of {info['world_size']} ranks "
+            f"cannot be read where it was written ({e}), and this "
+            f"optimizer's store ({roots}) holds no copy of it (a copy: "
+            "`cp -a` the store, then `mlpo relocate --all`)") from None
+    if not reader_holds(reader, info):
+        raise ValueError("mlpo.torch: the checkpoint's stores were "
+                         "replaced since the state dict was written")
+    return reader
+
+
+def check_manifest_of(layout, other):
+    """ValueError unless manifest `other` (a checkpoint's) is of
+    `layout`'s model (sharded any way)."""
+    try:
+        diff = _model_difference(other, layout.manifest)
+    except ValueError as e:
+        raise ValueError(f"mlpo.torch: the checkpoint: {e}") from None
+    if diff is not None and not isinstance(diff[0], str):
+        raise ValueError(
+            "mlpo.torch: the checkpoint was written for another model "
+            f"(checkpoint {diff[0]}, model {diff[1]})")
+
+
 class CheckpointMixin:
     @property
     def step_count(self):
@@ -188,13 +242,13 @@ class CheckpointMixin:
         late = None  # a step run in backward that failed: raised last
         if self._engine is not None and self._engine.stepping_in_backward:
             try:
-                self._discard_in_backward("close()")
+                self._bwd.discard("close()")
             except (RuntimeError, OSError) as e:
                 late = e
         eng, self._engine = self._engine, None
         failed, self._failed_step = self._failed_step, None
         if failed is None:  # (a reopen after a failed step hooks again)
-            self._remove_backward_hooks()
+            self._bwd.remove_hooks()
         if eng is not None:
             try:
                 eng.close()
@@ -219,34 +273,6 @@ class CheckpointMixin:
             self.close()
         except Exception:  # interpreter shutdown: the store's own close runs
             pass
-
-    def _uuids(self):
-        mine = self._require_engine().store_uuid
-        if self._ranks.world == 1:
-            return [mine]
-        out = [None] * self._ranks.world
-        dist.all_gather_object(out, mine, group=self._ranks.pg)
-        return out
-
-    def _tag_ids(self, eng, tag):
-        """Each rank's identity of `tag` (see _tag_ids.tag_id), for the dict."""
-        mine = tag_id(eng, tag)
-        if self._ranks.world == 1:
-            return [mine]
-        out = [None] * self._ranks.world
-        dist.all_gather_object(out, mine, group=self._ranks.pg)
-        return out
-
-    def _params_digest(self):
-        """sha256 of this optimizer's parameters as the model holds them now
-        (group order, as fp32): what a dict taken before the first step
-        records, to see that loading it gave them back."""
-        h = hashlib.sha256()
-        for l in self._layout:
-            for e in l["entries"]:
-                h.update(e["param"].detach().float().cpu().contiguous()
-                         .numpy().tobytes())
-        return h.hexdigest()
 
     def state_dict(self):
         """A small dict naming the store, a tag taken now ("step-<t>") and
@@ -310,7 +336,7 @@ class CheckpointMixin:
         if ref is None or ref[0] != tag or ref[1] != tag_id(eng, tag):
             return None
         try:  # dropped or taken again since: our own tag is the one to name
-            check_reader_tag(self._checkpoint_reader(ref[2]), ref[2])
+            check_reader_tag(checkpoint_reader(self._session, ref[2]), ref[2])
         except (OSError, ValueError, RuntimeError):
             return None
         return copy.deepcopy(ref[2])
@@ -374,9 +400,11 @@ class CheckpointMixin:
                      "tag": tag, "step": eng.step_count,
                      "param_counts": [len(g["params"])
                                       for g in self.param_groups],
-                     "store_uuids": self._uuids(),
-                     "tag_ids": self._tag_ids(eng, tag),
-                     **({"initial_digest": self._params_digest()}
+                     "store_uuids": self._ranks.gather_objects(
+                         eng.store_uuid),
+                     "tag_ids": self._ranks.gather_objects(
+                         tag_id(eng, tag)),
+                     **({"initial_digest": params_digest(self._layout)}
                         if eng.step_count == 0 else {})},
         }
 
@@ -437,7 +465,8 @@ class CheckpointMixin:
         as it is: say so when its parameters are not the ones the dict was
         taken with (the model's own state_dict was not loaded with it)."""
         digest = info.get("initial_digest") if isinstance(info, dict) else None
-        if isinstance(digest, str) and digest != self._params_digest():
+        if isinstance(digest, str) and digest != params_digest(
+                self._layout):
             warn_user(
                 f"mlpo.torch: this state dict (tag {info.get('tag')!r}) was "
                 "taken before the first step, and its tag holds no "
@@ -544,9 +573,9 @@ class CheckpointMixin:
         """Reads the shards a checkpoint of another world size (or of a
         namespace another live optimizer holds) holds for this rank and
         imports them (into a fresh store); returns the tag it takes."""
-        reader = self._checkpoint_reader(info)
+        reader = checkpoint_reader(self._session, info)
         check_reader_tag(reader, info)
-        self._check_manifest_of(json.loads(reader.manifest()))
+        check_manifest_of(self._layout, json.loads(reader.manifest()))
         eng = self._require_engine()
         steps = reader.param_steps()
         mine = [steps[e["index"]]
@@ -563,43 +592,3 @@ class CheckpointMixin:
         self._guarded(eng, "tag", tag)
         self._params_from_store()
         return tag
-
-    def _checkpoint_reader(self, info):
-        """The reader of the checkpoint of another world size that `info`
-        names: in the store this optimizer was given when that holds the
-        checkpoint's stores or copies of them (`cp -a`, then `mlpo relocate
-        --all`), else where the dict says they were written."""
-        name = info.get("store_name") or store_name(info["name"],
-                                                     info["world_size"])
-        try:
-            here = self._session.reader(name, info["tag"])
-        except (OSError, ValueError, RuntimeError):
-            here = None  # not here (or not readable): try the recorded place
-        if here is not None and reader_holds(here, info):
-            return here
-        store = info["store"]
-        try:
-            reader = _mlpo.CheckpointReader(store["toml"], store["base_dir"],
-                                            name, info["tag"])
-        except FileNotFoundError as e:
-            roots = ", ".join(os.path.join(self._session.base_dir, p["root"])
-                              for p in self._session.config["path"])
-            raise FileNotFoundError(
-                f"mlpo.torch: the checkpoint of {info['world_size']} ranks "
-                f"cannot be read where it was written ({e}), and this "
-                f"optimizer's store ({roots}) holds no copy of it (a copy: "
-                "`cp -a` the store, then `mlpo relocate --all`)") from None
-        if not reader_holds(reader, info):
-            raise ValueError("mlpo.torch: the checkpoint's stores were "
-                             "replaced since the state dict was written")
-        return reader
-
-    def _check_manifest_of(self, other):
-        try:
-            diff = _model_difference(other, self._layout.manifest)
-        except ValueError as e:
-            raise ValueError(f"mlpo.torch: the checkpoint: {e}") from None
-        if diff is not None and not isinstance(diff[0], str):
-            raise ValueError(
-                "mlpo.torch: the checkpoint was written for another model "
-                f"(checkpoint {diff[0]}, model {diff[1]})")

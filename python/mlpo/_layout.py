@@ -3,7 +3,8 @@ parameters and names it was given, each group's flat vector and this
 rank's shard of it, the engine's parameters (the pieces of the shard), the
 device path, and the manifest the store keeps. `build_layout` makes one
 from the optimizer's groups (at construction, and again when a group is
-added); nothing in it changes afterwards."""
+added); nothing in it changes afterwards. check_groups and grad_of read
+the model against it at each step."""
 import warnings
 
 import torch
@@ -13,7 +14,7 @@ from ._session import _DTYPES
 from ._reshard import (fsdp_group_sizes, fsdp_rows, local_shard,
                        row_numel)
 from ._rules import manifest_hyper
-from ._stand_in import stand_in_for
+from ._stand_in import grad_of as stand_in_grad, stand_in_for
 
 
 def split_names(params):
@@ -264,3 +265,75 @@ def _pick_device_path(want, device, world):
     if want == "host":
         return ("host", 0)
     return None
+
+
+def grad_of(e, mixed):
+    """The gradient of layout entry `e` in the parameter's memory order
+    (as fp32 when the layout is `mixed`), or None (no gradient: the
+    parameter is skipped)."""
+    p = e["param"]
+    if p.dtype != e["dtype"] or tuple(p.shape) != e["shape"]:
+        raise ValueError(
+            f"mlpo.torch: parameter {e['name']} changed from "
+            f"{e['dtype']} {list(e['shape'])} to {p.dtype} "
+            f"{list(p.shape)} since the optimizer was made")
+    if tuple(p.stride()) != e["stride"]:
+        raise ValueError(
+            f"mlpo.torch: parameter {e['name']} changed its memory "
+            f"layout (strides {list(e['stride'])} -> "
+            f"{list(p.stride())}) since the optimizer was made")
+    grad = e["dparam"].grad
+    if grad is None:
+        return None
+    if hasattr(grad, "to_local"):  # FSDP's: this rank's shard of it
+        grad = grad.to_local()
+    grad = stand_in_grad(e, grad)
+    if grad.is_sparse:
+        raise RuntimeError(
+            f"mlpo.torch: parameter {e['name']} has a sparse gradient; "
+            "Adam does not support sparse gradients")
+    if grad.dtype != p.dtype or grad.shape != p.shape:
+        raise ValueError(f"mlpo.torch: gradient of {e['name']} is "
+                         f"{grad.dtype} {list(grad.shape)}, the "
+                         f"parameter {p.dtype} {list(p.shape)}")
+    if grad.device != p.device:
+        raise ValueError(f"mlpo.torch: gradient of {e['name']} is on "
+                         f"{grad.device}")
+    if grad.stride() != p.stride():
+        grad = torch.empty_like(p).copy_(grad)
+    if mixed and grad.dtype != torch.float32:
+        grad = torch.empty_like(p, dtype=torch.float32).copy_(grad)
+    return grad
+
+
+def check_groups(param_groups, layout, fsdp):
+    """ValueError unless `param_groups` hold the parameters `layout` was
+    made for (`fsdp`: as fully_shard's DTensors): one added to, removed
+    from or replaced in a group's 'params' by hand would be left out of
+    the update without a word (or updated all the same)."""
+    if len(param_groups) != len(layout):
+        raise ValueError(
+            f"mlpo.torch: the optimizer has {len(param_groups)} "
+            f"param groups and was made with {len(layout)}: "
+            "groups are added with add_param_group; nothing was changed")
+    for g, (group, l) in enumerate(zip(param_groups, layout)):
+        ps, es = group["params"], l["entries"]
+        if not fsdp and any(hasattr(p, "device_mesh")
+                                        for p in ps):
+            raise ValueError(
+                f"mlpo.torch: param group {g}'s parameters were replaced "
+                "by FSDP's sharded ones (DTensors) after the optimizer "
+                "was made, as Accelerate's and Trainer's FSDP plugins "
+                "do; mlpo lays its store out for the parameters it is "
+                "given. Call fully_shard on the model first and make "
+                "the optimizer from its parameters then, in your own "
+                "loop (docs/coming-from.md); nothing was changed")
+        if len(ps) != len(es) or any(p is not e["dparam"]
+                                     for p, e in zip(ps, es)):
+            raise ValueError(
+                f"mlpo.torch: param group {g}'s 'params' changed since "
+                "the optimizer was made (a parameter added, removed or "
+                "replaced by hand); mlpo lays its store out for them "
+                "once. Add parameters with add_param_group; leave one "
+                "out of the update with grad None or requires_grad_("
+                "False); nothing was changed")

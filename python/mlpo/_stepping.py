@@ -8,11 +8,12 @@ torch.py, which owns the layout (_layout, _pieces) and the engine."""
 import torch
 import torch.distributed as dist
 
-from ._stand_in import grad_of as stand_in_grad, sync_in, sync_out
+from ._stand_in import sync_in, sync_out
 from ._warn import warn_user
 from ._stand_in import _flat
 from ._session import _DTYPES
-from ._backward import _note_plain_step_once
+from ._backward import _note_plain_step_once, point_at_model
+from ._layout import check_groups, grad_of
 
 
 def _refused(e):
@@ -23,75 +24,6 @@ def _refused(e):
 
 
 class Stepping:
-    def _grad_of(self, e):
-        """The gradient of entry `e` in the parameter's memory order, or
-        None (no gradient: the parameter is skipped)."""
-        p = e["param"]
-        if p.dtype != e["dtype"] or tuple(p.shape) != e["shape"]:
-            raise ValueError(
-                f"mlpo.torch: parameter {e['name']} changed from "
-                f"{e['dtype']} {list(e['shape'])} to {p.dtype} "
-                f"{list(p.shape)} since the optimizer was made")
-        if tuple(p.stride()) != e["stride"]:
-            raise ValueError(
-                f"mlpo.torch: parameter {e['name']} changed its memory "
-                f"layout (strides {list(e['stride'])} -> "
-                f"{list(p.stride())}) since the optimizer was made")
-        grad = e["dparam"].grad
-        if grad is None:
-            return None
-        if hasattr(grad, "to_local"):  # FSDP's: this rank's shard of it
-            grad = grad.to_local()
-        grad = stand_in_grad(e, grad)
-        if grad.is_sparse:
-            raise RuntimeError(
-                f"mlpo.torch: parameter {e['name']} has a sparse gradient; "
-                "Adam does not support sparse gradients")
-        if grad.dtype != p.dtype or grad.shape != p.shape:
-            raise ValueError(f"mlpo.torch: gradient of {e['name']} is "
-                             f"{grad.dtype} {list(grad.shape)}, the "
-                             f"parameter {p.dtype} {list(p.shape)}")
-        if grad.device != p.device:
-            raise ValueError(f"mlpo.torch: gradient of {e['name']} is on "
-                             f"{grad.device}")
-        if grad.stride() != p.stride():
-            grad = torch.empty_like(p).copy_(grad)
-        if self._layout.mixed and grad.dtype != torch.float32:
-            grad = torch.empty_like(p, dtype=torch.float32).copy_(grad)
-        return grad
-
-    def _check_groups(self):
-        """ValueError unless the param groups hold the parameters the store
-        was laid out for: one added to, removed from or replaced in a
-        group's 'params' by hand would be left out of the update without a
-        word (or updated all the same)."""
-        if len(self.param_groups) != len(self._layout):
-            raise ValueError(
-                f"mlpo.torch: the optimizer has {len(self.param_groups)} "
-                f"param groups and was made with {len(self._layout)}: "
-                "groups are added with add_param_group; nothing was changed")
-        for g, (group, l) in enumerate(zip(self.param_groups, self._layout)):
-            ps, es = group["params"], l["entries"]
-            if not self._ranks.fsdp and any(hasattr(p, "device_mesh")
-                                            for p in ps):
-                raise ValueError(
-                    f"mlpo.torch: param group {g}'s parameters were replaced "
-                    "by FSDP's sharded ones (DTensors) after the optimizer "
-                    "was made, as Accelerate's and Trainer's FSDP plugins "
-                    "do; mlpo lays its store out for the parameters it is "
-                    "given. Call fully_shard on the model first and make "
-                    "the optimizer from its parameters then, in your own "
-                    "loop (docs/coming-from.md); nothing was changed")
-            if len(ps) != len(es) or any(p is not e["dparam"]
-                                         for p, e in zip(ps, es)):
-                raise ValueError(
-                    f"mlpo.torch: param group {g}'s 'params' changed since "
-                    "the optimizer was made (a parameter added, removed or "
-                    "replaced by hand); mlpo lays its store out for them "
-                    "once. Add parameters with add_param_group; leave one "
-                    "out of the update with grad None or requires_grad_("
-                    "False); nothing was changed")
-
     @torch.no_grad()
     def step(self, closure=None, *, loss_scale=None):
         """One optimizer step. Gradients are divided by loss_scale (default
@@ -102,15 +34,15 @@ class Stepping:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self._ddp_pass_agreed = False  # (a backward that raised kept it)
+        self._bwd.ddp_pass_agreed = False  # (a backward that raised kept it)
         # (a step run in backward finishes; with data parallel, below,
         # where every rank decides it together)
         eng = self._require_engine(finish=self._ranks.world == 1)
-        if self._bwd_done:
-            self._bwd_done = False
+        if self._bwd.done:
+            self._bwd.done = False
             self._warn_skipped(eng, self.last_report)
-            if self._auto is not None:
-                self._auto.stepped(True)
+            if self._bwd.auto is not None:
+                self._bwd.auto.stepped(True)
             return loss
         if self._ranks.world > 1 and not self._ranks.fsdp:
             return self._step_data_parallel(eng, loss,
@@ -118,9 +50,9 @@ class Stepping:
         if self._ranks.world > 1 and self.update_in_backward:
             return self._step_fully_sharded(eng, loss,
                                             loss_scale or self.loss_scale)
-        self._learn_passes()  # (update in backward: the next step's count)
-        self._reset_backward()  # fewer backwards than expected, or more
-        self._check_groups()
+        self._bwd.learn_passes()  # (update in backward: the next step's count)
+        self._bwd.reset()  # fewer backwards than expected, or more
+        check_groups(self.param_groups, self._layout, self._ranks.fsdp)
         self._forget_prepared()  # a prepared dict is of the state before
         for g, group in enumerate(self.param_groups):
             eng.set_hyper(g, self._hyper(group))
@@ -141,9 +73,22 @@ class Stepping:
         self.last_report = rep
         self._warn_skipped(eng, rep)
         self._note_versions()
-        if self._auto is not None:
-            self._auto.stepped(False)
+        if self._bwd.auto is not None:
+            self._bwd.auto.stepped(False)
         return loss
+
+    def zero_grad(self, set_to_none=True):
+        """As torch.optim's. With update_in_backward, a step still running
+        (backward ran, step() did not: an exception in the middle of
+        backward, or zero_grad before step) is discarded, as torch.optim
+        would not have stepped either, and a count of backwards without a
+        step starts again."""
+        if self.update_in_backward:
+            eng = self._engine
+            if eng is not None and eng.stepping_in_backward:
+                self._bwd.discard(None)
+            self._bwd.reset()
+        super().zero_grad(set_to_none=set_to_none)
 
     def _step_fully_sharded(self, eng, loss, scale):
         """step() of an FSDP rank with the update in backward (each shard
@@ -154,31 +99,31 @@ class Stepping:
         the plain step."""
         running = eng.stepping_in_backward
         together, rep = False, None
-        self._check_groups()
+        check_groups(self.param_groups, self._layout, self._ranks.fsdp)
         self._forget_prepared()
         keep = []
         sync_in(self._layout.entries)
         try:
             ok = running and scale == self.loss_scale and \
-                not self._changed_after_hand_in()
+                not self._bwd.changed_after_hand_in()
             got = self._ranks.agree_call("step", [0 if ok else 1],
                                          self._layout.n_params)
             together = int(got[0]) == 0
             if together:
-                rep = self._finish_together(eng)
+                rep = self._bwd.finish_together(eng)
             else:
                 self._ready_for_plain_step(eng, running)
                 rep = self._step_local_shards(eng, keep, scale)
             rep["in_backward"] = together
             self.last_report = rep
             if running:
-                self._note_redo(bool(rep.get("redone")))
+                self._bwd.note_redo(bool(rep.get("redone")))
         finally:
             self._end_ranks_step()
         self._warn_skipped(eng, rep)
         self._note_versions()
-        if self._auto is not None:
-            self._auto.stepped(together)
+        if self._bwd.auto is not None:
+            self._bwd.auto.stepped(together)
         return loss
 
     def _step_data_parallel(self, eng, loss, scale):
@@ -187,25 +132,25 @@ class Stepping:
         ddp_comm_hook) is finished where every rank can, else every rank
         runs the plain step; then the new shards are gathered."""
         running = eng.stepping_in_backward
-        if self.update_in_backward and not self._ddp_hooked and \
-                not self._hook_ddp():
+        if self.update_in_backward and not self._bwd.ddp_hooked and \
+                not self._bwd.hook_ddp():
             _note_plain_step_once(
-                self._ddp_why or
+                self._bwd.ddp_why or
                 "with data parallel it takes DDP's averaged gradients from "
                 "its communication hook, and no DistributedDataParallel "
                 "holds these parameters: wrap the model in one, or "
                 "ddp_model.register_comm_hook(opt, mlpo.torch.ddp_comm_hook)")
-        self._check_groups()
+        check_groups(self.param_groups, self._layout, self._ranks.fsdp)
         self._forget_prepared()
         keep = []
         sync_in(self._layout.entries)
         try:
             if running:
-                self._ddp_drain(wait=True)
+                self._bwd.ddp_drain(wait=True)
             # (a loss_scale other than the one the running step began
             # with: the plain step)
             ok = running and scale == self.loss_scale and \
-                not self._changed_after_hand_in()
+                not self._bwd.changed_after_hand_in()
             # One collective: which call, whether every rank can finish,
             # and which parameters have gradients on any rank.
             got = self._ranks.agree_call("step", [0 if ok else 1] + [
@@ -213,21 +158,21 @@ class Stepping:
                 self._layout.n_params)
             together = int(got[0]) == 0
             if together:
-                rep = self._finish_together(eng)
+                rep = self._bwd.finish_together(eng)
             else:
                 self._ready_for_plain_step(eng, running)
                 rep = self._step_sharded(eng, keep, scale, got[1:])
             rep["in_backward"] = together
             self.last_report = rep
             if running:  # (a speculation dropped here is redone too)
-                self._note_redo(bool(rep.get("redone")))
+                self._bwd.note_redo(bool(rep.get("redone")))
         finally:
             self._end_ranks_step()
         if not self._warn_skipped(eng, rep) and not rep["skipped"]:
             self._publish_sharded()
         self._note_versions()
-        if self._auto is not None:
-            self._auto.stepped(together)
+        if self._bwd.auto is not None:
+            self._bwd.auto.stepped(together)
         return loss
 
     def _ready_for_plain_step(self, eng, running):
@@ -237,7 +182,7 @@ class Stepping:
         groups' hyperparameters as they are now."""
         if running:
             self._guarded(eng, "discard_step", True)
-            self._point_at_model(eng)
+            point_at_model(eng, self._layout)
         for g, group in enumerate(self.param_groups):
             eng.set_hyper(g, self._hyper(group))
 
@@ -248,15 +193,15 @@ class Stepping:
         it, another rank gone mid-collective: nothing of it is applied;
         the error raised is the one that stopped it), the parameters' memory
         the model's again."""
-        self._learn_passes()
-        self._reset_backward()
+        self._bwd.learn_passes()
+        self._bwd.reset()
         if self._engine is not None:
             if self._engine.stepping_in_backward:
                 try:
                     self._engine.discard_step(False)
                 except (RuntimeError, OSError):
                     pass
-            self._point_at_model(self._engine)
+            point_at_model(self._engine, self._layout)
         sync_out(self._layout.entries)
 
     def _warn_skipped(self, eng, rep):
@@ -277,7 +222,7 @@ class Stepping:
         # The kernel reads and writes the model's tensors themselves.
         for k, (g, e, at, n, off) in enumerate(self._layout.pieces):
             p = e["param"]
-            grad = self._grad_of(e)
+            grad = grad_of(e, self._layout.mixed)
             eng.set_param_memory(k, p.data_ptr() + at * p.element_size(),
                                  _DTYPES[p.dtype])
             if grad is None:
@@ -303,7 +248,7 @@ class Stepping:
                         "memory since the optimizer was made (new parameters "
                         "are copied to where it was); make the optimizer "
                         "after moving the model")
-                grad = self._grad_of(e)
+                grad = grad_of(e, self._layout.mixed)
                 if grad is None:
                     continue
                 keep.append(grad)
@@ -344,7 +289,7 @@ class Stepping:
         self._open(ns=self._session.ns, resume=True)
         self._failed_step = None
         if self.update_in_backward:
-            self._hook_params()
+            self._bwd.hook_params()
         if not self._engine.state_stored:
             raise RuntimeError(
                 f"mlpo.torch: {what} failed ({why}) before the store held "
@@ -388,7 +333,7 @@ class Stepping:
         for k, (g, e, at, n, off) in enumerate(self._layout.pieces):
             p = e["param"]
             eng.set_param_memory(k, p.data_ptr() + at * p.element_size(), dt)
-            grad = self._grad_of(e)
+            grad = grad_of(e, self._layout.mixed)
             if grad is None:
                 continue
             keep.append(grad)
@@ -409,11 +354,12 @@ class Stepping:
         for k, (g, e, at, n, off) in enumerate(self._layout.pieces):
             p = e["param"]
             eng.set_param_memory(k, p.data_ptr() + at * p.element_size(), dt)
-        if self._ddp_reduced:
+        if self._bwd.ddp_reduced:
             # DDP (its hook, ddp_comm_hook) averaged the gradients in
             # backward: each rank's copy is the average already.
             for k, (g, e, at, n, off) in enumerate(self._layout.pieces):
-                grad = self._grad_of(e) if active[id(e["param"])] else None
+                grad = grad_of(e, self._layout.mixed) \
+                    if active[id(e["param"])] else None
                 if grad is None:
                     continue
                 grad = grad.contiguous()
@@ -425,7 +371,7 @@ class Stepping:
             flat = torch.zeros(l["chunk"] * self._ranks.world,
                                dtype=torch.float32)
             for e in l["entries"]:
-                grad = self._grad_of(e)
+                grad = grad_of(e, self._layout.mixed)
                 if grad is not None:
                     flat[e["offset"]:e["offset"] + e["numel"]] = \
                         _flat(grad).float()

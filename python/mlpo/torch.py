@@ -65,7 +65,7 @@ from ._export import export_state_dict
 from ._opening import (Opener, agree_open, device_args, open_namespace,
                        resume_point, steps_differ)
 from ._stepping import Stepping
-from ._backward import BackwardUpdate, PlainStepNote, ddp_comm_hook
+from ._backward import InBackward, PlainStepNote, ddp_comm_hook
 from ._rules import check_group, check_slots
 from ._stand_in import sync_in, sync_out
 from ._unsupported import refuse_unsupported
@@ -86,7 +86,7 @@ def _wrapped(obj):
         else None
 
 
-class _MlpoOptimizer(CheckpointMixin, BackwardUpdate, Stepping,
+class _MlpoOptimizer(CheckpointMixin, Stepping,
                      torch.optim.Optimizer):
     _mode = "adamw"
 
@@ -132,7 +132,7 @@ class _MlpoOptimizer(CheckpointMixin, BackwardUpdate, Stepping,
         self._session = None  # (the store and engine, once made)
         _MADE.add(self)  # closed at interpreter exit if still open
         self._failed_step = None  # (step, error) of a step that failed
-        self._bwd_done = False  # a step ran in backward; step() is done
+        self._bwd = InBackward(self)  # the update during backward
         self.update_in_backward = False
         self._prepared = None  # (step, dict) of prepare_state_dict()
         self._last_handed = None  # the tag state_dict() handed out last
@@ -196,8 +196,7 @@ class _MlpoOptimizer(CheckpointMixin, BackwardUpdate, Stepping,
                 # opening: tell them, so they stop too.
                 agree_open(self._ranks, s, None, e)
             raise
-        self._setup_backward(update_in_backward, accumulation_steps,
-                             max_grad_norm, loss_scale)
+        self._bwd.setup(update_in_backward, accumulation_steps)
         if self._ranks.world > 1:
             self._agree_steps()
 
@@ -411,7 +410,7 @@ class _MlpoOptimizer(CheckpointMixin, BackwardUpdate, Stepping,
         if self._engine is None:
             raise RuntimeError("mlpo.torch: the optimizer is closed")
         if finish and self._engine.stepping_in_backward:
-            self._finish_in_backward(self._engine)
+            self._bwd.finish(self._engine)
         return self._engine
 
     def add_param_group(self, param_group):
@@ -448,7 +447,7 @@ class _MlpoOptimizer(CheckpointMixin, BackwardUpdate, Stepping,
         self._engine = None
         self._open(ns=self._session.ns, check_model=False)  # the model grew
         if self.update_in_backward:
-            self._hook_params()
+            self._bwd.hook_params()
         if saved is None or saved[2] == 0:
             return
         states, steps, t = saved

@@ -285,11 +285,11 @@ def test_the_default_is_on_and_off_says_so(tmp_path):
     off (no hook runs, step() does the whole update)."""
     m = Tied()
     on = mt.AdamW(m.parameters(), store=str(tmp_path / "on"))
-    assert on.update_in_backward and on._bwd_hooks
+    assert on.update_in_backward and on._bwd._bwd_hooks
     on.close()
     off = mt.AdamW(m.parameters(), store=str(tmp_path / "off"),
                    update_in_backward=False)
-    assert not off.update_in_backward and not off._bwd_hooks
+    assert not off.update_in_backward and not off._bwd._bwd_hooks
     loss_of(m, 1).backward()
     assert not off._engine.stepping_in_backward
     off.step()
