@@ -297,6 +297,33 @@ def test_the_default_is_on_and_off_says_so(tmp_path):
     off.close()
 
 
+def test_hooks_left_behind_by_a_vanished_optimizer_do_nothing(tmp_path):
+    """The model's hooks hold the update in backward weakly: an optimizer
+    gone without removing them (its close() never ran) leaves hooks that
+    do nothing, and the model trains on with another optimizer. (A hook of
+    a collected optimizer returned False, which torch takes for a new
+    gradient: backward raised TypeError.)"""
+    import gc
+    m, ref = Tied(), Tied()
+    ref.load_state_dict(m.state_dict())
+    gone = mt.AdamW(m.parameters(), store=str(tmp_path / "gone"))
+    assert gone._bwd._bwd_hooks
+    gone._bwd._bwd_hooks = []  # close() now leaves the hooks on the model
+    del gone
+    gc.collect()
+    ours = mt.AdamW(m.parameters(), lr=1e-2, store=str(tmp_path / "s"),
+                    update_in_backward=False)
+    plain = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    for step in range(2):
+        for model, opt in ((m, ours), (ref, plain)):
+            opt.zero_grad(set_to_none=True)
+            loss_of(model, step).backward()
+            opt.step()
+    for a, b in zip(m.parameters(), ref.parameters()):
+        assert torch.allclose(a, b, atol=1e-6, rtol=0)
+    ours.close()
+
+
 def test_clipping_in_backward_is_redone_where_it_clips(tmp_path):
     """max_grad_norm with the update in backward: speculative; the steps
     whose norm is above it are discarded and redone clipped."""
