@@ -392,7 +392,7 @@ class InBackward:
         self.ddp_reduced = self.ddp_hooked = True
         eng = opt._engine
         if opt.update_in_backward and eng is not None and \
-                opt._failed_step is None:
+                opt._session.failed is None:
             self._count_pass()
             if self._updating_pass(eng):
                 self.ddp_pending.append(
@@ -443,7 +443,7 @@ class InBackward:
         the running step."""
         opt = self.opt
         eng = None if opt is None else opt._engine
-        if eng is None or opt._failed_step is not None:
+        if eng is None or opt._session.failed is not None:
             return  # gone or closed, or reopening at the next call
         self._count_pass()
         if id(e) in self._bwd_given and self._bwd_pass == self._passes:
@@ -587,7 +587,7 @@ class InBackward:
         sync_in(opt._layout.entries)
         # (a parameter handed in gets its copy's memory instead)
         point_at_model(eng, opt._layout)
-        opt._guarded(eng, "begin_step", opt.loss_scale)
+        opt._session.call("begin_step", opt.loss_scale)
         return True
 
     def _digest(self, grad):
@@ -658,7 +658,7 @@ class InBackward:
                 # Exact all the same: dropped, and redone as the plain step
                 # (into the model's own tensors) with the gradients as they
                 # are now.
-                opt._guarded(eng, "discard_step", True)
+                opt._session.call("discard_step", True)
                 keep = []
                 rep = opt._step_host(eng, keep, opt.loss_scale)
             else:
@@ -670,7 +670,7 @@ class InBackward:
                         if id(e) not in self._bwd_given and \
                                 e["dparam"].grad is not None:
                             self._hand_in(eng, e)
-                rep = opt._guarded(eng, "finish_step")
+                rep = opt._session.call("finish_step")
                 if not rep["skipped"]:
                     self._copy_in()
             rep["in_backward"] = True
@@ -699,7 +699,7 @@ class InBackward:
         def agree(sum_sq, nonfinite):
             sum_sq, nonfinite = opt._ranks.sum((sum_sq, nonfinite))
             return sum_sq, int(nonfinite)
-        rep = opt._guarded(eng, "finish_step", agree)
+        rep = opt._session.call("finish_step", agree)
         if not rep["skipped"]:
             self._copy_in()
         return rep
@@ -714,7 +714,7 @@ class InBackward:
         try:
             # (its rewind writes the copies: the model's tensors hold the
             # values from before it already)
-            opt._guarded(eng, "discard_step", False)
+            opt._session.call("discard_step", False)
         finally:
             if mid_backward:  # the count of backwards goes on
                 self._bwd_given = {}

@@ -205,7 +205,8 @@ class CheckpointMixin:
                 "step-<t> are state_dict()'s, and keep_checkpoints="
                 f"{self.keep_checkpoints} drops them as it drops those; "
                 "pick another name for a checkpoint of your own")
-        self._guarded(self._require_engine(), "tag", tag)
+        self._require_engine()
+        self._session.call("tag", tag)
 
     def restore(self, tag):
         """Moves the state back to `tag` and the model's parameters with it."""
@@ -215,7 +216,8 @@ class CheckpointMixin:
 
     def _restore(self, tag):
         self._forget_prepared()
-        self._guarded(self._require_engine(), "restore", tag)
+        self._require_engine()
+        self._session.call("restore", tag)
         if self._engine.state_stored:
             self._params_from_store()
         else:  # a step-0 tag of an earlier release stored no parameters:
@@ -232,7 +234,8 @@ class CheckpointMixin:
         (write-behind) and its one index write. A step whose writes failed
         raises here, naming it, and is rolled back. close(), state_dict()
         and the next step() flush first."""
-        self._guarded(self._require_engine(), "settle")
+        self._require_engine()
+        self._session.call("settle")
 
     def close(self):
         """Waits for commits in flight and releases the store. A step
@@ -245,8 +248,11 @@ class CheckpointMixin:
                 self._bwd.discard("close()")
             except (RuntimeError, OSError) as e:
                 late = e
-        eng, self._engine = self._engine, None
-        failed, self._failed_step = self._failed_step, None
+        s = self._session
+        eng = failed = None
+        if s is not None:  # (None: a half-made optimizer)
+            eng, s.engine = s.engine, None
+            failed, s.failed = s.failed, None
         if failed is None:  # (a reopen after a failed step hooks again)
             self._bwd.remove_hooks()
         if eng is not None:
@@ -374,7 +380,7 @@ class CheckpointMixin:
             tag, k = f"step-{t}", 1
             while tag in tags:
                 tag, k = f"step-{t}.{k}", k + 1
-            self._guarded(eng, "tag", tag)
+            self._session.call("tag", tag)
         prune_checkpoints(eng, self.keep_checkpoints, tag)
         self._last_handed = tag
         # "params" lists are empty so that torch.optim's load_state_dict
@@ -451,7 +457,7 @@ class CheckpointMixin:
             tag = import_torch(state_dict, self._require_engine,
                                self._layout, self._mode, self._initial_slot)
             if tag is not None:
-                self._guarded(self._engine, "tag", tag)
+                self._session.call("tag", tag)
                 self._note_versions()
         for mine, theirs in zip(self.param_groups, groups):
             for k, v in theirs.items():
@@ -535,10 +541,10 @@ class CheckpointMixin:
     def _switch_namespace(self, ns, uuid, tag, info):
         """Reopens this optimizer in namespace `ns` at `tag`; False (and
         nothing changed) when that namespace is held or is another store."""
-        old_ns = self._session.ns
-        was_fresh = self._engine.fresh_pending
-        self._engine.close()
-        self._engine = None
+        s = self._session
+        old_ns = s.ns
+        was_fresh = s.engine.fresh_pending
+        s.close()
         try:
             eng = self._opener().try_open(ns)
         except Exception:
@@ -560,8 +566,7 @@ class CheckpointMixin:
             if refused is not None:
                 raise refused
             return False
-        self._session.ns = ns
-        self._engine = eng
+        s.ns, s.engine = ns, eng
         eng.set_attribute("manifest", json.dumps(self._layout.manifest))
         try:
             self._restore(tag)
@@ -589,6 +594,6 @@ class CheckpointMixin:
         k = 1
         while tag in eng.tags():
             tag, k = f"step-{reader.step}.{k}", k + 1
-        self._guarded(eng, "tag", tag)
+        self._session.call("tag", tag)
         self._params_from_store()
         return tag

@@ -144,6 +144,13 @@ class Ranks:
                 "nothing was changed")
 
 
+def _refused(e):
+    """An engine error that changed nothing (a bad argument, an unknown
+    tag): no reopen needed."""
+    return getattr(e, "code", None) in ("INVALID_ARGUMENT", "NOT_FOUND",
+                                        "ALREADY_EXISTS")
+
+
 def _resolve_keyword(config, key, value, default, allowed=None):
     """A keyword that may also be a config key: the one given, the config's
     value, or `default`; both given and different is an error, and so is a
@@ -193,6 +200,8 @@ class Session:
     durability, state_format, opts   the engine's settings
     ranks             the Ranks
     engine            the open engine (_mlpo.Engine), None while closed
+    failed            (what, why) of a call that failed part-way (see
+                      call): the optimizer reopens before its next call
     """
 
     def __init__(self, store, *, name, durability, state_format, opts,
@@ -205,6 +214,7 @@ class Session:
         self.ns = None
         self.toml_text = None
         self.open_told = False  # the ranks learnt of a failed opening
+        self.failed = None
         self.config, self.base_dir = store_config.load(store, create=False)
         self.name = _resolve_name(self.config, name)
         self.durability = _resolve_keyword(self.config, "durability",
@@ -255,6 +265,27 @@ class Session:
             _DTYPES[layout.dtype], o["max_grad_norm"], o["prefetch"],
             o["commits"], o["threads"], self.durability, restore_tag or "",
             *device_args, True, self.state_format)
+
+    def call(self, call, *args):
+        """engine.<call>(*args), for the calls that write the store: step,
+        tag, restore, settle. One that fails part-way (a full disk, a
+        path's I/O error) may have committed some subgroups, written new
+        values into some of the model's tensors, or poisoned the index: it
+        is recorded in `failed` (one process), and the optimizer's next
+        call reopens the store and continues from what it holds."""
+        eng = self.engine
+        try:
+            return getattr(eng, call)(*args)
+        except (RuntimeError, OSError) as e:
+            if self.ranks.world == 1 and (call.endswith("step") or (
+                    isinstance(e, RuntimeError) and not _refused(e))):
+                # (a failed step leaves the step count where it was)
+                # (flush() settles with no argument: the writes of a step
+                # that returned failed behind it)
+                what = f"step {eng.step_count + 1}" if call.endswith("step") \
+                    else f"{call} {args[0]!r}" if args else "flush()"
+                self.failed = (what, str(e).split("\n")[0])
+            raise
 
     def read_attribute(self, name, key):
         """Attribute `key` of store `name` of this store's paths, read

@@ -16,13 +16,6 @@ from ._backward import _note_plain_step_once, point_at_model
 from ._layout import check_groups, grad_of
 
 
-def _refused(e):
-    """An engine error that changed nothing (a bad argument, an unknown
-    tag): no reopen needed."""
-    return getattr(e, "code", None) in ("INVALID_ARGUMENT", "NOT_FOUND",
-                                        "ALREADY_EXISTS")
-
-
 class Stepping:
     @torch.no_grad()
     def step(self, closure=None, *, loss_scale=None):
@@ -181,7 +174,7 @@ class Stepping:
         step: this one's speculation goes too), and the engine takes the
         groups' hyperparameters as they are now."""
         if running:
-            self._guarded(eng, "discard_step", True)
+            self._session.call("discard_step", True)
             point_at_model(eng, self._layout)
         for g, group in enumerate(self.param_groups):
             eng.set_hyper(g, self._hyper(group))
@@ -230,7 +223,7 @@ class Stepping:
             keep.append(grad)  # read in place by the step: no copy
             eng.borrow_grad(g, off, grad.data_ptr() + at * grad.element_size(),
                             self._layout.grad_dt, n)
-        return self._guarded(eng, "step", scale)
+        return self._session.call("step", scale)
 
     def _step_device(self, eng, keep, scale):
         dt = _DTYPES[self._layout.dtype]
@@ -254,27 +247,7 @@ class Stepping:
                 keep.append(grad)
                 eng.stage_grad_device(g, e["offset"], grad.data_ptr(), dt,
                                       e["numel"])
-        return self._guarded(eng, "step", scale)
-
-    def _guarded(self, eng, call, *args):
-        """eng.<call>(*args), for the calls that write the store: step, tag,
-        restore. One that fails part-way (a full disk, a path's I/O error)
-        may have committed some subgroups, written new values into some of
-        the model's tensors, or poisoned the index: the next call on this
-        optimizer reopens the store and continues from what it holds
-        (_recover_failed_step)."""
-        try:
-            return getattr(eng, call)(*args)
-        except (RuntimeError, OSError) as e:
-            if self._ranks.world == 1 and (call.endswith("step") or (
-                    isinstance(e, RuntimeError) and not _refused(e))):
-                # (a failed step leaves the step count where it was)
-                # (flush() settles with no argument: the writes of a step
-                # that returned failed behind it)
-                what = f"step {eng.step_count + 1}" if call.endswith("step") \
-                    else f"{call} {args[0]!r}" if args else "flush()"
-                self._failed_step = (what, str(e).split("\n")[0])
-            raise
+        return self._session.call("step", scale)
 
     def _recover_failed_step(self):
         """After a failed step: closes the store (a poisoned index takes no
@@ -283,11 +256,12 @@ class Stepping:
         are the state and the model's parameters; says where it continues.
         While the store cannot open (the disk still full), raises, and the
         next call tries again."""
-        what, why = failed = self._failed_step
+        s = self._session
+        what, why = failed = s.failed
         self.close()  # (what a poisoned store could not write back is lost)
-        self._failed_step = failed  # until the reopen works
-        self._open(ns=self._session.ns, resume=True)
-        self._failed_step = None
+        s.failed = failed  # until the reopen works
+        self._open(ns=s.ns, resume=True)
+        s.failed = None
         if self.update_in_backward:
             self._bwd.hook_params()
         if not self._engine.state_stored:
@@ -319,7 +293,7 @@ class Stepping:
         the non-finite count of every rank's (clipping and overflow skips
         decide as one process would)."""
         sum_sq, nonfinite = self._ranks.sum(eng.local_grad_stats())
-        return self._guarded(eng, "step", scale, sum_sq, int(nonfinite))
+        return self._session.call("step", scale, sum_sq, int(nonfinite))
 
     def _step_local_shards(self, eng, keep, scale):
         """FSDP: FSDP has averaged the gradients and left each rank its

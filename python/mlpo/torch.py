@@ -131,7 +131,6 @@ class _MlpoOptimizer(CheckpointMixin, Stepping,
         self._layout = None
         self._session = None  # (the store and engine, once made)
         _MADE.add(self)  # closed at interpreter exit if still open
-        self._failed_step = None  # (step, error) of a step that failed
         self._bwd = InBackward(self)  # the update during backward
         self.update_in_backward = False
         self._prepared = None  # (step, dict) of prepare_state_dict()
@@ -236,9 +235,6 @@ class _MlpoOptimizer(CheckpointMixin, Stepping,
         s = self._session
         return None if s is None else s.engine
 
-    @_engine.setter
-    def _engine(self, eng):
-        self._session.engine = eng
 
     @property
     def state_format(self):
@@ -405,7 +401,7 @@ class _MlpoOptimizer(CheckpointMixin, Stepping,
     def _require_engine(self, finish=True):
         """The open engine (reopened after a failed step); a step running
         during backward is decided first unless `finish` is False."""
-        if self._failed_step is not None:
+        if self._session is not None and self._session.failed is not None:
             self._recover_failed_step()
         if self._engine is None:
             raise RuntimeError("mlpo.torch: the optimizer is closed")
@@ -443,8 +439,7 @@ class _MlpoOptimizer(CheckpointMixin, Stepping,
             self.param_groups.pop()
             self._names = old_names
             raise
-        eng.close()
-        self._engine = None
+        self._session.close()
         self._open(ns=self._session.ns, check_model=False)  # the model grew
         if self.update_in_backward:
             self._bwd.hook_params()
