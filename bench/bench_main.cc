@@ -1,8 +1,10 @@
 // mlpo-bench: benchmarks that print our figure against a reference measured
 // in the same run (fio, the raw engine, the baseline mode).
 #include "bench/bench_common.h"
+#include "optimizer/optimizer_config.h"
 
 int main(int argc, char** argv) {
+  mlpo::RegisterOptimizerConfigKeys();  // (the store configs' optimizer keys)
   CLI::App app{"mlpo-bench: measured against references in the same run"};
   app.require_subcommand(1);
   mlpo::AddIoBench(app);

@@ -250,8 +250,8 @@ ModeRunner::ModeRunner(const ModeRun& run) : impl_(std::make_unique<Impl>()) {
   o.store.extent_bytes = 4 << 20;
   o.store.durability = durability;
   // The update phase is measured whole: each step's commits land in it.
-  o.store.write_behind = false;
-  o.store.read_ahead = 0;
+  o.write_behind = false;
+  o.read_ahead = 0;
   if (mc.cache &&
       !ParseCacheBudget(cache, &o.store.cache_bytes, &o.store.cache_percent)
            .ok())

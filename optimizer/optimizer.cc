@@ -9,6 +9,7 @@
 #include "base/status_macros.h"
 #include "base/status_reason.h"
 #include "base/trace.h"
+#include "optimizer/optimizer_config.h"
 
 namespace mlpo {
 
@@ -83,14 +84,19 @@ absl::Status Optimizer::Init() {
       po.max_commits_in_flight < 1 || po.max_commits_in_flight > 64)
     return absl::InvalidArgumentError(
         "prefetch_depth and max_commits_in_flight must be in 1..64");
-  if (options_.state_format && options_.store.state_format &&
-      *options_.state_format != *options_.store.state_format)
+  MLPO_ASSIGN_OR_RETURN(OptimizerConfig config,
+                        ParseOptimizerConfig(options_.store.upper));
+  if (options_.state_format && config.state_format &&
+      *options_.state_format != *config.state_format)
     return absl::InvalidArgumentError(absl::StrCat(
         "state_format ", StateFormatName(*options_.state_format),
         " contradicts the store config's state_format ",
-        StateFormatName(*options_.store.state_format), "; drop one of them"));
+        StateFormatName(*config.state_format), "; drop one of them"));
   format_ = options_.state_format.value_or(
-      options_.store.state_format.value_or(StateFormat::kF32));
+      config.state_format.value_or(StateFormat::kF32));
+  const bool write_behind =
+      options_.write_behind.value_or(config.write_behind);
+  const int read_ahead = options_.read_ahead.value_or(config.read_ahead);
   std::vector<uint64_t> numel;
   for (auto& g : options_.groups) {
     int gi = static_cast<int>(numel.size());
@@ -167,11 +173,10 @@ absl::Status Optimizer::Init() {
   }
   PipelineOptions pipe = po;
   // The baseline mode is DeepSpeed's, which waits for its writes.
-  pipe.write_behind = options_.store.write_behind && !po.grad_offload;
+  pipe.write_behind = write_behind && !po.grad_offload;
   pipe.read_ahead = po.grad_offload ? 0
-                    : options_.store.read_ahead < 0
-                        ? std::max(4, po.prefetch_depth)
-                        : options_.store.read_ahead;
+                    : read_ahead < 0 ? std::max(4, po.prefetch_depth)
+                                     : read_ahead;
   pipeline_ = std::make_unique<UpdatePipeline>(store_.get(), &subgroups_, pipe);
   grads_ = std::make_unique<GradStage>(subgroups_, options_.grad_dtype,
                                        pipeline_->runner());

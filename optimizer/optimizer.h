@@ -63,6 +63,10 @@ struct OptimizerOptions {
   // InvalidArgument. Fixed when the store's first state is declared (store
   // attribute "state_format"); opening with another is FailedPrecondition.
   std::optional<StateFormat> state_format;
+  // Write-behind and read-ahead (OptimizerConfig, optimizer_config.h). Unset:
+  // the store config's write_behind and read_ahead, else their defaults.
+  std::optional<bool> write_behind;
+  std::optional<int> read_ahead;
   // The update rule (kernel/update_rule.h). A new store takes it with the slots
   // its groups need (SpecFor) and records it; opening a store of another
   // rule is FailedPrecondition.
@@ -98,7 +102,7 @@ class Optimizer {
   // before, and the model's memory (SetParamMemory) and the sink get the
   // parameters back that the failed step had written there.
   //
-  // Write-behind (StoreOptions::write_behind): Step returns once every
+  // Write-behind (OptimizerConfig::write_behind): Step returns once every
   // parameter holds its new value; its last commits land, then its
   // transaction's index write, while the caller goes on. Settle() waits
   // for them: once it returns (and every call that reads or writes the

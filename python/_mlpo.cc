@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "optimizer/optimizer.h"
+#include "optimizer/optimizer_config.h"
 #include "optimizer/param_sink.h"
 #include "python/binding_util.h"
 #include "store/admin/gc.h"
@@ -535,6 +536,7 @@ class Engine {
 }  // namespace mlpo
 
 PYBIND11_MODULE(_mlpo, m) {
+  mlpo::RegisterOptimizerConfigKeys();  // (the store configs' optimizer keys)
   // What Throw raises for an engine error (binding_util.h); kept alive by
   // the module's reference.
   mlpo::EngineErrorType() = PyErr_NewExceptionWithDoc(
@@ -579,10 +581,11 @@ PYBIND11_MODULE(_mlpo, m) {
         "does, from one changed)");
   m.def("check_store_config",
         [](const std::string& toml, const std::string& base_dir) {
-          mlpo::StoreArg(toml, base_dir, "", 0);
+          mlpo::StoreOptions o = mlpo::StoreArg(toml, base_dir, "", 0);
+          mlpo::Value(mlpo::ParseOptimizerConfig(o.upper));
         },
         "ValueError naming the key unless the TOML config text parses into "
-        "valid store options (nothing is opened or created)");
+        "valid store and optimizer options (nothing is opened or created)");
   py::class_<Engine>(m, "Engine")
       .def(py::init<const std::string&, const std::string&, const std::string&,
                     int, const std::vector<py::dict>&, uint64_t,

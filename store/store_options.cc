@@ -10,7 +10,9 @@
 
 #include <toml++/toml.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -112,10 +114,6 @@ const std::vector<ConfigKey>& StoreConfigKeys() {
          "this key in its config, sets it); `mlpo inspect` of a config "
          "without the key shows `step`, the engine's default, which the "
          "adapter does not use"},
-        {"state_format", "`\"fp32\"`, `\"bf16-moments\"` or `\"int8-moments\"`",
-         "(the optimizer's option; fp32)", "", "",
-         "how the optimizer holds Adam's moments; fixed when the store is "
-         "created, a contradicting option is an error"},
         {"meta_dir", "path", "(`<first nvme root>/<name>/rank-<r>/meta`)", "",
          "", "where the RocksDB index lives; relative to the TOML file"},
         {"extent_bytes", kSize, SizeText(uint64_t{1} << 20),
@@ -128,17 +126,6 @@ const std::vector<ConfigKey>& StoreConfigKeys() {
          "(`\"25%\"`, 0..100%); 0 = off. The PyTorch adapter's default (key "
          "left out): the whole state when it fits in half the available "
          "memory (shared by the node's ranks), else that half"},
-        {"write_behind", "`true` or `false`", "true", "", "",
-         "a step returns once the parameters hold their new values; its "
-         "commits and its index write land during the next forward and "
-         "backward, and the next step, checkpoint, state read, flush or "
-         "close waits for them"},
-        {"read_ahead", "`true`, `false` or a count", "true", "0", "64",
-         "once a step's kernels are done, the next step's first subgroups "
-         "the DRAM tier does not hold are read into buffers of their own "
-         "(`true`: 4, or the prefetch depth when deeper; a count: that "
-         "many; each holds a subgroup's state), so the next step starts "
-         "with those reads done"},
         {"adaptive", "`true` or `false`",
          "(on unless a path has a `fraction`)", "", "",
          "stripe fractions follow each path's observed rate every step; "
@@ -182,9 +169,71 @@ const std::vector<ConfigKey>& StoreConfigKeys() {
   return *keys;
 }
 
+namespace {
+
+// The keys registered by the layers above (a function's static: a layer
+// may register from its own static initializer, before main).
+struct UpperKeys {
+  absl::Mutex mu;
+  std::vector<ConfigKey> keys ABSL_GUARDED_BY(mu);
+};
+
+UpperKeys& Upper() {
+  static UpperKeys* u = new UpperKeys;
+  return *u;
+}
+
+bool IsStoreKey(const std::string& key) {
+  for (const ConfigKey& k : StoreConfigKeys())
+    if (k.key == key) return true;
+  return false;
+}
+
+bool IsUpperKey(const std::string& key) {
+  UpperKeys& u = Upper();
+  absl::MutexLock l(&u.mu);
+  for (const ConfigKey& k : u.keys)
+    if (k.key == key) return true;
+  return false;
+}
+
+ConfigValue UpperValue(const toml::node& v) {
+  ConfigValue out;
+  if (v.is_boolean()) {
+    out.kind = ConfigValue::Kind::kBool;
+    out.boolean = *v.value<bool>();
+  } else if (v.is_integer()) {
+    out.kind = ConfigValue::Kind::kInteger;
+    out.integer = *v.value<int64_t>();
+  } else if (v.is_string()) {
+    out.kind = ConfigValue::Kind::kString;
+    out.string = *v.value<std::string>();
+  }
+  return out;
+}
+
+}  // namespace
+
+void RegisterUpperConfigKeys(const std::vector<ConfigKey>& keys) {
+  for (const ConfigKey& k : keys) {
+    if (IsStoreKey(k.key) || IsUpperKey(k.key)) continue;
+    UpperKeys& u = Upper();
+    absl::MutexLock l(&u.mu);
+    u.keys.push_back(k);
+  }
+}
+
+std::vector<ConfigKey> UpperConfigKeys() {
+  UpperKeys& u = Upper();
+  absl::MutexLock l(&u.mu);
+  return u.keys;
+}
+
 std::string StoreConfigMarkdown() {
   std::string md = "| key | value | default | meaning |\n|---|---|---|---|\n";
-  for (const ConfigKey& k : StoreConfigKeys()) {
+  std::vector<ConfigKey> keys = StoreConfigKeys();
+  for (ConfigKey& k : UpperConfigKeys()) keys.push_back(std::move(k));
+  for (const ConfigKey& k : keys) {
     std::string value = k.takes;
     if (!k.lo.empty()) absl::StrAppend(&value, " ", k.lo, "..", k.hi);
     std::string def = k.default_value[0] == '(' ? k.default_value
@@ -200,7 +249,9 @@ namespace {
 // "unknown config key 'x'", with the keys there are.
 absl::Status UnknownKey(const std::string& key, bool in_path) {
   std::string known;
-  for (const ConfigKey& k : StoreConfigKeys()) {
+  std::vector<ConfigKey> keys = StoreConfigKeys();
+  for (ConfigKey& k : UpperConfigKeys()) keys.push_back(std::move(k));
+  for (const ConfigKey& k : keys) {
     bool path_key = absl::StartsWith(k.key, "path.");
     if (path_key != in_path) continue;
     absl::StrAppend(&known, known.empty() ? "" : ", ",
@@ -335,14 +386,6 @@ absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
       else if (s && *s == "tag") o.durability = Durability::kTag;
       else return absl::InvalidArgumentError(
           "config key 'durability': expected \"step\" or \"tag\"");
-    } else if (key == "state_format") {
-      auto s = v.value<std::string>();
-      absl::StatusOr<StateFormat> f = ParseStateFormat(s ? *s : "");
-      if (!s || !f.ok())
-        return absl::InvalidArgumentError(
-            "config key 'state_format': expected \"fp32\", "
-            "\"bf16-moments\" or \"int8-moments\"");
-      o.state_format = *f;
     } else if (key == "meta_dir") {
       if (!v.is_string())
         return absl::InvalidArgumentError("config key 'meta_dir': expected a string");
@@ -350,22 +393,6 @@ absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
     } else if (key == "extent_bytes") {
       MLPO_ASSIGN_OR_RETURN(o.extent_bytes,
                             SizeValue(v, key, 64 << 10, 64 << 20));
-    } else if (key == "write_behind") {
-      if (!v.is_boolean())
-        return absl::InvalidArgumentError(
-            "config key 'write_behind': expected true or false");
-      o.write_behind = *v.value<bool>();
-    } else if (key == "read_ahead") {
-      if (v.is_boolean()) {
-        o.read_ahead = *v.value<bool>() ? -1 : 0;
-      } else if (v.is_integer() && *v.value<int64_t>() >= 0 &&
-                 *v.value<int64_t>() <= 64) {
-        o.read_ahead = static_cast<int>(*v.value<int64_t>());
-      } else {
-        return absl::InvalidArgumentError(
-            "config key 'read_ahead': expected true, false or a count of "
-            "subgroups 0..64");
-      }
     } else if (key == "adaptive") {
       if (!v.is_boolean())
         return absl::InvalidArgumentError(
@@ -458,6 +485,8 @@ absl::StatusOr<StoreOptions> ParseStoreOptions(const std::string& text,
         o.paths.push_back(pc);
         ++idx;
       }
+    } else if (IsUpperKey(key)) {
+      o.upper[key] = UpperValue(v);
     } else {
       return UnknownKey(key, false);
     }

@@ -8,13 +8,9 @@
 //   buffer_pool_bytes = "2G" # idle lease buffers kept for reuse
 //   cache = "25%"            # DRAM tier: a size ("4G") or a percentage of
 //                            # the declared state; 0 = off (the default)
-//   write_behind = true      # a step returns before its commits land;
-//                            # the next call that reads the state waits
-//   read_ahead = true        # the next step's first reads start as a
-//                            # step returns (a count: that many subgroups)
-//   state_format = "fp32"    # how the optimizer holds Adam's moments: fp32 |
-//                            # bf16-moments | int8-moments (fixed when the
-//                            # store is created; optimizer/kernel/state_codec.h)
+//   write_behind = true      # keys of the layers above (the optimizer's:
+//   read_ahead = true        # optimizer/optimizer_config.h), which the
+//   state_format = "fp32"    # store keeps unparsed in StoreOptions::upper
 //   [[path]]                 # one table per storage path, in order
 //   root = "var/nvme"        # relative paths: relative to the TOML file
 //   kind = "nvme"            # nvme | pfs | other
@@ -29,17 +25,18 @@
 //   engine = "auto"          # auto | uring | threadpool
 //
 // Sizes are integers or strings with K/M/G/T (1024) or KB/MB/GB/TB (1000).
-// An unknown key or a bad value is an error naming it.
+// An unknown key or a bad value is an error naming it; a key a layer above
+// registered (RegisterUpperConfigKeys) is that layer's to check.
 #ifndef MLPO_STORE_STORE_OPTIONS_H_
 #define MLPO_STORE_STORE_OPTIONS_H_
 
+#include <cstdint>
 #include <functional>
-#include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "base/state_format.h"
 #include "store/meta/layout.h"
 #include "store/path/storage_path.h"
 
@@ -57,6 +54,16 @@ struct StorePathConfig {
   double fraction = 0;
 };
 
+// The value of a config key that a layer above the store owns: the store
+// keeps it as the TOML parser read it, for that layer to check and use.
+struct ConfigValue {
+  enum class Kind { kBool, kInteger, kString, kOther };
+  Kind kind = Kind::kOther;  // kOther: a float, an array or a table
+  bool boolean = false;
+  int64_t integer = 0;
+  std::string string;
+};
+
 // Fills the blob of an object that has no version yet. Default: zeros.
 using ObjectInitializer = std::function<void(
     const std::string& object, const ObjectLayout& layout, char* blob)>;
@@ -67,9 +74,6 @@ struct StoreOptions {
   std::vector<StorePathConfig> paths;
   std::string meta_dir;  // empty: under the first nvme path (else the first)
   Durability durability = Durability::kStep;
-  // The optimizer's state format named by the config (unset: the
-  // optimizer's own option decides, fp32 by default).
-  std::optional<StateFormat> state_format;
   // Largest extent, i.e. one I/O request; objects are cut into extents of at
   // most this size on each path. Multiple of 4 KiB, 64 KiB..64 MiB.
   uint64_t extent_bytes = uint64_t{1} << 20;
@@ -87,15 +91,10 @@ struct StoreOptions {
   // explicit `fraction` (explicit fractions win); 0: off; 1: on, starting
   // from the explicit fractions. TOML `adaptive = true|false`.
   int adaptive = -1;
-  // The optimizer's write-behind (optimizer/update_pipeline.h): a step
-  // returns once every parameter holds its new value, and its commits
-  // drain until the next call that reads or writes the state. TOML
-  // `write_behind = true|false`; on by default (it changes no result).
-  bool write_behind = true;
-  // Read-ahead (optimizer/update_pipeline.h): subgroups of the next step
-  // checked out as a step returns. -1: 4, or the prefetch depth if more (TOML
-  // `read_ahead = true`, the default); 0: off; else that many (0..64).
-  int read_ahead = -1;
+  // The config's keys that a layer above registered (the optimizer's
+  // write_behind, read_ahead, state_format), unparsed: that layer parses
+  // them (optimizer/optimizer_config.h). Not read by the store.
+  std::map<std::string, ConfigValue> upper;
   bool create_if_missing = true;
   // Open without the writer lock and without writing anything, e.g. to
   // inspect a store a training job holds. The view is the index as of open;
@@ -134,7 +133,15 @@ struct ConfigKey {
   std::string meaning;
 };
 const std::vector<ConfigKey>& StoreConfigKeys();
-// The keys as a Markdown table (| key | value | default | meaning |).
+// The keys of the layers above that a store config may hold beside the
+// store's own (registered by them: optimizer/optimizer_config.h registers
+// the optimizer's once a binary links it). The store's parser keeps their
+// values in StoreOptions::upper instead of refusing them as unknown. Keys
+// the store has, or registered already, are ignored. Thread-safe.
+void RegisterUpperConfigKeys(const std::vector<ConfigKey>& keys);
+std::vector<ConfigKey> UpperConfigKeys();
+// Every key a config may hold (the store's, then the registered ones) as a
+// Markdown table (| key | value | default | meaning |).
 std::string StoreConfigMarkdown();
 
 absl::StatusOr<StoreOptions> LoadStoreOptions(const std::string& toml_file);

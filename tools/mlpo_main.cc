@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "optimizer/optimizer_config.h"
 #include "tools/commands.h"
 #include "tools/json_errors.h"
 #include "tools/ownership.h"
@@ -11,6 +12,8 @@
 #endif
 
 int main(int argc, char** argv) {
+  // (a store config may hold the optimizer's keys beside the store's)
+  mlpo::RegisterOptimizerConfigKeys();
   mlpo::JsonErrors json_errors(argc, argv);
   CLI::App app{
       "mlpo: inspect and manage tiered optimizer-state stores.\n"

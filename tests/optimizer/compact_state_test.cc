@@ -125,7 +125,10 @@ TEST_P(CompactStateTest, AnotherFormatIsRefusedAndLosesNothing) {
     // The config naming the other format, the option unset: the same.
     OptimizerOptions o = Options(dir, GetParam());
     o.state_format.reset();
-    o.store.state_format = other;
+    ConfigValue named;
+    named.kind = ConfigValue::Kind::kString;
+    named.string = std::string(StateFormatName(other));
+    o.store.upper["state_format"] = named;
     EXPECT_TRUE(absl::IsFailedPrecondition(Optimizer::Open(o).status()));
     // Both named and different: a contradiction.
     o.state_format = GetParam();

@@ -256,8 +256,8 @@ TEST(OptimizerTest, ReportCarriesTheLowerBoundWhenBandwidthsAreGiven) {
   // Each step's own bytes: with write-behind and read-ahead a step's last
   // commits and the next step's first reads fall in whichever report the
   // disk's timing puts them.
-  o.store.write_behind = false;
-  o.store.read_ahead = 0;
+  o.write_behind = false;
+  o.read_ahead = 0;
   auto opt = Optimizer::Open(o);
   ASSERT_TRUE(opt.ok());
   for (uint64_t t = 1; t <= 2; ++t) {

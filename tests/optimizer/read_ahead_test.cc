@@ -1,4 +1,4 @@
-// Read-ahead (StoreOptions::read_ahead, UpdatePipeline::ReadAhead): as a step
+// Read-ahead (OptimizerConfig::read_ahead, UpdatePipeline::ReadAhead): as a step
 // returns, the next step's first subgroups the DRAM tier does not hold are
 // checked out. Results equal a run without it bit for bit; a read-ahead
 // that read a version since replaced (a restore, a reset, an import) is
@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 
 #include "optimizer/optimizer.h"
+#include "optimizer/optimizer_config.h"
 #include "store/fs/fault_injection_fs.h"
 #include "tests/optimizer/optimizer_test_util.h"
 
@@ -22,8 +23,8 @@ namespace {
 // 12000 parameters in two groups, subgroups of 2048: seven subgroups.
 OptimizerOptions Options(const TempDir& dir, bool ahead, double cache_pct) {
   OptimizerOptions o = TestOptimizerOptions(dir, {9000, 3000}, 2048);
-  o.store.write_behind = ahead;
-  o.store.read_ahead = ahead ? -1 : 0;
+  o.write_behind = ahead;
+  o.read_ahead = ahead ? -1 : 0;
   o.store.cache_percent = cache_pct;
   return o;
 }
@@ -38,7 +39,7 @@ TEST_P(ReadAheadTest, EqualsARunWithoutItAndIsUsed) {
   auto [tier, count, lo, hi] = GetParam();
   TempDir a, b;
   OptimizerOptions o = Options(a, true, tier);
-  o.store.read_ahead = count;
+  o.read_ahead = count;
   auto on = Optimizer::Open(o);
   auto off = Optimizer::Open(Options(b, false, 0));
   ASSERT_TRUE(on.ok() && off.ok());
@@ -163,19 +164,23 @@ TEST(ReadAheadCases, AFailedReadAheadIsReadAgainByTheStep) {
   ExpectSameState(on->get(), off->get());
 }
 
+// The config key (optimizer_config.h), read from a store config file.
+absl::StatusOr<OptimizerConfig> ParseConfig(const std::string& line) {
+  auto o = ParseStoreOptions(line + "\n[[path]]\nroot = \"x\"\n", "/tmp");
+  if (!o.ok()) return o.status();
+  return ParseOptimizerConfig(o->upper);
+}
+
 TEST(ReadAheadCases, TheStoreConfigKeyTakesABooleanOrACount) {
-  auto off = ParseStoreOptions(
-      "read_ahead = false\n[[path]]\nroot = \"x\"\n", "/tmp");
+  auto off = ParseConfig("read_ahead = false");
   ASSERT_TRUE(off.ok()) << off.status();
   EXPECT_EQ(off->read_ahead, 0);
-  auto four = ParseStoreOptions(
-      "read_ahead = 4\n[[path]]\nroot = \"x\"\n", "/tmp");
+  auto four = ParseConfig("read_ahead = 4");
   ASSERT_TRUE(four.ok()) << four.status();
   EXPECT_EQ(four->read_ahead, 4);
   for (const char* bad : {"read_ahead = \"yes\"", "read_ahead = 65",
                           "read_ahead = -1"}) {
-    auto r = ParseStoreOptions(std::string(bad) + "\n[[path]]\nroot = \"x\"\n",
-                               "/tmp");
+    auto r = ParseConfig(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find("read_ahead"), std::string::npos);
   }

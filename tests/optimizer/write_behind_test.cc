@@ -1,4 +1,4 @@
-// Write-behind (StoreOptions::write_behind, UpdatePipeline::Settle): a step
+// Write-behind (OptimizerConfig::write_behind, UpdatePipeline::Settle): a step
 // returns with its last commits in flight. Results equal a run without it
 // bit for bit (every read settles first); a commit that fails is reported
 // by the next call, naming the step, and the store keeps its last
@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 
 #include "optimizer/optimizer.h"
+#include "optimizer/optimizer_config.h"
 #include "store/fs/fault_injection_fs.h"
 #include "tests/optimizer/optimizer_test_util.h"
 
@@ -18,7 +19,7 @@ namespace {
 
 OptimizerOptions Options(const TempDir& dir, bool behind) {
   OptimizerOptions o = TestOptimizerOptions(dir, {9000, 3000}, 2048);
-  o.store.write_behind = behind;
+  o.write_behind = behind;
   return o;
 }
 
@@ -128,9 +129,13 @@ TEST(WriteBehindTest, TheStoreConfigKeyTurnsItOff) {
   auto o = ParseStoreOptions(
       "write_behind = false\n[[path]]\nroot = \"x\"\n", "/tmp");
   ASSERT_TRUE(o.ok()) << o.status();
-  EXPECT_FALSE(o->write_behind);
-  auto bad = ParseStoreOptions(
+  auto c = ParseOptimizerConfig(o->upper);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->write_behind);
+  auto text = ParseStoreOptions(
       "write_behind = \"no\"\n[[path]]\nroot = \"x\"\n", "/tmp");
+  ASSERT_TRUE(text.ok()) << text.status();  // (the store leaves it alone)
+  auto bad = ParseOptimizerConfig(text->upper);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("write_behind"), std::string::npos);
 }

@@ -1,7 +1,9 @@
-// The store's TOML keys: docs/configuration.md shows exactly the code's
-// table (StoreConfigKeys), and every row's default and range are what the
-// parser does, so neither the page nor the table can drift from the code;
-// a config file's keys and values, and the shipped default config.
+// The store's TOML keys: every row of the code's table (StoreConfigKeys)
+// has the default and range the parser gives, so the table cannot drift
+// from the code (tests/optimizer/optimizer_config_test.cc checks that
+// docs/configuration.md shows it, with the optimizer's keys); the keys of
+// the layers above are kept for them unparsed; a config file's keys and
+// values, and the shipped default config.
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -20,42 +22,10 @@
 namespace mlpo {
 namespace {
 
-constexpr char kBegin[] = "<!-- BEGIN store config keys";
-constexpr char kEnd[] = "<!-- END store config keys -->";
-
-std::string ReadDoc() {
-  std::ifstream in(std::string(MLPO_SOURCE_DIR) + "/docs/configuration.md");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-TEST(StoreConfigTest, TheDocShowsTheCodesTable) {
-  std::string doc = ReadDoc();
-  ASSERT_FALSE(doc.empty()) << "docs/configuration.md is missing";
-  size_t b = doc.find(kBegin), e = doc.find(kEnd);
-  ASSERT_NE(b, std::string::npos) << "no '" << kBegin << "' marker";
-  ASSERT_NE(e, std::string::npos) << "no '" << kEnd << "' marker";
-  b = doc.find('\n', b) + 1;
-  std::string table = doc.substr(b, e - b);
-  std::string want = StoreConfigMarkdown();
-  if (table != want) {
-    const char* tmp = std::getenv("MLPO_TEST_TMPDIR");
-    std::string f = std::string(tmp ? tmp : "/tmp") + "/configuration-table.md";
-    std::ofstream(f) << want;
-    ADD_FAILURE() << "docs/configuration.md's key table differs from "
-                     "StoreConfigKeys() (store/store_options.cc); the table "
-                     "the code has is in "
-                  << f << ":\n"
-                  << want;
-  }
-}
-
 // Everything a TOML key can set, for comparing two parses.
 std::string Settings(const StoreOptions& o) {
   std::string s = absl::StrCat(
       o.name, "|", o.rank, "|", static_cast<int>(o.durability), "|",
-      o.state_format ? StateFormatName(*o.state_format) : "unset", "|",
       o.meta_dir, "|", o.extent_bytes, "|", o.buffer_pool_bytes, "|",
       o.cache_bytes, "|", o.cache_percent, "|", o.adaptive);
   for (const StorePathConfig& p : o.paths)
@@ -88,7 +58,6 @@ absl::StatusOr<StoreOptions> ParseWith(const std::string& key,
 // them.
 const std::map<std::string, std::string>& Samples() {
   static const auto* m = new std::map<std::string, std::string>{
-      {"state_format", "\"int8-moments\""},
       {"meta_dir", "\"m\""},
       {"adaptive", "true"},
       {"path.root", "\"p1\""},
@@ -168,6 +137,48 @@ TEST(StoreConfigTest, AnUnknownKeyNamesItAndTheKeysThereAre) {
   EXPECT_NE(m.find("path[0].rd_cap"), std::string::npos) << m;
   EXPECT_NE(m.find("read_cap"), std::string::npos) << m;
   EXPECT_EQ(m.find("durability"), std::string::npos) << "top-level keys: " << m;
+}
+
+// A key a layer above registered is kept for it as the parser read it,
+// not checked; one no layer registered is unknown.
+TEST(StoreConfigTest, ALayerAbovesKeysAreKeptUnparsed) {
+  auto before = ParseWith("upper_layer_key", "3");
+  ASSERT_FALSE(before.ok());
+  EXPECT_NE(before.status().message().find("upper_layer_key"),
+            std::string::npos) << before.status();
+  RegisterUpperConfigKeys({{"upper_layer_key", "integer", "0", "", "",
+                            "a key of a layer above (this test's)"}});
+  RegisterUpperConfigKeys({{"rank", "integer", "0", "", "", "not again"}});
+  int ours = 0;
+  for (const ConfigKey& k : UpperConfigKeys()) {
+    EXPECT_NE(k.key, "rank") << "a store key was taken as a layer's";
+    ours += k.key == "upper_layer_key";
+  }
+  EXPECT_EQ(ours, 1);
+  for (const auto& [value, kind] :
+       std::vector<std::pair<std::string, ConfigValue::Kind>>{
+           {"3", ConfigValue::Kind::kInteger},
+           {"true", ConfigValue::Kind::kBool},
+           {"\"x\"", ConfigValue::Kind::kString},
+           {"2.5", ConfigValue::Kind::kOther}}) {
+    auto o = ParseWith("upper_layer_key", value);
+    ASSERT_TRUE(o.ok()) << value << ": " << o.status();
+    ASSERT_EQ(o->upper.count("upper_layer_key"), 1u);
+    const ConfigValue& v = o->upper.at("upper_layer_key");
+    EXPECT_EQ(v.kind, kind) << value;
+    if (kind == ConfigValue::Kind::kInteger) {
+      EXPECT_EQ(v.integer, 3);
+    } else if (kind == ConfigValue::Kind::kBool) {
+      EXPECT_TRUE(v.boolean);
+    } else if (kind == ConfigValue::Kind::kString) {
+      EXPECT_EQ(v.string, "x");
+    }
+  }
+  // Listed with the keys there are when another key is unknown.
+  auto typo = ParseWith("upper_layer_kye", "3");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("upper_layer_key"),
+            std::string::npos) << typo.status();
 }
 
 TEST(StoreOptionsTest, TomlLoadsAndRejectsUnknownKeysAndBadValues) {
