@@ -95,8 +95,12 @@ class _MlpoOptimizer(CheckpointMixin, Stepping,
                  max_grad_norm=0.0, loss_scale=1.0, prefetch=2, commits=2,
                  threads=0, restore_tag=None, keep_checkpoints=0,
                  process_group=None, device_backend=None, state_format=None,
-                 update_in_backward=None, accumulation_steps=None):
+                 update_in_backward=None, accumulation_steps=None,
+                 **unknown):
         cls = type(self).__name__
+        if unknown:  # named as Python names it, for the class called
+            raise TypeError(f"{cls}.__init__() got an unexpected keyword "
+                            f"argument {next(iter(unknown))!r}")
         check_group(self._mode, defaults, f"mlpo.torch.{cls}()")
         for g, group in enumerate(params if params and isinstance(
                 params, (list, tuple)) and isinstance(params[0], dict)

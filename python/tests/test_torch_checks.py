@@ -181,3 +181,23 @@ def test_fsdp1_flat_parameters_are_refused_before_anything_is_made(
                            "fully_shard"):
             mt.AdamW(params, store=str(tmp_path / "s"))
     assert not (tmp_path / "s").exists()  # nothing was made
+
+
+@pytest.mark.parametrize("name", ["AdamW", "Adam", "Lion", "Adagrad", "SGD",
+                                  "Adamax"])
+def test_an_unknown_keyword_names_the_class_as_torch_does(tmp_path, name):
+    """A keyword the class does not take (amsgrad for Adamax, a typo) is
+    the TypeError Python gives, naming the class called, as torch.optim's
+    (it named mlpo's base class); nothing is made."""
+    model = make_model()
+    with pytest.raises(TypeError) as theirs:
+        getattr(torch.optim, name, torch.optim.AdamW)(
+            model.parameters(), lr_typo=1e-3)
+    with pytest.raises(TypeError) as ours:
+        getattr(mt, name)(model.parameters(), lr_typo=1e-3,
+                          store=str(tmp_path / "s"))
+    assert f"{name}.__init__() got an unexpected keyword argument " \
+           "'lr_typo'" == str(ours.value)
+    if hasattr(torch.optim, name):
+        assert str(ours.value) == str(theirs.value)
+    assert not (tmp_path / "s").exists()
