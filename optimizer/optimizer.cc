@@ -159,7 +159,7 @@ absl::Status Optimizer::Init() {
     if (po.grad_offload) {
       MLPO_ASSIGN_OR_RETURN(ObjectLayout gl,
                             ObjectLayout::Make({{"g", DType::kF32, s.numel}}));
-      MLPO_RETURN_IF_ERROR(store_->Declare(UpdatePipeline::GradObject(s), gl));
+      MLPO_RETURN_IF_ERROR(store_->Declare(GradObjectName(s), gl));
     }
   }
   if (!options_.restore_tag.empty()) {

@@ -26,6 +26,12 @@ struct Subgroup {
   QuantGrid grid;
 };
 
+// The store object of a subgroup's fp32 gradients in the baseline mode
+// (DeepSpeed's: gradients offloaded in backward, read by the step).
+inline std::string GradObjectName(const Subgroup& s) {
+  return "grad." + s.object;
+}
+
 // Groups of numel 0 are allowed and get no subgroup. InvalidArgument when
 // subgroup_numel is 0.
 absl::StatusOr<std::vector<Subgroup>> PartitionParams(

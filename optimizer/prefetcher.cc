@@ -3,7 +3,6 @@
 #include <utility>
 
 #include "base/trace.h"
-#include "optimizer/update_pipeline.h"
 
 namespace mlpo {
 
@@ -29,7 +28,7 @@ void Prefetcher::Issue(int i) {
   const Subgroup& s = (*subgroups_)[i];
   Fetch& f = fetches_[i];
   if (offloaded_grads_)
-    f.grad = store_->Checkout(UpdatePipeline::GradObject(s));
+    f.grad = store_->Checkout(GradObjectName(s));
   auto a = ahead_->find(i);
   if (a != ahead_->end()) {
     // Read ahead: used when it read what is still the newest version (a

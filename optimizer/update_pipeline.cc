@@ -136,7 +136,7 @@ absl::Status UpdatePipeline::OffloadGrads(uint64_t t, const GradStage& grads) {
   MLPO_RETURN_IF_ERROR(Settle());
   CommitWindow commits(options_.max_commits_in_flight);
   for (const Subgroup& s : *subgroups_) {
-    auto lease = store_->Blank(GradObject(s));
+    auto lease = store_->Blank(GradObjectName(s));
     if (!lease.ok()) {
       (void)commits.Drain();  // never leave writes behind
       return lease.status();
@@ -207,7 +207,7 @@ void UpdatePipeline::DeclareOrder(const std::vector<int>& expected,
   std::vector<std::string> coming;
   for (int i : expected) {
     const Subgroup& s = (*subgroups_)[i];
-    if (options_.grad_offload) coming.push_back(GradObject(s));
+    if (options_.grad_offload) coming.push_back(GradObjectName(s));
     coming.push_back(s.object);
   }
   for (int i : next) coming.push_back((*subgroups_)[i].object);

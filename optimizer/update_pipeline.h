@@ -211,7 +211,6 @@ class UpdatePipeline {
   // Baseline backward phase: writes the staged gradients as fp32 objects
   // "grad.<object>" at version t.
   absl::Status OffloadGrads(uint64_t t, const GradStage& grads);
-  static std::string GradObject(const Subgroup& s) { return "grad." + s.object; }
   // The subgroups the last Step took, in order (whether it ended well or
   // not): what a rewind of it writes back.
   const std::vector<int>& last_taken() const { return last_taken_; }
