@@ -239,7 +239,6 @@ class _MlpoOptimizer(CheckpointMixin, Stepping,
         s = self._session
         return None if s is None else s.engine
 
-
     @property
     def state_format(self):
         """How the store holds the rule's state: "fp32", "bf16-moments" or
