@@ -49,6 +49,7 @@ from ._session import _DTYPES
 from ._stand_in import sync_in, sync_out
 from ._warn import warn_user
 from ._layout import check_groups, grad_of
+from ._staging import stage_host
 
 _told_plain = set()
 
@@ -660,7 +661,8 @@ class InBackward:
                 # are now.
                 opt._session.call("discard_step", True)
                 keep = []
-                rep = opt._step_host(eng, keep, opt.loss_scale)
+                stage_host(eng, opt._layout, keep)
+                rep = opt._session.call("step", opt.loss_scale)
             else:
                 # Gradients backward did not hand in: unused in the last
                 # micro-batch, zeros kept by set_to_none=False, a pass cut

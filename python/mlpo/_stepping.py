@@ -1,19 +1,30 @@
-"""The optimizer's step: gradients checked and handed to the engine (in
-place on the CPU, staged from device memory, or averaged across ranks and
-cut into this rank's shard), the step run, skipped steps reported, and a
-sharded step's new parameters gathered on every rank; and the edits made
-between steps adopted before a tag. A mixin of the optimizer class in
-torch.py, which owns the layout (_layout, _pieces) and the engine."""
+"""The optimizer's step() and zero_grad(), part of the optimizer class in
+torch.py: the groups checked, the step run during backward finished (with
+the other ranks where there are several) or the plain step run, its
+gradients handed to the engine by _staging.py's functions and the engine
+step run through the Session; skipped steps reported; a failed step's
+store reopened; and the edits made between steps adopted before a tag."""
 
 import torch
-import torch.distributed as dist
 
 from ._stand_in import sync_in, sync_out
 from ._warn import warn_user
-from ._stand_in import _flat
 from ._session import _DTYPES
 from ._backward import _note_plain_step_once, point_at_model
-from ._layout import check_groups, grad_of
+from ._layout import check_groups
+from ._staging import (global_stats, override_masters, publish_sharded,
+                       stage_device, stage_host, stage_local_shards,
+                       stage_sharded)
+
+
+def _fsdp_step(session, layout, keep, scale):
+    """The plain step of an FSDP rank: FSDP gives every rank the same
+    gradients to have or not, so the ranks agree only that every one is in
+    step(), then on the gradient statistics (global_stats)."""
+    ranks, eng = session.ranks, session.engine
+    ranks.agree_call("step", [], layout.n_params)
+    stage_local_shards(eng, layout, keep)
+    return session.call("step", scale, *global_stats(eng, ranks))
 
 
 class Stepping:
@@ -53,13 +64,17 @@ class Stepping:
         keep = []  # gradients stay alive while staged
         # stand-ins (_stand_in.py) take the model's values
         sync_in(self._layout.entries)
+        layout = self._layout
         try:
-            if self._layout.device_path is not None:
-                rep = self._step_device(eng, keep, scale)
+            if layout.device_path is not None:
+                stage_device(eng, layout, keep, self._device_ptrs,
+                             self._edited())
+                rep = self._session.call("step", scale)
             elif self._ranks.world == 1:
-                rep = self._step_host(eng, keep, scale)
+                stage_host(eng, layout, keep)
+                rep = self._session.call("step", scale)
             else:
-                rep = self._step_local_shards(eng, keep, scale)
+                rep = _fsdp_step(self._session, layout, keep, scale)
         finally:
             sync_out(self._layout.entries)
         rep["in_backward"] = False
@@ -106,7 +121,7 @@ class Stepping:
                 rep = self._bwd.finish_together(eng)
             else:
                 self._ready_for_plain_step(eng, running)
-                rep = self._step_local_shards(eng, keep, scale)
+                rep = _fsdp_step(self._session, self._layout, keep, scale)
             rep["in_backward"] = together
             self.last_report = rep
             if running:
@@ -154,7 +169,10 @@ class Stepping:
                 rep = self._bwd.finish_together(eng)
             else:
                 self._ready_for_plain_step(eng, running)
-                rep = self._step_sharded(eng, keep, scale, got[1:])
+                stage_sharded(eng, self._layout, self._ranks, keep, got[1:],
+                              self._bwd.ddp_reduced)
+                rep = self._session.call(
+                    "step", scale, *global_stats(eng, self._ranks))
             rep["in_backward"] = together
             self.last_report = rep
             if running:  # (a speculation dropped here is redone too)
@@ -162,7 +180,7 @@ class Stepping:
         finally:
             self._end_ranks_step()
         if not self._warn_skipped(eng, rep) and not rep["skipped"]:
-            self._publish_sharded()
+            publish_sharded(self._layout, self._ranks)
         self._note_versions()
         if self._bwd.auto is not None:
             self._bwd.auto.stepped(together)
@@ -211,44 +229,6 @@ class Stepping:
             self._warned_skips = max(1, n)
         return True
 
-    def _step_host(self, eng, keep, scale):
-        # The kernel reads and writes the model's tensors themselves.
-        for k, (g, e, at, n, off) in enumerate(self._layout.pieces):
-            p = e["param"]
-            grad = grad_of(e, self._layout.mixed)
-            eng.set_param_memory(k, p.data_ptr() + at * p.element_size(),
-                                 _DTYPES[p.dtype])
-            if grad is None:
-                continue
-            keep.append(grad)  # read in place by the step: no copy
-            eng.borrow_grad(g, off, grad.data_ptr() + at * grad.element_size(),
-                            self._layout.grad_dt, n)
-        return self._session.call("step", scale)
-
-    def _step_device(self, eng, keep, scale):
-        dt = _DTYPES[self._layout.dtype]
-        if self._layout.device.type == "cuda":
-            # backward ran on PyTorch's stream; ours copy the gradients
-            torch.cuda.synchronize(self._layout.device)
-        self._override_edited(eng)
-        for g, l in enumerate(self._layout):
-            for e in l["entries"]:
-                if not e["numel"]:
-                    continue
-                if e["param"].data_ptr() != self._device_ptrs[id(e["param"])]:
-                    raise ValueError(
-                        f"mlpo.torch: parameter {e['name']} was moved to new "
-                        "memory since the optimizer was made (new parameters "
-                        "are copied to where it was); make the optimizer "
-                        "after moving the model")
-                grad = grad_of(e, self._layout.mixed)
-                if grad is None:
-                    continue
-                keep.append(grad)
-                eng.stage_grad_device(g, e["offset"], grad.data_ptr(), dt,
-                                      e["numel"])
-        return self._session.call("step", scale)
-
     def _recover_failed_step(self):
         """After a failed step: closes the store (a poisoned index takes no
         more writes until reopened) and opens it again as resume=True
@@ -277,106 +257,6 @@ class Stepping:
             f"{self._engine.step_count}, the state it holds; the model's "
             "parameters were reloaded from it", RuntimeWarning)
 
-    def _override_edited(self, eng):
-        """Device memory the engine cannot read: parameters edited since the
-        last step go in as masters."""
-        for k in self._edited():
-            g, e, at, n, off = self._layout.pieces[k]
-            t = _flat(e["param"].detach())[at:at + n].cpu()
-            if not eng.state_stored:
-                eng.set_initial(g, off, t.data_ptr(), _DTYPES[t.dtype], n)
-            else:
-                eng.override_masters(g, off, t.data_ptr(), _DTYPES[t.dtype], n)
-
-    def _step_with_global_stats(self, eng, scale):
-        """The step of a rank whose gradients are staged, with the norm and
-        the non-finite count of every rank's (clipping and overflow skips
-        decide as one process would)."""
-        sum_sq, nonfinite = self._ranks.sum(eng.local_grad_stats())
-        return self._session.call("step", scale, sum_sq, int(nonfinite))
-
-    def _step_local_shards(self, eng, keep, scale):
-        """FSDP: FSDP has averaged the gradients and left each rank its
-        shard of them; the kernel updates this rank's shards of the
-        parameters in place. The ranks agree on the gradient statistics
-        (norm clipping, overflow skips), as one process would see them."""
-        dt = _DTYPES[self._layout.dtype]
-        # FSDP gives every rank the same gradients to have or not: the
-        # agreement is only that every rank is in step().
-        self._ranks.agree_call("step", [], self._layout.n_params)
-        for k, (g, e, at, n, off) in enumerate(self._layout.pieces):
-            p = e["param"]
-            eng.set_param_memory(k, p.data_ptr() + at * p.element_size(), dt)
-            grad = grad_of(e, self._layout.mixed)
-            if grad is None:
-                continue
-            keep.append(grad)
-            eng.stage_grad(g, off, grad.data_ptr() + at * grad.element_size(),
-                           dt, n)
-        return self._step_with_global_stats(eng, scale)
-
-    def _step_sharded(self, eng, keep, scale, has):
-        """`has`: whether each parameter has a gradient on any rank (it has
-        one on every rank then)."""
-        dt = _DTYPES[self._layout.dtype]
-        active = {}
-        i = 0
-        for l in self._layout:
-            for e in l["entries"]:
-                active[id(e["param"])] = bool(has[i])
-                i += 1
-        for k, (g, e, at, n, off) in enumerate(self._layout.pieces):
-            p = e["param"]
-            eng.set_param_memory(k, p.data_ptr() + at * p.element_size(), dt)
-        if self._bwd.ddp_reduced:
-            # DDP (its hook, ddp_comm_hook) averaged the gradients in
-            # backward: each rank's copy is the average already.
-            for k, (g, e, at, n, off) in enumerate(self._layout.pieces):
-                grad = grad_of(e, self._layout.mixed) \
-                    if active[id(e["param"])] else None
-                if grad is None:
-                    continue
-                grad = grad.contiguous()
-                keep.append(grad)
-                eng.borrow_grad(g, off, grad.data_ptr() +
-                                at * grad.element_size(), dt, n)
-            return self._step_with_global_stats(eng, scale)
-        for g, l in enumerate(self._layout):
-            flat = torch.zeros(l["chunk"] * self._ranks.world,
-                               dtype=torch.float32)
-            for e in l["entries"]:
-                grad = grad_of(e, self._layout.mixed)
-                if grad is not None:
-                    flat[e["offset"]:e["offset"] + e["numel"]] = \
-                        _flat(grad).float()
-            dist.all_reduce(flat, group=self._ranks.pg)
-            shard = (flat[l["start"]:l["start"] + l["numel"]]
-                     / self._ranks.world).to(self._layout.dtype).contiguous()
-            keep.append(shard)
-            for e, at, n, off in self._layout.shard_pieces(g):
-                if active[id(e["param"])]:
-                    eng.stage_grad(g, off, shard.data_ptr() +
-                                   off * shard.element_size(), dt, n)
-        return self._step_with_global_stats(eng, scale)
-
-    @torch.no_grad()
-    def _publish_sharded(self):
-        """Each rank's step wrote its shard into its own tensors: gather the
-        shards so that every rank has every new parameter."""
-        for g, l in enumerate(self._layout):
-            shard = torch.empty(l["numel"], dtype=self._layout.dtype)
-            for e, at, n, off in self._layout.shard_pieces(g):
-                shard[off:off + n] = _flat(e["param"])[at:at + n]
-            flat = self._ranks.gather_flat(shard, l)
-            lo, hi = l["start"], l["start"] + l["numel"]  # this rank's
-            for e in l["entries"]:
-                a, b = e["offset"], e["offset"] + e["numel"]
-                dst = _flat(e["param"])
-                # (the other ranks' parts only: this rank's are there)
-                for x, y in ((a, min(b, lo)), (max(a, hi), b)):
-                    if x < y:
-                        dst[x - a:y - a].copy_(flat[x:y])
-
     def _adopt_edits(self):
         """Edits made since the last step, into the store before a tag. On
         the CPU every parameter is compared with its master (an edit through
@@ -385,8 +265,9 @@ class Stepping:
         eng = self._require_engine()
         sync_in(self._layout.entries)
         if self._layout.device_path is not None:
-            if self._edited():
-                self._override_edited(eng)
+            edited = self._edited()
+            if edited:
+                override_masters(eng, self._layout, edited)
                 eng.adopt_edits([])
         else:
             edited = list(range(len(self._layout.pieces)))
