@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "optimizer/optimizer_config.h"
 #include "store/store_options.h"
+#include "tests/config_key_checks.h"
 
 namespace mlpo {
 namespace {
@@ -72,19 +73,8 @@ TEST(OptimizerConfigTest, EachDefaultIsWhatTheParserGivesWithoutTheKey) {
   auto base = ParseWith("", "");
   ASSERT_TRUE(base.ok()) << base.status();
   EXPECT_EQ(Settings(*base), "unset|1|-1");
-  for (const ConfigKey& k : OptimizerConfigKeys()) {
-    SCOPED_TRACE(k.key);
-    if (k.default_value[0] == '(') {  // state_format: a sample value
-      auto o = ParseWith(k.key, "\"int8-moments\"");
-      ASSERT_TRUE(o.ok()) << o.status();
-      EXPECT_NE(Settings(*o), Settings(*base)) << "the key changed nothing";
-      continue;
-    }
-    auto o = ParseWith(k.key, k.default_value);
-    ASSERT_TRUE(o.ok()) << o.status();
-    EXPECT_EQ(Settings(*o), Settings(*base))
-        << k.key << " = " << k.default_value << " is not the default";
-  }
+  ExpectEachDefaultIsTheParsers(OptimizerConfigKeys(), ParseWith, Settings,
+                                {{"state_format", "\"int8-moments\""}});
 }
 
 TEST(OptimizerConfigTest, EachRangeAndTypeIsWhatTheParserAccepts) {

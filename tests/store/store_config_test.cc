@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "store/store_options.h"
+#include "tests/config_key_checks.h"
 #include "tests/test_util.h"
 
 namespace mlpo {
@@ -66,23 +67,12 @@ const std::map<std::string, std::string>& Samples() {
 }
 
 TEST(StoreConfigTest, EachDefaultIsWhatTheParserGivesWithoutTheKey) {
-  auto base = ParseWith("", "");
-  ASSERT_TRUE(base.ok()) << base.status();
-  for (const ConfigKey& k : StoreConfigKeys()) {
-    SCOPED_TRACE(k.key);
-    if (k.default_value[0] == '(') {
-      auto it = Samples().find(k.key);
-      ASSERT_NE(it, Samples().end()) << "no sample value for " << k.key;
-      auto o = ParseWith(k.key, it->second);
-      ASSERT_TRUE(o.ok()) << o.status();
-      EXPECT_NE(Settings(*o), Settings(*base)) << "the key changed nothing";
-      continue;
-    }
-    auto o = ParseWith(k.key, k.default_value);
-    ASSERT_TRUE(o.ok()) << o.status();
-    EXPECT_EQ(Settings(*o), Settings(*base))
-        << k.key << " = " << k.default_value << " is not the default";
-  }
+  ExpectEachDefaultIsTheParsers(
+      StoreConfigKeys(),
+      [](const std::string& key, const std::string& value) {
+        return ParseWith(key, value);
+      },
+      Settings, Samples());
 }
 
 // One past a range's end, as a TOML value.
