@@ -33,7 +33,7 @@ step's:
   is discarded, as if it never ran (an exception in the middle of
   backward, then zero_grad()); the model's tensors were never written.
 
-InBackward is held by the optimizer class in torch.py (opt._bwd)."""
+InBackward is held by the optimizer (_optimizer.py: opt._bwd)."""
 import functools
 import gc
 import statistics

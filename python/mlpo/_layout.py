@@ -9,8 +9,7 @@ import warnings
 
 import torch
 
-from ._checkpoints import _MANIFEST_FORMAT
-from ._session import _DTYPES
+from ._session import _DTYPES, MANIFEST_FORMAT
 from ._reshard import (fsdp_group_sizes, fsdp_rows, local_shard,
                        row_numel)
 from ._rules import manifest_hyper
@@ -203,7 +202,7 @@ def build_layout(param_groups, names, *, mode, world, rank, fsdp,
     out.piece_of = {id(e["dparam"]): k
                     for k, (g, e, at, n, off) in enumerate(out.pieces)}
     out.manifest = dict(
-        format=_MANIFEST_FORMAT, world=world, rank=rank,
+        format=MANIFEST_FORMAT, world=world, rank=rank,
         subgroup_numel=subgroup_numel, state_format=state_format,
         groups=[dict(flat_numel=l["flat"],
                      shard_start=l.get("manifest_start", l["start"]),

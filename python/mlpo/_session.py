@@ -25,6 +25,9 @@ _DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 # Namespaces tried in one store before giving up (each a live optimizer or
 # another model's state).
 _MAX_NAMESPACES = 64
+# The format of the manifest the store keeps of the model (_layout.py) and
+# of the 'mlpo' entry of a state dict (_checkpoints.py).
+MANIFEST_FORMAT = 1
 # Codes of the calls that take collectives with several ranks.
 _CALLS = {"step": 1, "state_dict": 2, "load_state_dict": 3,
           "checkpoint": 4, "restore": 5, "backward": 6}

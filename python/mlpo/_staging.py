@@ -13,13 +13,12 @@ from ._session import _DTYPES
 from ._stand_in import _flat
 
 
-def _point_at(eng, layout, dt=None):
-    """Every piece's parameter memory for the engine: the model's
-    tensors (dt: their dtype, else each parameter's own)."""
+def _point_at(eng, layout, dt):
+    """Every piece's parameter memory for the engine: the model's tensors,
+    all of dtype `dt` (data parallel takes one dtype)."""
     for k, (g, e, at, n, off) in enumerate(layout.pieces):
         p = e["param"]
-        eng.set_param_memory(k, p.data_ptr() + at * p.element_size(),
-                             dt or _DTYPES[p.dtype])
+        eng.set_param_memory(k, p.data_ptr() + at * p.element_size(), dt)
 
 
 def stage_host(eng, layout, keep):
@@ -27,9 +26,9 @@ def stage_host(eng, layout, keep):
     writes each parameter in place (no copy)."""
     for k, (g, e, at, n, off) in enumerate(layout.pieces):
         p = e["param"]
+        grad = grad_of(e, layout.mixed)  # (first: a changed parameter)
         eng.set_param_memory(k, p.data_ptr() + at * p.element_size(),
                              _DTYPES[p.dtype])
-        grad = grad_of(e, layout.mixed)
         if grad is None:
             continue
         keep.append(grad)
