@@ -47,12 +47,9 @@ def step(opt, closure=None, *, loss_scale=None):
         if opt._bwd.auto is not None:
             opt._bwd.auto.stepped(True)
         return loss
-    if opt._ranks.world > 1 and not opt._ranks.fsdp:
-        return _step_data_parallel(opt, eng, loss,
-                                        loss_scale or opt.loss_scale)
-    if opt._ranks.world > 1 and opt.update_in_backward:
-        return _step_fully_sharded(opt, eng, loss,
-                                        loss_scale or opt.loss_scale)
+    if opt._ranks.world > 1 and (not opt._ranks.fsdp or
+                                 opt.update_in_backward):
+        return _step_ranks(opt, eng, loss, loss_scale or opt.loss_scale)
     opt._bwd.learn_passes()  # (update in backward: the next step's count)
     opt._bwd.reset()  # fewer backwards than expected, or more
     check_groups(opt.param_groups, opt._layout, opt._ranks.fsdp)
@@ -95,50 +92,19 @@ def zero_grad(opt, set_to_none=True):
     torch.optim.Optimizer.zero_grad(opt, set_to_none=set_to_none)
 
 
-def _step_fully_sharded(opt, eng, loss, scale):
-    """step() of an FSDP rank with the update in backward (each shard
-    of the gradients handed in when FSDP's reduce-scatter put it in
-    place): the step that ran during backward is finished where every
-    rank can, deciding clipping and overflow skips from every rank's
-    statistics summed (each rank holds a shard), else every rank runs
-    the plain step."""
+def _step_ranks(opt, eng, loss, scale):
+    """step() of a rank of several: FSDP (each rank's shards of the
+    parameters, with the update in backward: each shard of the gradients
+    handed in when FSDP's reduce-scatter put it in place) or ZeRO data
+    parallel (each rank's shard of the state; DDP's reduced buckets handed
+    in by ddp_comm_hook). The step run during backward is finished where
+    every rank can, deciding clipping and overflow skips from every rank's
+    statistics summed, else every rank runs the plain step; ZeRO's new
+    shards are then gathered on every rank."""
+    zero = not opt._ranks.fsdp
     running = eng.stepping_in_backward
     together, rep = False, None
-    check_groups(opt.param_groups, opt._layout, opt._ranks.fsdp)
-    opt._forget_prepared()
-    keep = []
-    sync_in(opt._layout.entries)
-    try:
-        ok = running and scale == opt.loss_scale and \
-            not opt._bwd.changed_after_hand_in()
-        got = opt._ranks.agree_call("step", [0 if ok else 1],
-                                     opt._layout.n_params)
-        together = int(got[0]) == 0
-        if together:
-            rep = opt._bwd.finish_together(eng)
-        else:
-            _ready_for_plain_step(opt, eng, running)
-            rep = _fsdp_step(opt._session, opt._layout, keep, scale)
-        rep["in_backward"] = together
-        opt.last_report = rep
-        if running:
-            opt._bwd.note_redo(bool(rep.get("redone")))
-    finally:
-        _end_ranks_step(opt)
-    _warn_skipped(opt, eng, rep)
-    opt._note_versions()
-    if opt._bwd.auto is not None:
-        opt._bwd.auto.stepped(together)
-    return loss
-
-
-def _step_data_parallel(opt, eng, loss, scale):
-    """step() of a rank of ZeRO data parallel (each rank's shard of the
-    state): the step run during backward (DDP's reduced buckets,
-    ddp_comm_hook) is finished where every rank can, else every rank
-    runs the plain step; then the new shards are gathered."""
-    running = eng.stepping_in_backward
-    if opt.update_in_backward and not opt._bwd.ddp_hooked and \
+    if zero and opt.update_in_backward and not opt._bwd.ddp_hooked and \
             not opt._bwd.hook_ddp():
         _note_plain_step_once(
             opt._bwd.ddp_why or
@@ -151,33 +117,37 @@ def _step_data_parallel(opt, eng, loss, scale):
     keep = []
     sync_in(opt._layout.entries)
     try:
-        if running:
+        if zero and running:
             opt._bwd.ddp_drain(wait=True)
         # (a loss_scale other than the one the running step began
         # with: the plain step)
         ok = running and scale == opt.loss_scale and \
             not opt._bwd.changed_after_hand_in()
-        # One collective: which call, whether every rank can finish,
-        # and which parameters have gradients on any rank.
-        got = opt._ranks.agree_call("step", [0 if ok else 1] + [
-            e["dparam"].grad is not None for e in opt._layout.entries],
-            opt._layout.n_params)
+        # One collective: which call, whether every rank can finish, and
+        # (ZeRO) which parameters have gradients on any rank.
+        has = [e["dparam"].grad is not None
+               for e in opt._layout.entries] if zero else []
+        got = opt._ranks.agree_call("step", [0 if ok else 1] + has,
+                                    opt._layout.n_params)
         together = int(got[0]) == 0
         if together:
             rep = opt._bwd.finish_together(eng)
-        else:
+        elif zero:
             _ready_for_plain_step(opt, eng, running)
             stage_sharded(eng, opt._layout, opt._ranks, keep, got[1:],
                           opt._bwd.ddp_reduced)
             rep = opt._session.call(
                 "step", scale, *global_stats(eng, opt._ranks))
+        else:
+            _ready_for_plain_step(opt, eng, running)
+            rep = _fsdp_step(opt._session, opt._layout, keep, scale)
         rep["in_backward"] = together
         opt.last_report = rep
         if running:  # (a speculation dropped here is redone too)
             opt._bwd.note_redo(bool(rep.get("redone")))
     finally:
         _end_ranks_step(opt)
-    if not _warn_skipped(opt, eng, rep) and not rep["skipped"]:
+    if not _warn_skipped(opt, eng, rep) and not rep["skipped"] and zero:
         publish_sharded(opt._layout, opt._ranks)
     opt._note_versions()
     if opt._bwd.auto is not None:
