@@ -183,8 +183,8 @@ UpperKeys& Upper() {
   return *u;
 }
 
-bool IsStoreKey(const std::string& key) {
-  for (const ConfigKey& k : StoreConfigKeys())
+bool HasKey(const std::vector<ConfigKey>& keys, const std::string& key) {
+  for (const ConfigKey& k : keys)
     if (k.key == key) return true;
   return false;
 }
@@ -192,9 +192,7 @@ bool IsStoreKey(const std::string& key) {
 bool IsUpperKey(const std::string& key) {
   UpperKeys& u = Upper();
   absl::MutexLock l(&u.mu);
-  for (const ConfigKey& k : u.keys)
-    if (k.key == key) return true;
-  return false;
+  return HasKey(u.keys, key);
 }
 
 ConfigValue UpperValue(const toml::node& v) {
@@ -215,12 +213,11 @@ ConfigValue UpperValue(const toml::node& v) {
 }  // namespace
 
 void RegisterUpperConfigKeys(const std::vector<ConfigKey>& keys) {
-  for (const ConfigKey& k : keys) {
-    if (IsStoreKey(k.key) || IsUpperKey(k.key)) continue;
-    UpperKeys& u = Upper();
-    absl::MutexLock l(&u.mu);
-    u.keys.push_back(k);
-  }
+  UpperKeys& u = Upper();
+  absl::MutexLock l(&u.mu);  // (one check-and-add: no key twice)
+  for (const ConfigKey& k : keys)
+    if (!HasKey(StoreConfigKeys(), k.key) && !HasKey(u.keys, k.key))
+      u.keys.push_back(k);
 }
 
 std::vector<ConfigKey> UpperConfigKeys() {

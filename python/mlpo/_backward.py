@@ -34,107 +34,20 @@ step's:
   backward, then zero_grad()); the model's tensors were never written.
 
 InBackward is held by the optimizer (_optimizer.py: opt._bwd)."""
-import functools
 import gc
-import statistics
-import time
 import weakref
 
 import torch
 import torch.distributed as dist
 
 from . import _mlpo
-from ._stand_in import _flat
-from ._session import _DTYPES
-from ._stand_in import sync_in, sync_out
-from ._warn import warn_user
+from ._backward_choice import (AutoChoice, fsdp_hooks_after_reduce,
+                               note_plain_step_once)
 from ._layout import check_groups, grad_of
-from ._staging import stage_host
-
-_told_plain = set()
-
-
-@functools.lru_cache(maxsize=None)
-def _fsdp_hooks_after_reduce():
-    """Whether this torch's FSDP (fully_shard) runs a sharded parameter's
-    post-accumulate-grad hooks after its reduce-scatter has put this
-    rank's shard of the gradient in place (torch's own support for an
-    optimizer in backward, in foreach_reduce): then each shard is final
-    when its hook runs. Read from torch's source, as no flag says so
-    (once per process)."""
-    try:
-        import inspect
-        from torch.distributed.fsdp._fully_shard import \
-            _fsdp_collectives as collectives
-        return "_post_accumulate_grad_hooks" in \
-            inspect.getsource(collectives.foreach_reduce)
-    except Exception:  # another layout of torch's FSDP: the plain step
-        return False
-
-
-def _note_plain_step_once(why):
-    """update_in_backward left at its default where it cannot run: said
-    once per process and reason (the plain step's results are the same)."""
-    if why in _told_plain:
-        return
-    _told_plain.add(why)
-    warn_user(f"mlpo.torch: the update during backward is off ({why}); "
-              "step() runs the whole update (the results are the same). "
-              "update_in_backward=False says so and silences this",
-              PlainStepNote)
-
-
-class _AutoChoice:
-    """update_in_backward left at its default: the faster of the two ways
-    to step, measured on the job itself. Both are exact; which is faster
-    depends on the machine (on two cores the update competes with
-    backward for the CPU; with idle cores and slow storage it hides the
-    I/O). Steps alternate between them for a probe (PROBE each, after
-    SKIP steps of warm-up), iteration times (step() return to step()
-    return) are compared by median, and the winner runs for KEEP steps
-    before the next probe."""
-    SKIP, PROBE, KEEP = 2, 3, 200
-
-    def __init__(self, agree=None):
-        self.agree = agree  # data parallel: the ranks' times, combined
-        self.plan = [False] * self.SKIP + [True, False] * self.PROBE
-        self.times = {True: [], False: []}
-        self.last = None      # when the last step() returned
-        self.probing = True
-        self.chosen = None    # the last probe's winner
-
-    def speculate(self):
-        """Whether the step about to run runs during backward."""
-        return self.plan[0] if self.plan else True
-
-    def stepped(self, speculated):
-        now = time.perf_counter()
-        # (an iteration's time is this step's: its forward and backward,
-        # then its step)
-        if self.last is not None and self.probing and \
-                len(self.plan) <= 2 * self.PROBE:
-            self.times[speculated].append(now - self.last)
-        self.last = now
-        if self.plan:
-            self.plan.pop(0)
-        if self.plan:
-            return
-        if self.probing:
-            a, b = self.times[True], self.times[False]
-            if a and b:
-                ma, mb = statistics.median(a), statistics.median(b)
-                if self.agree is not None:
-                    ma, mb = self.agree([ma, mb])
-                self.chosen = ma < mb
-            else:
-                self.chosen = False
-            self.plan = [self.chosen] * self.KEEP
-            self.probing = False
-        else:
-            self.plan = [True, False] * self.PROBE
-            self.times = {True: [], False: []}
-            self.probing = True
-
+from ._session import _DTYPES
+from ._staging import point_at_model, stage_host
+from ._stand_in import _flat, sync_in, sync_out
+from ._warn import warn_user
 
 def ddp_comm_hook(state, bucket):
     """DistributedDataParallel's communication hook for an mlpo optimizer:
@@ -147,19 +60,6 @@ def ddp_comm_hook(state, bucket):
     with the gradients step() would see. Without it, with data parallel,
     step() runs the whole update."""
     return state._bwd.ddp_bucket(bucket)
-
-
-class PlainStepNote(UserWarning):
-    """The update during backward is off where it cannot run."""
-
-
-def point_at_model(eng, layout):
-    """Every parameter's memory for the engine is the model's own again
-    (a later rewind, of a step whose writes fail behind, writes there)."""
-    for k, (g, e, at, n, off) in enumerate(layout.pieces):
-        p = e["param"]
-        eng.set_param_memory(k, p.data_ptr() + at * p.element_size(),
-                             _DTYPES[p.dtype])
 
 
 def _weak_hook(ref, e):
@@ -189,10 +89,18 @@ class InBackward:
     def __init__(self, opt):
         self._opt = weakref.ref(opt)
         self.done = False  # a step ran in backward; step() is done
-        self.auto = None  # _AutoChoice when update_in_backward is None
+        self.auto = None  # AutoChoice when update_in_backward is None
         self._bwd_hooks = []
+        self._passes = 1  # the backward that updates (setup)
+        self._warned_passes = False
+        self._shadows = {}  # id(entry) -> the copy a speculative step writes
+        self._check_values = False  # gradients are rewritten after backward
+        self._redo_streak = 0  # steps redone in a row
+        self._spec_pause = 0   # steps left to run whole (note_redo)
+        self._spec_backoff = 2
         self.ddp_hooked = False  # ddp_comm_hook has run
         self.ddp_pass_agreed = False  # this backward's call check is done
+        self._ddp_searched = False  # for a DDP to hook (hook_ddp)
         self.ddp_why = None  # why no DDP could be hooked
         self.reset()
 
@@ -216,20 +124,7 @@ class InBackward:
             raise ValueError(f"{cls}: update_in_backward must be True, False "
                              f"or None (on where it can run), not {on!r}")
         opt.accumulation_steps = accumulation_steps
-        self._passes = accumulation_steps or 1  # the backward that updates
-        self._warned_passes = False
-        self._shadows = {}  # id(entry) -> the copy a speculative step writes
-        self._check_values = False  # gradients are rewritten after backward
-        self._redo_streak = 0  # steps redone in a row
-        self._spec_pause = 0   # steps left to run whole (_note_redo)
-        self._spec_backoff = 2
-        self._bwd_hooks = []
-        self.auto = None
-        self.ddp_hooked = False  # ddp_comm_hook has run
-        self.ddp_pass_agreed = False  # this backward's call check is done
-        self._ddp_searched = False  # for a DDP to hook (_hook_ddp)
-        self.ddp_why = None
-        self.reset()
+        self._passes = accumulation_steps or 1
         opt.update_in_backward = bool(on)
         if on is False:
             return
@@ -237,7 +132,7 @@ class InBackward:
         if not hasattr(torch.Tensor, "register_post_accumulate_grad_hook"):
             why = "it needs torch >= 2.1 (register_post_accumulate_grad_hook)"
         elif opt._ranks.world > 1 and opt._ranks.fsdp and \
-                not _fsdp_hooks_after_reduce():
+                not fsdp_hooks_after_reduce():
             why = ("this torch's FSDP does not run the parameters' hooks "
                    "after its reduce-scatter (torch 2.15's does)")
         elif opt._layout.device_path is not None:
@@ -246,7 +141,7 @@ class InBackward:
         if why and on is None:
             # The default: the plain step, whose results are the same.
             opt.update_in_backward = False
-            _note_plain_step_once(why)
+            note_plain_step_once(why)
             return
         if why:
             opt.close()
@@ -255,7 +150,7 @@ class InBackward:
         opt.update_in_backward = True
         # (data parallel: the ranks' median times summed, so that every
         # rank makes the same choice)
-        self.auto = _AutoChoice(
+        self.auto = AutoChoice(
             opt._ranks.sum if opt._ranks.world > 1 else None) \
             if on is None else None
         self.hook_params()
@@ -287,23 +182,22 @@ class InBackward:
             # parameter's hooks once its reduce-scatter put this rank's
             # shard of the gradient in place: hooked as one process is.)
             return
-        for l in opt._layout:
-            for e in l["entries"]:
-                # (a weak reference: the model does not keep the
-                # optimizer alive)
-                self._bwd_hooks.append(
-                    e["dparam"].register_post_accumulate_grad_hook(
-                        _weak_hook(weakref.ref(self), e)))
+        for e in opt._layout.entries:
+            # (a weak reference: the model does not keep the optimizer
+            # alive)
+            self._bwd_hooks.append(
+                e["dparam"].register_post_accumulate_grad_hook(
+                    _weak_hook(weakref.ref(self), e)))
 
     def _map_entries(self):
         """Each parameter's entry by its memory (DDP's buckets name
         parameters; their objects need not be the ones given)."""
         opt = self.opt
         self._entry_at = {e["dparam"].data_ptr(): e
-                          for l in opt._layout for e in l["entries"]}
+                          for e in opt._layout.entries}
 
     def remove_hooks(self):
-        for h in getattr(self, "_bwd_hooks", ()):
+        for h in self._bwd_hooks:
             h.remove()
         self._bwd_hooks = []
 

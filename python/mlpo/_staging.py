@@ -13,12 +13,15 @@ from ._session import _DTYPES
 from ._stand_in import _flat
 
 
-def _point_at(eng, layout, dt):
-    """Every piece's parameter memory for the engine: the model's tensors,
-    all of dtype `dt` (data parallel takes one dtype)."""
+def point_at_model(eng, layout, dt=None):
+    """Every piece's parameter memory for the engine is the model's tensor
+    (each of its own dtype, or `dt`: data parallel takes one): for the
+    step, and again after the update during backward wrote copies (a later
+    rewind, of a step whose writes fail behind, writes there)."""
     for k, (g, e, at, n, off) in enumerate(layout.pieces):
         p = e["param"]
-        eng.set_param_memory(k, p.data_ptr() + at * p.element_size(), dt)
+        eng.set_param_memory(k, p.data_ptr() + at * p.element_size(),
+                             dt or _DTYPES[p.dtype])
 
 
 def stage_host(eng, layout, keep):
@@ -80,7 +83,7 @@ def stage_local_shards(eng, layout, keep):
     them; the kernel updates this rank's shards of the parameters in
     place."""
     dt = _DTYPES[layout.dtype]
-    _point_at(eng, layout, dt)
+    point_at_model(eng, layout, dt)
     for k, (g, e, at, n, off) in enumerate(layout.pieces):
         grad = grad_of(e, layout.mixed)
         if grad is None:
@@ -97,7 +100,7 @@ def stage_sharded(eng, layout, ranks, keep, has, reduced):
     backward already (ddp_comm_hook), else they are averaged here."""
     dt = _DTYPES[layout.dtype]
     active = {id(e["param"]): bool(h) for e, h in zip(layout.entries, has)}
-    _point_at(eng, layout, dt)
+    point_at_model(eng, layout, dt)
     if reduced:
         # Each rank's copy is the average already.
         for k, (g, e, at, n, off) in enumerate(layout.pieces):

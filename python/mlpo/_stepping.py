@@ -11,11 +11,11 @@ import torch
 from ._stand_in import sync_in, sync_out
 from ._warn import warn_user
 from ._session import _DTYPES
-from ._backward import _note_plain_step_once, point_at_model
+from ._backward_choice import note_plain_step_once
 from ._layout import check_groups
-from ._staging import (global_stats, override_masters, publish_sharded,
-                       stage_device, stage_host, stage_local_shards,
-                       stage_sharded)
+from ._staging import (global_stats, override_masters, point_at_model,
+                       publish_sharded, stage_device, stage_host,
+                       stage_local_shards, stage_sharded)
 
 
 def _fsdp_step(session, layout, keep, scale):
@@ -106,7 +106,7 @@ def _step_ranks(opt, eng, loss, scale):
     together, rep = False, None
     if zero and opt.update_in_backward and not opt._bwd.ddp_hooked and \
             not opt._bwd.hook_ddp():
-        _note_plain_step_once(
+        note_plain_step_once(
             opt._bwd.ddp_why or
             "with data parallel it takes DDP's averaged gradients from "
             "its communication hook, and no DistributedDataParallel "

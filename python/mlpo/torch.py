@@ -53,7 +53,8 @@ except ImportError as e:  # an interpreter without torch
 from ._session import STATE_BYTES, STATE_FORMATS  # noqa: F401
 from ._optimizer import _MlpoOptimizer, _wrapped  # noqa: F401 (lightning.py)
 from ._export import export_state_dict
-from ._backward import PlainStepNote, ddp_comm_hook
+from ._backward import ddp_comm_hook
+from ._backward_choice import PlainStepNote
 from ._unsupported import refuse_unsupported
 
 __all__ = ["AdamW", "Adam", "Lion", "Adagrad", "SGD", "Adamax",

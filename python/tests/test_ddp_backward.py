@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from mlpo._backward import _fsdp_hooks_after_reduce
+from mlpo._backward_choice import fsdp_hooks_after_reduce
 from test_distributed import launch
 
 TORCH_TOL = 1e-6
@@ -156,7 +156,7 @@ def test_state_dict_on_rank_0_only_raises_on_every_rank(
 
 @pytest.mark.parametrize("parallel", [
     "ddp", pytest.param("fsdp", marks=pytest.mark.skipif(
-        not _fsdp_hooks_after_reduce(),
+        not fsdp_hooks_after_reduce(),
         reason="this torch's FSDP runs the plain step"))])
 def test_killed_ranks_resume_or_say_how(tmp_path, build_python_path,
                                         mlpo_cli, parallel):

@@ -119,8 +119,8 @@ def test_the_default_falls_back_to_the_plain_step_and_says_so_once(tmp_path):
     backward cannot run; left at its default the optimizer runs the plain
     step and says so once per process and reason; True is refused."""
     import warnings
-    from mlpo import _backward
-    _backward._told_plain.clear()
+    from mlpo import _backward_choice
+    _backward_choice._told_plain.clear()
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         for k in range(2):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import mlpo.torch as mt
-from mlpo._backward import _fsdp_hooks_after_reduce
+from mlpo._backward_choice import fsdp_hooks_after_reduce
 from test_distributed import free_port, launch_json
 
 TOL = 1e-6
@@ -68,7 +68,7 @@ def test_fsdp_matches_torch_and_resumes(tmp_path, build_python_path):
 
 
 @needs_cpu_fsdp
-@pytest.mark.skipif(not _fsdp_hooks_after_reduce(),
+@pytest.mark.skipif(not fsdp_hooks_after_reduce(),
                     reason="this torch's FSDP does not run the parameters' "
                     "hooks after its reduce-scatter: the plain step runs")
 @pytest.mark.parametrize("clip, accumulation", [(0.0, 1), (0.5, 1),

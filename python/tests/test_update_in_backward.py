@@ -551,10 +551,10 @@ def test_the_default_keeps_the_faster_way_it_measured(monkeypatch, faster):
     """update_in_backward left None: after warm-up, steps alternate between
     the two ways (both exact) and the one with the smaller median iteration
     time runs the next KEEP steps, then a new probe."""
-    from mlpo import _backward
+    from mlpo import _backward_choice
     clock = [0.0]
-    monkeypatch.setattr(_backward.time, "perf_counter", lambda: clock[0])
-    auto = _backward._AutoChoice()
+    monkeypatch.setattr(_backward_choice.time, "perf_counter", lambda: clock[0])
+    auto = _backward_choice.AutoChoice()
     ran = []
     for _ in range(auto.SKIP + 2 * auto.PROBE + 5):
         spec = auto.speculate()
